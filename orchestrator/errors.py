@@ -1,0 +1,22 @@
+"""The one exception family of the orchestrator; the CLI prints it as one line and exits 2."""
+from __future__ import annotations
+
+import difflib
+
+
+class SweepError(Exception):
+    """A problem the user can fix (bad YAML, bad flag, unusable store); ``lines`` says each one."""
+
+    def __init__(self, *lines: str):
+        self.lines = [line for line in lines if line]
+        super().__init__("\n".join(self.lines))
+
+
+class SpecError(SweepError):
+    """A sweep YAML (or its ``--set`` overrides) is invalid."""
+
+
+def did_you_mean(name: str, known) -> str:
+    """' (did you mean `x`?)' for the closest known name, or '' when none is close."""
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.6)
+    return f" (did you mean `{close[0]}`?)" if close else ""

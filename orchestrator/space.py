@@ -1,0 +1,312 @@
+"""The searched part of a sweep: parsing ``space:``, sampling it with an Optuna trial, and grids.
+
+Rules: a scalar is fixed; a list is a categorical choice; ``{low, high, log?, step?, type?}`` is a
+range; any other mapping is a set of named options, each bringing its own sub-space that is sampled
+only when that option is chosen. Inside Optuna a parameter is named by its option path
+(``sgd.lr``), because one name cannot carry two distributions; settings keep their trainer names.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator, Union
+
+from trainers import SettingsError, TrainSettings, setting_fields, setting_kind
+
+from .errors import did_you_mean
+
+RANGE_KEYS = ("low", "high", "log", "step", "type")
+SCALARS = (str, int, float, bool, type(None))
+
+
+@dataclass(frozen=True)
+class Fixed:
+    setting: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class Choice:
+    setting: str
+    name: str
+    choices: tuple
+
+
+@dataclass(frozen=True)
+class Range:
+    setting: str
+    name: str
+    low: float
+    high: float
+    log: bool = False
+    step: float | None = None
+    kind: str = "float"
+
+
+@dataclass(frozen=True)
+class Options:
+    setting: str
+    name: str
+    options: tuple[tuple[str, tuple["Node", ...]], ...]
+
+
+Node = Union[Fixed, Choice, Range, Options]
+Space = tuple  # tuple[Node, ...]
+
+
+# ---------------------------------------------------------------------------------------- parse
+
+def parse_space(mapping: Any, where: str, problems: list[str], prefix: str = "",
+                parent: str | None = None) -> Space:
+    """Parse a ``space:`` mapping (or an option's sub-space) into nodes; append problems.
+
+    Args:
+        mapping: the YAML value.
+        where: the dotted path for messages, e.g. ``space`` or ``space.optimizer.sgd``.
+        problems: collects one line per problem.
+        prefix: the Optuna name prefix of an option's sub-space (``sgd.``).
+        parent: the setting whose option this sub-space belongs to.
+    """
+    if mapping is None:
+        return ()
+    if not isinstance(mapping, dict):
+        problems.append(f"{where} must be a mapping of setting: values, got {mapping!r}")
+        return ()
+    fields = setting_fields()
+    nodes = []
+    for setting, value in mapping.items():
+        path = f"{where}.{setting}"
+        if setting not in fields:
+            problems.append(f"{path} is not a trainer setting{did_you_mean(setting, fields)}")
+            continue
+        if setting == "seed":
+            problems.append(f"{path}: trial seeds come from the top-level `seed` and `repeats`; "
+                            "remove it from space")
+            continue
+        if setting == parent:
+            problems.append(f"{path}: an option of {parent} cannot set {parent} again")
+            continue
+        if fields[setting].metadata["fixed_only"]:
+            problems.append(f"{path}: {setting} says where data lives or what is written, so it "
+                            f"cannot be searched; move it under train")
+            continue
+        node = _parse_node(setting, value, path, prefix + setting, problems)
+        if node is not None:
+            nodes.append(node)
+    return tuple(nodes)
+
+
+def _parse_node(setting: str, value: Any, path: str, name: str, problems: list[str]):
+    if isinstance(value, list):
+        if not value:
+            problems.append(f"{path} is an empty list: give at least one choice")
+            return None
+        bad = [v for v in value if not isinstance(v, SCALARS)]
+        if bad:
+            problems.append(f"{path}: choices must be plain values, got {bad[0]!r}")
+            return None
+        return Choice(setting, name, tuple(value))
+    if isinstance(value, dict):
+        if any(k in value for k in ("low", "high")):
+            return _parse_range(setting, value, path, name, problems)
+        return _parse_options(setting, value, path, name, problems)
+    return Fixed(setting, value)
+
+
+def _parse_range(setting, value, path, name, problems):
+    for key in value:
+        if key not in RANGE_KEYS:
+            problems.append(f"{path}.{key} is not a range key{did_you_mean(key, RANGE_KEYS)}; "
+                            f"a range takes {', '.join(RANGE_KEYS)}")
+            return None
+    for key in ("low", "high"):
+        if key not in value:
+            problems.append(f"{path}: a range needs both low and high; {key} is missing")
+            return None
+        if not _is_number(value[key]):
+            problems.append(f"{path}.{key} must be a number, got {value[key]!r}")
+            return None
+    base = setting_kind(setting)
+    if base not in ("int", "float"):
+        problems.append(f"{path}: {setting} is {base}, not numeric: give a list of choices instead "
+                        f"of a range")
+        return None
+    kind = value.get("type", "int" if base == "int" else "float")
+    if kind not in ("int", "float"):
+        problems.append(f"{path}.type must be int or float, got {kind!r}")
+        return None
+    if kind == "float" and base == "int":
+        problems.append(f"{path}.type: {setting} takes whole numbers, so the range must be "
+                        f"type: int, got {kind!r}")
+        return None
+    low, high, log, step = value["low"], value["high"], value.get("log", False), value.get("step")
+    if not isinstance(log, bool):
+        problems.append(f"{path}.log must be true or false, got {log!r}")
+    elif not low < high:
+        problems.append(f"{path}.low must be < high, got low={low!r}, high={high!r}")
+    elif log and low <= 0:
+        problems.append(f"{path}.low must be > 0 for a log range, got {low!r}")
+    elif step is not None and (not _is_number(step) or step <= 0):
+        problems.append(f"{path}.step must be a number > 0, got {step!r}")
+    elif log and step is not None:
+        problems.append(f"{path}: a range cannot have both log: true and a step; drop one")
+    elif kind == "int" and not all(isinstance(v, int) for v in (low, high, step or 1)):
+        problems.append(f"{path}: an int range needs whole-number low, high and step, "
+                        f"got low={low!r}, high={high!r}")
+    else:
+        return Range(setting, name, low, high, log, step, kind)
+    return None
+
+
+def _parse_options(setting, value, path, name, problems):
+    choices = setting_fields()[setting].metadata["choices"]
+    if choices is None:
+        problems.append(f"{path}: a mapping of options needs a setting with named values "
+                        f"(optimizer, schedule...); for a range write {{low: .., high: ..}}")
+        return None
+    if not value:
+        problems.append(f"{path} is an empty mapping: name at least one option")
+        return None
+    options = []
+    for option, sub in value.items():
+        if option not in choices:
+            problems.append(f"{path}.{option} is not a {setting}{did_you_mean(option, choices)}; "
+                            f"known: {', '.join(choices)}")
+            continue
+        options.append((option, parse_space(sub or {}, f"{path}.{option}", problems,
+                                            prefix=f"{option}.", parent=setting)))
+    return Options(setting, name, tuple(options)) if options else None
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# ---------------------------------------------------------------------------------------- sample
+
+def sample(trial, space: Space) -> dict[str, Any]:
+    """The settings one trial uses, drawn through ``trial.suggest_*`` (Optuna's trial API).
+
+    Enqueued trials return their fixed parameters through the same calls.
+    """
+    out: dict[str, Any] = {}
+    for node in space:
+        if isinstance(node, Fixed):
+            out[node.setting] = node.value
+        elif isinstance(node, Choice):
+            out[node.setting] = trial.suggest_categorical(node.name, list(node.choices))
+        elif isinstance(node, Range):
+            if node.kind == "int":
+                out[node.setting] = trial.suggest_int(node.name, node.low, node.high,
+                                                      step=node.step or 1, log=node.log)
+            else:
+                out[node.setting] = trial.suggest_float(node.name, node.low, node.high,
+                                                        step=node.step, log=node.log)
+        else:
+            option = trial.suggest_categorical(node.name, [o for o, _ in node.options])
+            out[node.setting] = option
+            out.update(sample(trial, dict(node.options)[option]))
+    return out
+
+
+class _FromParams:
+    """A stand-in trial that answers ``suggest_*`` from a parameter dict (grids, validation)."""
+
+    def __init__(self, params: dict[str, Any]):
+        self.params = params
+
+    def suggest_categorical(self, name, choices):
+        return self.params[name]
+
+    def suggest_int(self, name, low, high, step=1, log=False):
+        return self.params[name]
+
+    def suggest_float(self, name, low, high, step=None, log=False):
+        return self.params[name]
+
+
+def settings_for(space: Space, params: dict[str, Any]) -> dict[str, Any]:
+    """The trainer settings that an Optuna parameter dict (e.g. a grid point) stands for."""
+    return sample(_FromParams(params), space)
+
+
+def grid(space: Space) -> list[dict[str, Any]]:
+    """Every combination of choices and options, as Optuna parameter dicts, in YAML order."""
+    per_node = []
+    for node in space:
+        if isinstance(node, Fixed):
+            continue
+        if isinstance(node, Choice):
+            per_node.append([{node.name: c} for c in node.choices])
+        elif isinstance(node, Options):
+            per_node.append([{node.name: option, **sub}
+                             for option, subspace in node.options for sub in grid(subspace)])
+        else:
+            raise ValueError(f"range {node.name} in a grid")
+    return [dict(kv for part in combo for kv in part.items())
+            for combo in itertools.product(*per_node)]
+
+
+def walk(space: Space, where: str = "space") -> Iterator[tuple[str, Node]]:
+    """Every node with its YAML path, depth first (options' sub-spaces included)."""
+    for node in space:
+        path = f"{where}.{node.setting}"
+        yield path, node
+        if isinstance(node, Options):
+            for option, sub in node.options:
+                yield from walk(sub, f"{path}.{option}")
+
+
+def first_values(space: Space) -> dict[str, Any]:
+    """A representative configuration: the first choice, option and low end of every node."""
+    out: dict[str, Any] = {}
+    for node in space:
+        if isinstance(node, Fixed):
+            out[node.setting] = node.value
+        elif isinstance(node, Choice):
+            out[node.setting] = node.choices[0]
+        elif isinstance(node, Range):
+            out[node.setting] = node.low
+        else:
+            option, sub = node.options[0]
+            out[node.setting] = option
+            out.update(first_values(sub))
+    return out
+
+
+def check_values(space: Space, fixed: dict[str, Any], problems: list[str],
+                 where: str = "space", context: dict[str, Any] | None = None) -> None:
+    """Check every value the space can produce against the trainer's own validation.
+
+    Each candidate is checked in a representative configuration (the fixed settings plus the first
+    value of every other node), so that one bad choice gives one line naming its path.
+    """
+    base = {**fixed, **first_values(space), **(context or {})}
+    for node in space:
+        path = f"{where}.{node.setting}"
+        if isinstance(node, Fixed):
+            candidates = [node.value]
+        elif isinstance(node, Choice):
+            candidates = list(node.choices)
+        elif isinstance(node, Range):
+            candidates = [node.low, node.high]
+        else:
+            for option, sub in node.options:
+                _check_one(path, {**base, node.setting: option, **first_values(sub)}, node.setting,
+                           option, problems)
+                check_values(sub, fixed, problems, f"{path}.{option}",
+                             {**(context or {}), node.setting: option})
+            continue
+        for value in candidates:
+            _check_one(path, {**base, node.setting: value}, node.setting, value, problems)
+
+
+def _check_one(path, values, setting, value, problems):
+    try:
+        TrainSettings.from_dict(values)
+    except SettingsError as e:
+        where = path if e.field == setting else f"{path}={value!r}"
+        line = f"{where}: {e}"
+        if line not in problems:
+            problems.append(line)

@@ -1,0 +1,365 @@
+"""The sweep YAML: read once at the edge, validated, and frozen into a :class:`SweepSpec`.
+
+Every problem becomes one line naming the file, the field, the value and the fix; nothing is
+created on disk before a spec validates.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.util
+import inspect
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trainers import EPOCH_METRICS, SettingsError, TrainSettings, setting_fields
+
+from . import space as sp
+from .errors import SpecError, did_you_mean
+
+SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp", "qmc")
+NUMERIC_ONLY_SAMPLERS = ("cmaes", "gp", "qmc")
+PRUNERS = ("none", "median", "successive_halving", "hyperband")
+MINIMIZE_HINT = {"val_loss": "minimize", "train_loss": "minimize", "val_acc": "maximize"}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Objective(_Strict):
+    metric: str = "val_acc"
+    direction: Literal["maximize", "minimize"] = "maximize"
+    reduce: Literal["last", "best"] = "last"
+
+
+class SamplerSpec(BaseModel):
+    """``name`` and ``seed``; any other key is passed to the Optuna sampler's constructor."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+    name: Literal[SAMPLERS] = "tpe"
+    seed: int | None = None
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class PrunerSpec(BaseModel):
+    """``name`` and ``min_epochs``; any other key is passed to the Optuna pruner's constructor."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+    name: Literal[PRUNERS] = "none"
+    min_epochs: int = Field(default=1, ge=1)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class _TopLevel(_Strict):
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    description: str = ""
+    objective: Objective = Objective()
+    trials: int | None = Field(default=None, ge=1)
+    timeout_min: float | None = Field(default=None, gt=0)
+    workers: int | None = Field(default=None, ge=1, le=256)
+    seed: int = Field(default=0, ge=0)
+    repeats: int = Field(default=1, ge=1)
+    sampler: SamplerSpec = SamplerSpec()
+    pruner: PrunerSpec = PrunerSpec()
+    train: dict[str, Any] = {}
+    space: dict[str, Any] = {}
+
+
+TOP_LEVEL_KEYS = tuple(_TopLevel.model_fields)
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated sweep. ``raw`` is the mapping it was built from (after ``--set`` overrides)."""
+
+    name: str
+    description: str
+    objective: Objective
+    trials: int
+    timeout_min: float | None
+    workers: int | None
+    seed: int
+    repeats: int
+    sampler: SamplerSpec
+    pruner: PrunerSpec
+    train: dict[str, Any]
+    space: sp.Space
+    raw: dict[str, Any]
+    source: str
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def is_grid(self) -> bool:
+        return self.sampler.name == "grid"
+
+    @property
+    def sampler_seed(self) -> int:
+        return self.seed if self.sampler.seed is None else self.sampler.seed
+
+    @property
+    def epochs(self) -> int:
+        return settings_of(self, {}).get("epochs", TrainSettings().epochs)
+
+    def grid(self) -> list[dict[str, Any]]:
+        """Every configuration of a grid sweep as Optuna parameters (repeats not included)."""
+        return sp.grid(self.space)
+
+    def fingerprint(self) -> str:
+        """A hash of what decides the results (not trials, workers or where the stores are)."""
+        keep = {k: v for k, v in self.raw.items() if k not in ("trials", "workers", "timeout_min",
+                                                                "description")}
+        return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def settings_of(spec: SweepSpec, sampled: dict[str, Any]) -> dict[str, Any]:
+    """Fixed settings overlaid with a trial's sampled ones."""
+    return {**spec.train, **sampled}
+
+
+# ------------------------------------------------------------------------------------ loading
+
+def load_spec(path: str | os.PathLike, overrides: list[str] = ()) -> SweepSpec:
+    """Read, override and validate a sweep YAML.
+
+    Raises:
+        SpecError: with one line per problem, each starting with the file name.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read the sweep file ({e.strerror})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError(f"{path}: invalid YAML{where}: {problem}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: a sweep file must be a mapping of keys (name, objective, train, "
+                        f"space...), got {type(raw).__name__}")
+    raw = apply_overrides(raw, overrides, str(path))
+    return validate(raw, source=str(path))
+
+
+def apply_overrides(raw: dict, overrides, source: str) -> dict:
+    """Apply ``KEY=VALUE`` overrides (dotted keys, YAML values) to a copy of ``raw``."""
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise SpecError(f"--set {item!r}: expected KEY=VALUE, e.g. --set train.epochs=1")
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError:
+            raise SpecError(f"--set {item!r}: the value is not valid YAML; quote it") from None
+        node = out
+        parts = key.strip().split(".")
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise SpecError(f"--set {item!r}: {'.'.join(parts[:i + 1])} is {child!r}, not a "
+                                f"mapping, so it has no key {parts[i + 1]!r}")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
+    """Validate a sweep mapping; raise :class:`SpecError` listing every problem found."""
+    problems: list[str] = []
+    try:
+        top = _TopLevel.model_validate(raw)
+    except ValidationError as e:
+        raise SpecError(*[f"{source}: {_pydantic_line(err)}" for err in e.errors()]) from None
+
+    fixed = _check_train(top.train, problems)
+    space = sp.parse_space(top.space, "space", problems)
+    for path, node in sp.walk(space):
+        if path.count(".") == 1 and node.setting in fixed:
+            problems.append(f"{path}: {node.setting} is also fixed in train; keep it in one place")
+    if not problems:
+        sp.check_values(space, fixed, problems)
+    warnings: list[str] = []
+    n_configs = None
+    if not problems:
+        n_configs = _check_sampler(top, space, fixed, problems, warnings)
+        _check_pruner(top, problems)
+        _check_objective(top, problems, warnings)
+    trials = top.trials
+    if not problems:
+        if top.sampler.name == "grid":
+            total = n_configs * top.repeats
+            if trials is None:
+                trials = total
+            elif trials > total:
+                problems.append(f"trials: the grid has {n_configs} configurations x {top.repeats} "
+                                f"repeats = {total} trials, got trials: {trials}; lower it or "
+                                f"drop it")
+        elif trials is None:
+            problems.append(f"trials is required for sampler {top.sampler.name}: how many trials "
+                            f"to run, e.g. trials: 20")
+        elif trials % top.repeats:
+            problems.append(f"trials must be a multiple of repeats ({top.repeats}) so that every "
+                            f"configuration gets all its seeds, got {trials}")
+    if problems:
+        raise SpecError(*[f"{source}: {p}" for p in problems])
+    return SweepSpec(name=top.name, description=top.description, objective=top.objective,
+                     trials=trials, timeout_min=top.timeout_min, workers=top.workers,
+                     seed=top.seed, repeats=top.repeats, sampler=top.sampler, pruner=top.pruner,
+                     train=fixed, space=space, raw=raw, source=source, warnings=tuple(warnings))
+
+
+def _pydantic_line(err: dict) -> str:
+    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent = err["loc"][:-1]
+        known = _known_keys(parent)
+        return (f"{loc} is not a known key{did_you_mean(err['loc'][-1], known)}; "
+                f"known keys here: {', '.join(known)}")
+    if kind == "missing":
+        return f"{loc} is required"
+    if kind in ("dict_type", "model_type"):
+        return f"{loc} must be a mapping, got {err['input']!r}"
+    msg = err["msg"]
+    if kind == "literal_error":
+        msg = msg.replace("Input should be", "must be")
+    elif kind == "string_pattern_mismatch":
+        msg = "must be letters, digits, '_', '-' or '.' (it names the study and the experiment)"
+    else:
+        msg = msg.replace("Input should be", "must be").replace("Value should", "must")
+    return f"{loc} {msg}, got {err['input']!r}"
+
+
+def _known_keys(parent: tuple) -> tuple[str, ...]:
+    models = {(): _TopLevel, ("objective",): Objective}
+    model = models.get(tuple(parent))
+    return tuple(model.model_fields) if model else ()
+
+
+def _check_train(train: dict, problems: list[str]) -> dict[str, Any]:
+    fields = setting_fields()
+    fixed = {}
+    for key, value in train.items():
+        if key not in fields:
+            problems.append(f"train.{key} is not a trainer setting{did_you_mean(key, fields)}")
+        elif key == "seed":
+            problems.append("train.seed: trial seeds come from the top-level `seed` (plus the "
+                            "repeat index); move it there")
+        elif isinstance(value, (list, dict)):
+            problems.append(f"train.{key} must be a single value (train holds fixed settings; "
+                            f"search it under space), got {value!r}")
+        else:
+            fixed[key] = value
+    if not problems:
+        try:
+            TrainSettings.from_dict(fixed)
+        except SettingsError as e:
+            problems.append(f"train.{e.field} {e.fix}, got {e.value!r}")
+    return fixed
+
+
+def _check_sampler(top: _TopLevel, space: sp.Space, fixed, problems, warnings) -> int | None:
+    name = top.sampler.name
+    nodes = list(sp.walk(space))
+    if name == "grid":
+        ranges = [p for p, n in nodes if isinstance(n, sp.Range)]
+        if ranges:
+            problems.append(f"{ranges[0]}: the grid sampler needs lists or options, not ranges; "
+                            f"list the values to try (e.g. [0.01, 0.1])")
+            return None
+        if top.sampler.options:
+            problems.append(f"sampler.{next(iter(top.sampler.options))}: the grid sampler takes "
+                            f"only name and seed")
+            return None
+        configs = sp.grid(space)
+        for params in configs:
+            try:
+                TrainSettings.from_dict({**fixed, **sp.settings_for(space, params)})
+            except SettingsError as e:
+                problems.append(f"space: the grid point {params} is invalid: {e}")
+                return None
+        return len(configs)
+    if name in NUMERIC_ONLY_SAMPLERS:
+        categorical = [p for p, n in nodes if isinstance(n, (sp.Choice, sp.Options))]
+        if categorical:
+            warnings.append(f"sampler {name} handles numeric ranges well but not categorical or "
+                            f"conditional parameters ({', '.join(categorical)}); they will be "
+                            f"sampled at random. Consider tpe.")
+    if name == "cmaes" and importlib.util.find_spec("cmaes") is None:
+        problems.append("sampler.name: cmaes needs the `cmaes` package: pip install cmaes")
+        return None
+    if not nodes or all(isinstance(n, sp.Fixed) for _, n in nodes):
+        warnings.append("space searches nothing: every trial uses the same settings")
+    _check_kwargs(f"sampler ({name})", "sampler", _sampler_class(name), top.sampler.options,
+                  problems, reserved=("seed",))
+    return None
+
+
+def _check_pruner(top: _TopLevel, problems) -> None:
+    name = top.pruner.name
+    reserved = {"median": ("n_warmup_steps",), "successive_halving": ("min_resource",),
+                "hyperband": ("min_resource", "max_resource"), "none": ()}[name]
+    _check_kwargs(f"pruner ({name})", "pruner", _pruner_class(name), top.pruner.options,
+                  problems, reserved=reserved)
+    epochs = {**TrainSettings().to_dict(), **top.train}["epochs"]
+    if name != "none" and top.pruner.min_epochs > epochs:
+        problems.append(f"pruner.min_epochs must be <= train.epochs ({epochs}), got "
+                        f"{top.pruner.min_epochs}")
+
+
+def _check_objective(top: _TopLevel, problems, warnings) -> None:
+    metric = top.objective.metric
+    if metric not in EPOCH_METRICS:
+        problems.append(f"objective.metric: the trainer logs no metric {metric!r}"
+                        f"{did_you_mean(metric, EPOCH_METRICS)}; it logs "
+                        f"{', '.join(EPOCH_METRICS)}")
+    elif metric in MINIMIZE_HINT and MINIMIZE_HINT[metric] != top.objective.direction:
+        warnings.append(f"objective: {metric} is usually {MINIMIZE_HINT[metric]}d, but direction "
+                        f"is {top.objective.direction}")
+
+
+def _check_kwargs(label, key, cls, options: dict, problems, reserved=()) -> None:
+    params = inspect.signature(cls.__init__).parameters
+    allowed = [p for p in params if p not in ("self", "seed", *reserved)]
+    for opt, value in options.items():
+        if opt in reserved:
+            problems.append(f"{key}.{opt} is set by sweep from min_epochs/epochs; remove it")
+        elif opt not in allowed:
+            problems.append(f"{key}.{opt} is not an option of the {label}"
+                            f"{did_you_mean(opt, allowed)}; it takes {', '.join(allowed)}")
+
+
+def _sampler_class(name):
+    import optuna
+
+    return {"tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler,
+            "grid": optuna.samplers.RandomSampler, "cmaes": optuna.samplers.CmaEsSampler,
+            "gp": optuna.samplers.GPSampler, "qmc": optuna.samplers.QMCSampler}[name]
+
+
+def _pruner_class(name):
+    import optuna
+
+    return {"none": optuna.pruners.NopPruner, "median": optuna.pruners.MedianPruner,
+            "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
+            "hyperband": optuna.pruners.HyperbandPruner}[name]

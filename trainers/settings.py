@@ -1,0 +1,150 @@
+"""Every trainer knob in one frozen dataclass: name, default, unit and allowed values.
+
+The orchestrator reads the field metadata (``help``, ``choices``, ``fixed_only``) to validate sweep
+YAML files; the trainer itself only needs the values.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+SCHEDULES = ("constant", "warmup_cosine")
+LR_SCALINGS = ("none", "linear", "sqrt")
+DATASETS = ("digits",)
+MODELS = ("small_cnn", "mlp")
+
+
+class SettingsError(ValueError):
+    """A trainer setting has a value the trainer cannot use.
+
+    ``field`` names the setting, ``value`` is what it got and the message says what would work.
+    """
+
+    def __init__(self, field_name: str, value: Any, fix: str):
+        self.field = field_name
+        self.value = value
+        self.fix = fix
+        super().__init__(f"{field_name} {fix}, got {value!r}")
+
+
+def _knob(default, help: str, *, choices=None, fixed_only: bool = False, unit: str = ""):
+    return field(default=default, metadata={"help": help, "choices": choices,
+                                            "fixed_only": fixed_only, "unit": unit})
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """All settings of one training run. Every field has a default; see ``help`` in its metadata."""
+
+    dataset: str = _knob("digits", "dataset name", choices=DATASETS)
+    model: str = _knob("small_cnn", "model name", choices=MODELS)
+    epochs: int = _knob(10, "passes over the training set", unit="epochs")
+    batch_size: int = _knob(64, "samples per optimizer step", unit="samples")
+    optimizer: str = _knob("adam", "optimizer", choices=OPTIMIZERS)
+    lr: float = _knob(1e-3, "base learning rate, before lr_scaling")
+    momentum: float = _knob(0.9, "SGD momentum (sgd only)")
+    nesterov: bool = _knob(False, "Nesterov momentum (sgd only)")
+    weight_decay: float = _knob(0.0, "decoupled for adamw, L2 for sgd and adam")
+    schedule: str = _knob("warmup_cosine", "learning-rate schedule, stepped per optimizer step",
+                          choices=SCHEDULES)
+    warmup_epochs: float = _knob(0.0, "linear warmup length (capped at epochs)", unit="epochs")
+    min_lr: float = _knob(0.0, "learning rate the cosine decays to")
+    clip_grad_norm: float | None = _knob(None, "max global gradient norm; null = no clipping")
+    label_smoothing: float = _knob(0.0, "CrossEntropyLoss label smoothing, in [0, 1)")
+    lr_scaling: str = _knob("none", "lr used = lr * f(batch_size / reference_batch_size)",
+                            choices=LR_SCALINGS)
+    reference_batch_size: int | None = _knob(None, "batch size at which lr is used as given",
+                                             unit="samples")
+    seed: int = _knob(0, "seeds python, numpy, torch and the data shuffling")
+    device: str = _knob("auto", "auto, cpu, cuda, cuda:N or mps", fixed_only=True)
+    data_dir: str | None = _knob(None, "where datasets are read from", fixed_only=True)
+    download: bool = _knob(False, "allow downloading a dataset", fixed_only=True)
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            _check_type(f, getattr(self, f.name))
+        self._check_values()
+
+    def _check_values(self):
+        positive_ints = ("epochs", "batch_size")
+        for name in positive_ints:
+            if getattr(self, name) < 1:
+                raise SettingsError(name, getattr(self, name), "must be >= 1")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise SettingsError("lr", self.lr, "must be a finite number > 0")
+        for name in ("weight_decay", "min_lr", "warmup_epochs"):
+            if getattr(self, name) < 0:
+                raise SettingsError(name, getattr(self, name), "must be >= 0")
+        if not 0 <= self.momentum < 1:
+            raise SettingsError("momentum", self.momentum, "must be in [0, 1)")
+        if self.nesterov and self.optimizer == "sgd" and self.momentum == 0:
+            raise SettingsError("nesterov", self.nesterov, "needs momentum > 0 (set momentum: 0.9)")
+        if not 0 <= self.label_smoothing < 1:
+            raise SettingsError("label_smoothing", self.label_smoothing, "must be in [0, 1)")
+        if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
+            raise SettingsError("clip_grad_norm", self.clip_grad_norm,
+                                "must be > 0, or null for no clipping")
+        if self.min_lr >= self.lr_effective:
+            raise SettingsError("min_lr", self.min_lr, f"must be < the lr used ({self.lr_effective:g})")
+        if self.reference_batch_size is not None and self.reference_batch_size < 1:
+            raise SettingsError("reference_batch_size", self.reference_batch_size, "must be >= 1")
+        if self.lr_scaling != "none" and self.reference_batch_size is None:
+            raise SettingsError("reference_batch_size", None,
+                                f"is needed when lr_scaling is {self.lr_scaling} (e.g. 64)")
+
+    @property
+    def lr_effective(self) -> float:
+        """The learning rate after the batch-size scaling rule."""
+        if self.lr_scaling == "none":
+            return self.lr
+        ratio = self.batch_size / self.reference_batch_size
+        return self.lr * (ratio if self.lr_scaling == "linear" else math.sqrt(ratio))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "TrainSettings":
+        """Build settings from a mapping; unknown names raise :class:`SettingsError`."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        for name in values:
+            if name not in known:
+                raise SettingsError(name, values[name], "is not a trainer setting")
+        return cls(**values)
+
+
+def _check_type(f: dataclasses.Field, value: Any) -> None:
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    optional = "None" in kind
+    if value is None:
+        if not optional:
+            raise SettingsError(f.name, value, "must not be null")
+        return
+    base = kind.split("|")[0].strip()
+    if base == "bool":
+        ok = isinstance(value, bool)
+    elif base == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif base == "float":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise SettingsError(f.name, value, f"must be {'null or ' if optional else ''}{base}")
+    choices = f.metadata.get("choices")
+    if choices is not None and value not in choices:
+        raise SettingsError(f.name, value, f"must be one of {', '.join(choices)}")
+
+
+def setting_fields() -> dict[str, dataclasses.Field]:
+    """Name -> dataclass field of every trainer setting (for validators outside the trainer)."""
+    return {f.name: f for f in dataclasses.fields(TrainSettings)}
+
+
+def setting_kind(name: str) -> str:
+    """'int', 'float', 'bool' or 'str': the base type of setting ``name``."""
+    kind = setting_fields()[name].type
+    return kind.split("|")[0].strip()
