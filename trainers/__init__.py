@@ -1,10 +1,20 @@
 """PyTorch image-classification trainers: one public entry point, ``train(settings)``.
 
 Nothing here knows about Optuna, MLflow or YAML; the orchestrator calls :func:`train` like any
-user would.
+user would. The settings are importable without torch (a sweep is validated without paying for
+``import torch``); the training names load torch on first use.
 """
-from .loop import EPOCH_METRICS, EpochReport, TrainingDiverged, TrainResult, train
-from .settings import SettingsError, TrainSettings, setting_fields, setting_kind
+from .settings import EPOCH_METRICS, SettingsError, TrainSettings, setting_fields, setting_kind
 
-__all__ = ["EPOCH_METRICS", "EpochReport", "SettingsError", "TrainResult", "TrainSettings",
-           "TrainingDiverged", "setting_fields", "setting_kind", "train"]
+_LAZY = ("EpochReport", "TrainResult", "TrainingDiverged", "train")
+
+__all__ = ["EPOCH_METRICS", "SettingsError", "TrainSettings", "setting_fields", "setting_kind",
+           *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        from . import loop
+
+        return getattr(loop, name)
+    raise AttributeError(f"module 'trainers' has no attribute {name!r}")

@@ -20,9 +20,6 @@ from .models import build_model
 from .optim import build_optimizer, build_scheduler
 from .settings import TrainSettings
 
-EPOCH_METRICS = ("train_loss", "val_loss", "val_acc", "grad_norm", "clipped_fraction",
-                 "epoch_seconds", "lr")
-
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite: the settings, not luck, are at fault (not worth a retry)."""
@@ -146,7 +143,7 @@ def train_one_epoch(model, optimizer, scheduler, loss_fn, data: Splits, s: Train
     norm = torch.stack(norms)
     clipped = float((norm > s.clip_grad_norm).float().mean()) if s.clip_grad_norm else 0.0
     return ({"train_loss": train_loss, "grad_norm": float(norm.mean()),
-             "clipped_fraction": clipped, "lr": lr_steps[-1][1]}, lr_steps)
+             "clipped_fraction": clipped}, lr_steps)
 
 
 @torch.no_grad()

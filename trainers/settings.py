@@ -15,6 +15,9 @@ SCHEDULES = ("constant", "warmup_cosine")
 LR_SCALINGS = ("none", "linear", "sqrt")
 DATASETS = ("digits",)
 MODELS = ("small_cnn", "mlp")
+# what train() reports after every epoch (the lr is reported per optimizer step instead)
+EPOCH_METRICS = ("train_loss", "val_loss", "val_acc", "grad_norm", "clipped_fraction",
+                 "epoch_seconds")
 
 
 class SettingsError(ValueError):

@@ -1,0 +1,190 @@
+"""The ``sweep`` command line: run, validate, ui.
+
+Exit codes: 0 the sweep finished, 1 it finished but some trials failed for good, 2 bad input
+(one line naming the field, the value and the fix), 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .errors import SweepError
+from .spec import load_spec
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (and exit 2), not a usage dump."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog}: {message} (see {self.prog} --help)\n")
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def _store_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
+                                          "else sqlite:///mlflow.db here)")
+    p.add_argument("--storage", help="Optuna storage: a journal file path, sqlite:///..., "
+                                     "postgresql://... (default: optuna.journal next to "
+                                     "the MLflow database)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="sweep", description="Run PyTorch hyperparameter sweeps described in "
+                                               "YAML with Optuna, tracked in MLflow.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run or resume a sweep")
+    run.add_argument("spec", help="sweep YAML file")
+    run.add_argument("--trials", type=int, help="finished trials to reach (overrides trials:)")
+    run.add_argument("--workers", type=int, help="trials run at once (overrides workers:)")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override any YAML value, e.g. --set train.epochs=1 (repeatable)")
+    _store_flags(run)
+
+    val = sub.add_parser("validate", help="check a sweep YAML without running it")
+    val.add_argument("spec")
+    val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+
+    ui = sub.add_parser("ui", help="open the MLflow UI on this machine's store (127.0.0.1)")
+    ui.add_argument("name", nargs="?", help="sweep name: print the URL of its runs table")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--host", default="127.0.0.1",
+                    help="address to bind (default 127.0.0.1: this machine only)")
+    _store_flags(ui)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console(stderr=False, highlight=False)
+    try:
+        return {"run": cmd_run, "validate": cmd_validate, "ui": cmd_ui}[args.command](args, console)
+    except SweepError as e:
+        for line in e.lines:
+            sys.stderr.write(f"sweep: {line}\n")
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        sys.stderr.write("sweep: interrupted\n")
+        return 130
+
+
+def _positive(flag: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise SweepError(f"{flag} must be >= 1, got {value}")
+
+
+def cmd_validate(args, console: Console) -> int:
+    spec = load_spec(args.spec, args.overrides)
+    for w in spec.warnings:
+        console.print(f"warning: {w}")
+    kind = f"grid of {len(spec.grid())} configurations x {spec.repeats} repeats" if spec.is_grid \
+        else f"{spec.sampler.name} sampler"
+    console.print(f"{args.spec}: ok: sweep {spec.name!r}, {spec.trials} trials, {kind}")
+    return 0
+
+
+def cmd_run(args, console: Console) -> int:
+    _positive("--trials", args.trials)
+    _positive("--workers", args.workers)
+    overrides = list(args.overrides) + ([f"trials={args.trials}"] if args.trials else [])
+    spec = load_spec(args.spec, overrides)
+    for w in spec.warnings:
+        console.print(f"warning: {w}")
+    from .display import Progress
+    from .runner import run_sweep
+
+    with Progress(console, spec.name) as progress:
+        outcome = run_sweep(spec, spec_text=Path(args.spec).read_text(), storage=args.storage,
+                            tracking_uri=args.tracking_uri, workers=args.workers,
+                            progress=progress)
+    _print_summary(console, spec, outcome)
+    return outcome.exit_code
+
+
+def _print_summary(console: Console, spec, outcome) -> None:
+    c = outcome.counts
+    state = "interrupted" if outcome.exit_code == 130 else "finished"
+    console.print(f"sweep {spec.name!r} {state} in {outcome.elapsed:.1f} s: {c['complete']} "
+                  f"complete, {c['pruned']} pruned, {c['fail']} failed")
+    if outcome.best:
+        table = Table(title=f"best trials ({spec.objective.metric}, {spec.objective.direction})")
+        for col in ("trial", "value", "settings", "MLflow run"):
+            table.add_column(col)
+        for b in outcome.best:
+            params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in b["params"].items())
+            table.add_row(str(b["number"]), f"{b['value']:.4f}", params, b["run_id"] or "")
+        console.print(table)
+    ui = f"sweep ui {spec.name}"
+    if args_uri := (outcome.tracking_uri if outcome.tracking_uri.startswith("sqlite") else None):
+        if Path(args_uri[len("sqlite:///"):]) != Path("mlflow.db").resolve():
+            ui += f" --tracking-uri {args_uri}"
+    console.print(f"browse it: {ui}   (or: mlflow ui --backend-store-uri {outcome.tracking_uri}, "
+                  f"then experiment {outcome.experiment_id})")
+
+
+def cmd_ui(args, console: Console) -> int:
+    from .tracking import Tracker, default_tracking_uri
+
+    uri = args.tracking_uri or default_tracking_uri()
+    tracker = Tracker(uri)
+    path = ""
+    if args.name:
+        exp = tracker.client.get_experiment_by_name(args.name)
+        if exp is None:
+            raise SweepError(f"no sweep named {args.name!r} in {uri}; run it first, or pass "
+                             f"--tracking-uri")
+        path = f"/#/experiments/{exp.experiment_id}/runs"
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+           "--host", args.host, "--port", str(args.port)]
+    # its own process group: the MLflow server starts helpers that outlive a killed server
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    base = f"http://{args.host}:{args.port}"
+    try:
+        if not _wait_http(f"{base}/health", proc, timeout=120):
+            raise SweepError(f"the MLflow UI did not start on {base} (port taken? try --port)")
+        console.print(f"MLflow UI: {base}{path}   (Ctrl-C stops it)")
+        proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _kill_group(proc)
+    return 0
+
+
+def _wait_http(url: str, proc: subprocess.Popen, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.3)
+    return False
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""What ``sweep run`` shows: a live progress panel on a terminal, plain lines elsewhere."""
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+
+def _fmt_seconds(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def _fmt_params(params: dict) -> str:
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in params.items())
+
+
+class Progress:
+    """Trials done / running / pruned / failed of the total, best so far, elapsed and remaining.
+
+    On a terminal a live panel redraws in place; otherwise (CI, logs) each finished trial prints
+    one line, so output stays readable when captured.
+    """
+
+    def __init__(self, console: Console, name: str):
+        self.console = console
+        self.name = name
+        self.live: Live | None = None
+        self.snapshot: dict | None = None
+        self._last = 0.0
+
+    def __enter__(self):
+        if self.console.is_terminal:
+            self.live = Live(self._render(), console=self.console, refresh_per_second=4,
+                             transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live is not None:
+            self.live.update(self._render())
+            self.live.__exit__(*exc)
+
+    def update(self, snapshot: dict) -> None:
+        self.snapshot = snapshot
+        now = time.monotonic()
+        if self.live is not None and now - self._last > 0.25:
+            self._last = now
+            self.live.update(self._render())
+
+    def trial_done(self, line: str) -> None:
+        self.console.print(line, highlight=False)
+
+    def _render(self) -> Table:
+        table = Table.grid(padding=(0, 2))
+        s = self.snapshot
+        if s is None:
+            table.add_row(f"[bold]{self.name}[/]", "starting workers...")
+            return table
+        c = s["counts"]
+        done = c["finished"]
+        table.add_row(f"[bold]{self.name}[/]",
+                      f"{done}/{s['total']} finished ({c['complete']} complete, "
+                      f"{c['pruned']} pruned, {c['fail']} failed), {s['running']} running")
+        if s["best"]:
+            value, params = s["best"]
+            table.add_row("best", f"{value:.4f}  {_fmt_params(params)}")
+        elapsed = s["elapsed"]
+        remaining = "?"
+        if 0 < done < s["total"]:
+            remaining = _fmt_seconds(elapsed / done * (s["total"] - done))
+        elif done >= s["total"]:
+            remaining = "0:00"
+        table.add_row("time", f"{_fmt_seconds(elapsed)} elapsed, ~{remaining} remaining")
+        return table

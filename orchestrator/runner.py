@@ -1,0 +1,294 @@
+"""``sweep run``: the coordinating loop between the study, the workers and MLflow.
+
+This process never trains. It opens the stores, starts the workers, asks the study for trials,
+hands each to an idle worker, relays every epoch (report to Optuna, answer prune or go on, log to
+MLflow) and closes each trial in both stores, whatever way its worker ends.
+"""
+from __future__ import annotations
+
+import math
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import SweepError
+from .spec import SweepSpec
+from .study import PendingTrial, SweepStudy, default_storage, mask
+from .tracking import Tracker, default_tracking_uri, environment_tags
+from .workers import Worker, WorkerPool, plan_slots
+
+EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED = 0, 1, 130
+
+
+@dataclass
+class Active:
+    """A trial running on a worker."""
+
+    pending: PendingTrial
+    run_id: str
+    started: float
+    curve: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    """How a ``sweep run`` ended; ``exit_code`` is what the CLI returns."""
+
+    exit_code: int
+    counts: dict[str, int]
+    best: list[dict[str, Any]]
+    experiment_id: str
+    parent_run_id: str
+    tracking_uri: str
+    storage: str
+    elapsed: float
+
+
+def work_dir(tracking_uri: str, name: str) -> Path:
+    """Where a sweep's worker logs live: ``.sweep/NAME`` next to a local MLflow database, else in
+    the working directory."""
+    if urlsplit(tracking_uri).scheme == "sqlite":
+        base = Path(tracking_uri[len("sqlite:///"):]).parent
+    else:
+        base = Path.cwd()
+    return base / ".sweep" / name
+
+
+class _Signals:
+    """SIGINT/SIGTERM set a flag the loop checks; a second one exits at once."""
+
+    def __init__(self):
+        self.received: str | None = None
+        self._old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.received:
+            raise KeyboardInterrupt
+        self.received = signal.Signals(signum).name
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
+              tracking_uri: str | None = None, workers: int | None = None,
+              progress=None) -> Outcome:
+    """Run (or resume) ``spec`` until the study holds ``spec.trials`` finished trials.
+
+    Args:
+        spec: the validated sweep.
+        spec_text: the YAML as the user wrote it (logged on the parent run).
+        storage: Optuna storage URL or journal path; default: a journal next to the MLflow db.
+        tracking_uri: MLflow tracking URI; default :func:`default_tracking_uri`.
+        workers: overrides ``spec.workers``.
+        progress: a display with ``update(snapshot)`` and ``trial_done(line)``; optional.
+
+    Raises:
+        SweepError: a store cannot be opened, or workers cannot start.
+    """
+    started = time.monotonic()
+    tracking_uri = tracking_uri or default_tracking_uri()
+    storage = storage or default_storage(tracking_uri)
+    # Workers never touch the stores, so they can import torch while the stores are created.
+    pool = WorkerPool(plan_slots(workers or spec.workers), work_dir(tracking_uri, spec.name))
+    pool.start()
+    try:
+        with _Signals() as signals:
+            loop = _Loop(spec, spec_text, storage, tracking_uri, pool, signals, progress)
+            return loop.run(started)
+    finally:
+        pool.stop()
+
+
+class _Loop:
+    def __init__(self, spec, spec_text, storage, tracking_uri, pool, signals, progress):
+        self.spec, self.pool, self.signals, self.progress = spec, pool, signals, progress
+        self.storage, self.tracking_uri = storage, tracking_uri
+        self.tracker = Tracker(tracking_uri)
+        self.experiment_id = self.tracker.experiment(spec.name, spec.description)
+        self.study = SweepStudy.open(spec, storage)
+        self.env_tags = environment_tags()
+        self.parent_id, self.resumed = self.tracker.parent_run(
+            self.experiment_id, spec.name, spec_text, spec.raw,
+            {**self.env_tags, "sweep.storage": mask(storage),
+             "sweep.fingerprint": spec.fingerprint()})
+        self.active: dict[int, Active] = {}  # by worker slot index
+        self.failed_starts = 0
+        self.best_value: float | None = None
+        self._recover_orphans()
+
+    def _recover_orphans(self) -> None:
+        """Close trials (and their runs) that a dead ``sweep run`` left RUNNING."""
+        for t in self.study.orphans():
+            reason = (f"the sweep run process that owned it ({t.user_attrs.get('sweep.owner')}) "
+                      f"is gone")
+            self.study.fail(t, reason)
+            run_id = t.user_attrs.get("sweep.mlflow_run_id")
+            if run_id:
+                self.tracker.fail_run(run_id, reason)
+
+    # ------------------------------------------------------------------------------- loop
+
+    def run(self, started: float) -> Outcome:
+        deadline = started + self.spec.timeout_min * 60 if self.spec.timeout_min else None
+        exhausted = False
+        while True:
+            if self.signals.received:
+                return self._interrupted(started)
+            launching = not exhausted and (deadline is None or time.monotonic() < deadline)
+            if launching:
+                exhausted = self._launch()
+            if not self.active and (exhausted or not launching or self._done()):
+                break
+            for worker, msg in self.pool.wait(timeout=0.5):
+                self._handle(worker, msg)
+            self._show(started)
+        status = "FINISHED"
+        self.tracker.end_parent(self.parent_id, status)
+        return self._outcome(started, interrupted=False)
+
+    def _done(self) -> bool:
+        return self.study.counts()["finished"] >= self.spec.trials
+
+    def _launch(self) -> bool:
+        """Give a trial to every idle ready worker; True when no trial is left to start."""
+        for worker in self.pool.workers:
+            if not worker.ready or worker.slot.index in self.active:
+                continue
+            if self.study.counts()["finished"] + len(self.active) >= self.spec.trials:
+                return False
+            pending = self.study.next_trial()
+            if pending is None:
+                return True
+            self._start(worker, pending)
+        return False
+
+    def _start(self, worker: Worker, pending: PendingTrial) -> None:
+        tags = {**self.env_tags, "sweep.study": self.spec.name, "sweep.repeat": str(pending.repeat),
+                "sweep.seed": str(pending.seed), "sweep.worker": str(worker.slot.index),
+                "sweep.device": worker.info.get("device", "cpu"),
+                "sweep.cuda_visible_devices": worker.info.get("cuda_visible_devices", ""),
+                "sweep.torch_threads": str(worker.info.get("torch_threads")),
+                "sweep.torch_version": str(worker.info.get("torch_version"))}
+        from trainers import TrainSettings  # settings only: no torch import here
+
+        resolved = TrainSettings.from_dict(pending.settings)
+        settings = resolved.to_dict()
+        run_id = self.tracker.start_trial(self.experiment_id, self.parent_id, pending.number,
+                                          settings, {"lr_effective": resolved.lr_effective}, tags)
+        self.study.set_attr(pending, "sweep.mlflow_run_id", run_id)
+        self.active[worker.slot.index] = Active(pending, run_id, time.monotonic())
+        worker.busy_since = time.monotonic()
+        if not worker.send({"op": "trial", "number": pending.number, "settings": settings}):
+            self._worker_died(worker)
+
+    # ------------------------------------------------------------------------------- events
+
+    def _handle(self, worker: Worker, msg: dict | None) -> None:
+        if msg is None:
+            return self._worker_died(worker)
+        op = msg["op"]
+        if op == "ready":
+            worker.ready = True
+            worker.info = {**msg, "device": "cuda" if msg["cuda_available"] else "cpu"}
+        elif op == "epoch":
+            self._epoch(worker, msg)
+        elif op == "done":
+            self._done_trial(worker, msg)
+
+    def _epoch(self, worker: Worker, msg: dict) -> None:
+        active = self.active[worker.slot.index]
+        value = msg["metrics"][self.spec.objective.metric]
+        active.curve.append(value)
+        stop = math.isfinite(value) and self.study.report(active.pending, msg["epoch"], value)
+        worker.send({"stop": bool(stop)})  # answer first: the worker trains while we log
+        self.tracker.log_epoch(active.run_id, msg["epoch"], msg["metrics"], msg["lr_steps"])
+
+    def _done_trial(self, worker: Worker, msg: dict) -> None:
+        active = self.active.pop(worker.slot.index)
+        worker.busy_since = None
+        state = msg["state"]
+        metrics = {"train_seconds": msg["train_seconds"]} if "train_seconds" in msg else {}
+        if state == "complete" and not all(math.isfinite(v) for v in active.curve):
+            state, msg = "failed", {"reason": f"objective {self.spec.objective.metric} is not "
+                                              f"finite: {active.curve[-1]}"}
+        if state == "complete":
+            value = self.study.complete(active.pending, active.curve)
+            self.tracker.end_trial(active.run_id, "complete", metrics)
+            self._maybe_best(value, active)
+            line = f"trial {active.pending.number} complete: {value:.4f}"
+        elif state == "pruned":
+            self.study.prune(active.pending)
+            self.tracker.end_trial(active.run_id, "pruned", metrics)
+            line = f"trial {active.pending.number} pruned at epoch {len(active.curve)}"
+        else:
+            self._fail(active, msg["reason"])
+            line = f"trial {active.pending.number} failed: {msg['reason'].splitlines()[0]}"
+        if self.progress:
+            self.progress.trial_done(line)
+
+    def _fail(self, active: Active, reason: str, state: str = "failed") -> None:
+        self.study.fail(active.pending, reason)
+        self.tracker.end_trial(active.run_id, state, tags={"sweep.fail_reason": reason})
+
+    def _worker_died(self, worker: Worker) -> None:
+        reason = worker.exit_reason()
+        active = self.active.pop(worker.slot.index, None)
+        if active is not None:
+            self._fail(active, reason)
+            if self.progress:
+                self.progress.trial_done(f"trial {active.pending.number} failed: "
+                                         f"{reason.splitlines()[0]}")
+        if not worker.ready:
+            self.failed_starts += 1
+            if self.failed_starts >= 2 * len(self.pool.workers):
+                raise SweepError(f"training workers cannot start: {reason}")
+        self.pool.restart(worker)
+
+    def _maybe_best(self, value: float, active: Active) -> None:
+        better = (self.best_value is None or
+                  (value > self.best_value if self.spec.objective.direction == "maximize"
+                   else value < self.best_value))
+        if better:
+            best = self.study.best(1)[0]
+            self.best_value = best.value
+            self.tracker.record_best(self.parent_id, best.value,
+                                     best.user_attrs.get("sweep.mlflow_run_id", ""), best.number,
+                                     self.study.counts()["finished"])
+
+    # ------------------------------------------------------------------------------- ending
+
+    def _interrupted(self, started: float) -> Outcome:
+        self.pool.kill()
+        for active in list(self.active.values()):
+            self._fail(active, f"interrupted by {self.signals.received}", state="interrupted")
+        self.active.clear()
+        self.tracker.end_parent(self.parent_id, "KILLED")
+        return self._outcome(started, interrupted=True)
+
+    def _outcome(self, started: float, interrupted: bool) -> Outcome:
+        counts = self.study.counts()
+        best = [{"number": t.number, "value": t.value, "params": t.params,
+                 "run_id": t.user_attrs.get("sweep.mlflow_run_id")} for t in self.study.best(5)]
+        code = (EXIT_INTERRUPTED if interrupted else
+                EXIT_FAILED_TRIALS if counts["fail"] else EXIT_OK)
+        return Outcome(code, counts, best, self.experiment_id, self.parent_id, self.tracking_uri,
+                       self.storage, time.monotonic() - started)
+
+    def _show(self, started: float) -> None:
+        if self.progress is None:
+            return
+        best = self.study.best(1)
+        self.progress.update({
+            "counts": self.study.counts(), "total": self.spec.trials,
+            "running": len(self.active), "elapsed": time.monotonic() - started,
+            "best": (best[0].value, best[0].params) if best else None})

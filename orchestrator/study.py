@@ -1,0 +1,268 @@
+"""Everything Optuna: storages, samplers, pruners, the study of a sweep and its trials.
+
+Only the ``sweep run`` process (never a training worker) talks to the study, so a journal file or
+SQLite storage has a single writer per machine; several ``sweep run`` processes may share one study
+(the journal file and RDB storages lock their own writes).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import optuna
+from optuna.storages import JournalStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from . import space as sp
+from .errors import SweepError
+from .spec import SweepSpec, settings_of
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+REPEAT = "sweep.repeat"
+SEED = "sweep.seed"
+RUN_ID = "sweep.mlflow_run_id"
+OWNER = "sweep.owner"
+REASON = "sweep.fail_reason"
+GRID_DONE = "sweep.grid_enqueued"
+FINGERPRINT = "sweep.fingerprint"
+FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+RDB_SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")
+
+
+def default_storage(tracking_uri: str) -> str:
+    """The journal file next to a local MLflow SQLite database (else in the working directory)."""
+    parts = urlsplit(tracking_uri)
+    if parts.scheme == "sqlite" and parts.path not in ("", "/:memory:"):
+        db = Path(tracking_uri[len("sqlite:///"):])
+        return str(db.parent / "optuna.journal")
+    return str(Path("optuna.journal").resolve())
+
+
+def open_storage(url: str):
+    """An Optuna storage for ``url``: an RDB URL (sqlite://, postgresql://, mysql://...), or a
+    journal file given as a path or ``journal:PATH``."""
+    scheme = urlsplit(url).scheme.split("+")[0]
+    if scheme in RDB_SCHEMES:
+        try:
+            return RDBStorage(url, heartbeat_interval=None)
+        except Exception as e:  # the driver's own errors are many and varied
+            raise SweepError(f"--storage {mask(url)}: cannot open the Optuna storage: "
+                             f"{str(e).splitlines()[0]}") from None
+    path = Path(url[len("journal:"):] if url.startswith("journal:") else url)
+    if scheme and not url.startswith("journal:") and len(scheme) > 1:
+        raise SweepError(f"--storage {mask(url)}: unknown storage scheme {scheme!r}; use a file "
+                         f"path (journal), sqlite:///FILE, postgresql://... or mysql://...")
+    if not path.parent.is_dir():
+        raise SweepError(f"--storage {url}: folder {path.parent} does not exist; create it first")
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def mask(url: str) -> str:
+    """``url`` with any password replaced by ***, for messages and tags."""
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@", 1)
+    return url
+
+
+def make_sampler(spec: SweepSpec, seed_offset: int = 0):
+    """The sampler of ``spec``, its seed offset by ``seed_offset`` (see :meth:`SweepStudy.open`)."""
+    s, seed = spec.sampler, spec.sampler_seed + seed_offset
+    factories = {
+        "tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler,
+        # every grid point is enqueued, so the sampler is never asked for a value
+        "grid": optuna.samplers.RandomSampler, "cmaes": optuna.samplers.CmaEsSampler,
+        "gp": optuna.samplers.GPSampler, "qmc": optuna.samplers.QMCSampler}
+    return factories[s.name](seed=seed, **s.options)
+
+
+def make_pruner(spec: SweepSpec):
+    p = spec.pruner
+    if p.name == "median":
+        # the earliest a trial can be pruned is at step == n_warmup_steps (steps are epochs)
+        return optuna.pruners.MedianPruner(n_warmup_steps=p.min_epochs, **p.options)
+    if p.name == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=p.min_epochs, **p.options)
+    if p.name == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=p.min_epochs,
+                                              max_resource=spec.epochs, **p.options)
+    return optuna.pruners.NopPruner()
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The ``sweep run`` process that owns a running trial: alive only if pid and start match."""
+
+    host: str
+    pid: int
+    started: int
+
+    @classmethod
+    def me(cls) -> "Owner":
+        return cls(socket.gethostname(), os.getpid(), process_start(os.getpid()))
+
+    def is_alive(self) -> bool:
+        if self.host != socket.gethostname():
+            return True  # another machine's process: not ours to judge
+        return process_start(self.pid) == self.started
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "pid": self.pid, "started": self.started}
+
+
+def process_start(pid: int) -> int:
+    """The start time of process ``pid`` in clock ticks since boot, or -1 if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return -1
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+@dataclass
+class PendingTrial:
+    """A trial asked from the study, with the settings the trainer will get."""
+
+    trial: optuna.Trial
+    settings: dict[str, Any]
+    repeat: int
+    seed: int
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
+
+
+class SweepStudy:
+    """The Optuna study of one sweep: asking, reporting and telling trials."""
+
+    def __init__(self, spec: SweepSpec, study: optuna.Study):
+        self.spec = spec
+        self.study = study
+        self.owner = Owner.me()
+
+    @classmethod
+    def open(cls, spec: SweepSpec, storage_url: str) -> "SweepStudy":
+        """Create the study (and enqueue a grid), or load it to resume.
+
+        The sampler's seed is offset by the number of trials the study already holds, so that a
+        resumed or a second concurrent ``sweep run`` does not redraw the same start-up trials.
+        """
+        storage = open_storage(storage_url)
+        direction = spec.objective.direction
+        try:
+            study = optuna.create_study(study_name=spec.name, storage=storage, direction=direction,
+                                        sampler=make_sampler(spec), pruner=make_pruner(spec))
+            created = True
+        except optuna.exceptions.DuplicatedStudyError:
+            created = False
+            existing = optuna.load_study(study_name=spec.name, storage=storage)
+            if existing.direction.name.lower() != direction:
+                raise SweepError(f"study {spec.name!r} in {mask(storage_url)} maximizes/minimizes "
+                                 f"differently ({existing.direction.name.lower()}); use another "
+                                 f"name") from None
+            offset = len(existing.get_trials(deepcopy=False))
+            study = optuna.load_study(study_name=spec.name, storage=storage,
+                                      sampler=make_sampler(spec, offset), pruner=make_pruner(spec))
+        self = cls(spec, study)
+        if created:
+            study.set_user_attr(FINGERPRINT, spec.fingerprint())
+        if spec.is_grid and not study.user_attrs.get(GRID_DONE):
+            self._enqueue_grid()
+        return self
+
+    def _enqueue_grid(self) -> None:
+        present = {(_key(t.params or t.system_attrs.get("fixed_params", {})),
+                    t.user_attrs.get(REPEAT, 0)) for t in self.study.get_trials(deepcopy=False)}
+        configs = self.spec.grid()
+        for repeat in range(self.spec.repeats):  # seed-major: one full comparison per seed first
+            for params in configs:
+                if (_key(params), repeat) not in present:
+                    self.study.enqueue_trial(params, user_attrs={REPEAT: repeat})
+        self.study.set_user_attr(GRID_DONE, len(configs) * self.spec.repeats)
+
+    # ------------------------------------------------------------------------------- counts
+
+    def trials(self, states=None) -> list[optuna.trial.FrozenTrial]:
+        return self.study.get_trials(deepcopy=False, states=states)
+
+    def counts(self) -> dict[str, int]:
+        out = {s.name.lower(): 0 for s in TrialState}
+        for t in self.trials():
+            out[t.state.name.lower()] += 1
+        out["finished"] = out["complete"] + out["pruned"] + out["fail"]
+        return out
+
+    # ------------------------------------------------------------------------------- trials
+
+    def next_trial(self) -> PendingTrial | None:
+        """Ask for the next trial; None when a grid has nothing left to run."""
+        if self.spec.is_grid and not self.trials(states=(TrialState.WAITING,)):
+            return None
+        trial = self.study.ask()
+        sampled = sp.sample(trial, self.spec.space)
+        repeat = trial.user_attrs.get(REPEAT)
+        if repeat is None:
+            repeat = 0
+            trial.set_user_attr(REPEAT, 0)
+            for copy in range(1, self.spec.repeats):
+                self.study.enqueue_trial(trial.params, user_attrs={REPEAT: copy})
+        seed = self.spec.seed + repeat
+        trial.set_user_attr(SEED, seed)
+        trial.set_user_attr(OWNER, self.owner.as_dict())
+        settings = {**settings_of(self.spec, sampled), "seed": seed}
+        return PendingTrial(trial, settings, repeat, seed)
+
+    def report(self, pending: PendingTrial, epoch: int, value: float) -> bool:
+        """Report the objective at ``epoch``; True when the pruner says stop."""
+        pending.trial.report(value, epoch)
+        return pending.trial.should_prune()
+
+    def complete(self, pending: PendingTrial, curve: list[float]) -> float:
+        value = self.objective_value(curve)
+        self.study.tell(pending.trial, value)
+        return value
+
+    def prune(self, pending: PendingTrial) -> None:
+        self.study.tell(pending.trial, state=TrialState.PRUNED)
+
+    def fail(self, trial: PendingTrial | optuna.trial.FrozenTrial, reason: str) -> None:
+        """Tell FAIL with ``reason`` (also for a RUNNING trial left by a dead process)."""
+        t = trial.trial if isinstance(trial, PendingTrial) else trial
+        # Optuna has no public call to set a user attr on a trial another process left RUNNING.
+        self.study._storage.set_trial_user_attr(t._trial_id, REASON, reason[-4000:])
+        self.study.tell(t.number, state=TrialState.FAIL)
+
+    def set_attr(self, pending: PendingTrial, key: str, value: Any) -> None:
+        pending.trial.set_user_attr(key, value)
+
+    def objective_value(self, curve: list[float]) -> float:
+        if self.spec.objective.reduce == "last":
+            return curve[-1]
+        return max(curve) if self.spec.objective.direction == "maximize" else min(curve)
+
+    def orphans(self) -> list[optuna.trial.FrozenTrial]:
+        """RUNNING trials whose owning ``sweep run`` process on this host is gone."""
+        out = []
+        for t in self.trials(states=(TrialState.RUNNING,)):
+            owner = t.user_attrs.get(OWNER)
+            if owner is None or not Owner(**owner).is_alive():
+                out.append(t)
+        return out
+
+    def best(self, n: int = 5) -> list[optuna.trial.FrozenTrial]:
+        done = [t for t in self.trials(states=(TrialState.COMPLETE,)) if t.value is not None]
+        sign = -1 if self.spec.objective.direction == "maximize" else 1
+        return sorted(done, key=lambda t: (sign * t.value, t.number))[:n]
+
+
+def _key(params: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in params.items()))

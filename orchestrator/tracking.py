@@ -1,0 +1,196 @@
+"""Everything MLflow: the store, the sweep's experiment and parent run, one nested run per trial.
+
+Only the ``sweep run`` process writes to MLflow (workers send their metrics over a pipe), so the
+embedded SQLite store never sees two writers from one sweep and its schema is created once, here,
+before any worker starts.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from .errors import SweepError
+from .study import mask
+
+logging.getLogger("mlflow").setLevel(logging.WARNING)
+logging.getLogger("alembic").setLevel(logging.WARNING)
+
+from mlflow.entities import Metric, Param, RunStatus, RunTag  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+PARENT_ROLE = "sweep.role"
+MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
+STATUS = {"complete": "FINISHED", "pruned": "KILLED", "failed": "FAILED", "interrupted": "KILLED"}
+
+
+def default_tracking_uri() -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///mlflow.db`` in the working directory."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return f"sqlite:///{Path('mlflow.db').resolve()}"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def git_commit(directory: str | os.PathLike = ".") -> tuple[str, bool] | None:
+    """(commit, dirty) of the git checkout holding ``directory``, or None if it is not one."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                cwd=directory, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return head.stdout.strip(), bool(status.stdout.strip())
+
+
+class Tracker:
+    """MLflow bookkeeping of one sweep: experiment, parent run, trial runs."""
+
+    def __init__(self, tracking_uri: str):
+        self.uri = tracking_uri
+        parts = urlsplit(tracking_uri)
+        if parts.scheme == "sqlite":
+            db = Path(tracking_uri[len("sqlite:///"):])
+            if not db.parent.is_dir():
+                raise SweepError(f"--tracking-uri {tracking_uri}: folder {db.parent} does not "
+                                 f"exist; create it first")
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+        try:  # creates the database and runs its migrations, once, in this process
+            self.client.search_experiments(max_results=1)
+        except Exception as e:  # MLflow raises many kinds here (driver, migration, HTTP)
+            raise SweepError(f"--tracking-uri {mask(tracking_uri)}: cannot open the MLflow store: "
+                             f"{str(e).splitlines()[0]}") from None
+
+    def _artifact_root(self) -> str | None:
+        parts = urlsplit(self.uri)
+        if parts.scheme == "sqlite":
+            return (Path(self.uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
+        return None  # the server's or the store's default
+
+    def experiment(self, name: str, description: str = "") -> str:
+        """The id of experiment ``name``, created if needed (tagged as model development)."""
+        exp = self.client.get_experiment_by_name(name)
+        if exp is not None:
+            if exp.lifecycle_stage == "deleted":
+                raise SweepError(f"MLflow experiment {name!r} is deleted; restore it in the UI "
+                                 f"or `mlflow gc` it, or use another sweep name")
+            return exp.experiment_id
+        root = self._artifact_root()
+        tags = {"mlflow.experimentKind": "custom_model_development"}
+        if description:
+            tags["mlflow.note.content"] = description
+        return self.client.create_experiment(
+            name, artifact_location=f"{root}/{name}" if root else None, tags=tags)
+
+    def parent_run(self, experiment_id: str, study_name: str, spec_text: str,
+                   resolved: dict[str, Any], tags: dict[str, str]) -> tuple[str, bool]:
+        """The sweep's parent run: found again on a rerun (and set RUNNING), or created.
+
+        Returns (run_id, resumed).
+        """
+        found = self.client.search_runs(
+            [experiment_id], max_results=1, order_by=["attributes.start_time ASC"],
+            filter_string=f"tags.`{PARENT_ROLE}` = 'parent' and tags.`sweep.study` = '{study_name}'")
+        if found:
+            run_id = found[0].info.run_id
+            self.client.update_run(run_id, status="RUNNING")
+            return run_id, True
+        run = self.client.create_run(experiment_id, run_name=study_name,
+                                     tags={PARENT_ROLE: "parent", "sweep.study": study_name,
+                                           **tags})
+        run_id = run.info.run_id
+        self.client.log_text(run_id, spec_text, "sweep.yaml")
+        self.client.log_text(run_id, yaml.safe_dump(resolved, sort_keys=False),
+                             "sweep.resolved.yaml")
+        return run_id, False
+
+    def start_trial(self, experiment_id: str, parent_id: str, number: int,
+                    settings: dict[str, Any], extra_params: dict[str, Any],
+                    tags: dict[str, str]) -> str:
+        """A nested run for trial ``number`` with every setting as a param."""
+        run = self.client.create_run(
+            experiment_id, run_name=f"trial-{number}",
+            tags={"mlflow.parentRunId": parent_id, PARENT_ROLE: "trial",
+                  "sweep.trial_number": str(number), **tags})
+        run_id = run.info.run_id
+        params = [Param(k, _param(v)) for k, v in {**settings, **extra_params}.items()]
+        self.client.log_batch(run_id, params=params)
+        self.client.log_text(run_id, yaml.safe_dump(settings, sort_keys=False), "settings.yaml")
+        return run_id
+
+    def log_epoch(self, run_id: str, epoch: int, metrics: dict[str, float],
+                  lr_steps: list[tuple[int, float]]) -> None:
+        """The epoch's metrics (step = epoch) and the lr of each optimizer step (step = global
+        step), in one call (more only past MLflow's 1000-metric limit)."""
+        ts = _now_ms()
+        batch = [Metric(k, float(v), ts, epoch) for k, v in metrics.items()]
+        batch += [Metric("lr", float(lr), ts, step) for step, lr in lr_steps]
+        for i in range(0, len(batch), MAX_BATCH):
+            self.client.log_batch(run_id, metrics=batch[i:i + MAX_BATCH])
+
+    def end_trial(self, run_id: str, state: str, metrics: dict[str, float] | None = None,
+                  tags: dict[str, str] | None = None) -> None:
+        """Close a trial run: complete -> FINISHED, pruned -> KILLED, failed -> FAILED."""
+        ts = _now_ms()
+        self.client.log_batch(
+            run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in (metrics or {}).items()],
+            tags=[RunTag(k, str(v)[:5000]) for k, v in {"sweep.state": state,
+                                                        **(tags or {})}.items()])
+        self.client.set_terminated(run_id, STATUS[state])
+
+    def record_best(self, parent_id: str, value: float, run_id: str, number: int,
+                    finished: int) -> None:
+        self.client.log_batch(parent_id, metrics=[Metric("best_value", value, _now_ms(), finished)],
+                              tags=[RunTag("sweep.best_run_id", run_id),
+                                    RunTag("sweep.best_trial", str(number))])
+
+    def end_parent(self, parent_id: str, status: str) -> None:
+        self.client.set_terminated(parent_id, status)
+
+    def fail_run(self, run_id: str, reason: str, status: str = "FAILED") -> None:
+        """Mark a run left RUNNING by a dead process as ended, with the reason."""
+        run = self.client.get_run(run_id)
+        if run.info.status == "RUNNING":
+            self.client.set_tag(run_id, "sweep.fail_reason", reason[:5000])
+            self.client.set_terminated(run_id, status)
+
+
+def _param(value: Any) -> str:
+    return "None" if value is None else str(value)
+
+
+def environment_tags() -> dict[str, str]:
+    """What is the same for every trial of this ``sweep run``: versions, host, git state."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(pkg):
+        try:
+            return version(pkg)
+        except PackageNotFoundError:
+            return "not installed"
+
+    tags = {"sweep.version": v("sweep"), "sweep.python_version": platform.python_version(),
+            "sweep.optuna_version": v("optuna"), "sweep.mlflow_version": v("mlflow"),
+            "sweep.host": platform.node(), "sweep.platform": platform.platform()}
+    git = git_commit()
+    if git:
+        tags["sweep.git_commit"], dirty = git[0], git[1]
+        tags["sweep.git_dirty"] = str(dirty).lower()
+    return tags
+
+
+__all__ = ["Tracker", "default_tracking_uri", "environment_tags", "RunStatus"]

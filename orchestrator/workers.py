@@ -1,0 +1,202 @@
+"""The pool of training worker processes: slots (GPU ids or CPU shares), start, watch, stop.
+
+Each worker is a ``python -m orchestrator.worker`` child that lives for many trials, sees at most
+one GPU through ``CUDA_VISIBLE_DEVICES`` and gets ``cores // workers`` torch threads, set before
+torch is imported (oversubscribed threads make small models several times slower).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def cpu_count() -> int:
+    """The cores this process may run on (its affinity mask), not the machine's total."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids this process may use: ``CUDA_VISIBLE_DEVICES`` if set, else what nvidia-smi lists.
+
+    Found without importing torch, which the ``sweep run`` process never needs.
+    """
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        ids = [g.strip() for g in env.split(",") if g.strip()]
+        return [] if not ids or ids[0] == "-1" else ids
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip().isdigit()]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one worker runs: its index, its GPU id (None on CPU) and its torch threads."""
+
+    index: int
+    gpu: str | None
+    threads: int
+
+
+def plan_slots(workers: int | None, gpus: list[str] | None = None,
+               cores: int | None = None) -> list[Slot]:
+    """One slot per worker. Default count: one per GPU, else one per core (each worker then
+    runs single-threaded, which beat one worker with every thread on the shared benchmark work)."""
+    gpus = visible_gpus() if gpus is None else gpus
+    cores = cpu_count() if cores is None else cores
+    n = workers or (len(gpus) if gpus else cores)
+    threads = max(1, cores // n)
+    return [Slot(i, gpus[i % len(gpus)] if gpus else None, threads) for i in range(n)]
+
+
+@dataclass
+class Worker:
+    slot: Slot
+    proc: subprocess.Popen
+    conn: Connection
+    log_path: Path
+    ready: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+    busy_since: float | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, msg: dict) -> bool:
+        """Send ``msg``; False when the worker is already gone."""
+        try:
+            self.conn.send(msg)
+            return True
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return False
+
+    def exit_reason(self, lines: int = 15) -> str:
+        """How the worker ended (signal or exit code) and the last lines of its output."""
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        if code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+        tail = tail_lines(self.log_path, lines)
+        return f"worker {self.slot.index} (pid {self.proc.pid}) {how}" + (
+            f"; last output:\n{tail}" if tail else "")
+
+
+def tail_lines(path: Path, n: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            return "\n".join(f.read().decode(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+class WorkerPool:
+    """Starts one worker per slot, multiplexes their messages, restarts and stops them."""
+
+    def __init__(self, slots: list[Slot], log_dir: Path):
+        self.slots = slots
+        self.log_dir = log_dir
+        self.workers: list[Worker] = []
+
+    def start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.workers = [self._spawn(slot) for slot in self.slots]
+
+    def _spawn(self, slot: Slot) -> Worker:
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        env.update({var: str(slot.threads) for var in THREAD_VARS})
+        if slot.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = slot.gpu
+        env["PYTHONUNBUFFERED"] = "1"
+        log_path = self.log_dir / f"worker-{slot.index}.log"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.worker", str(theirs.fileno()),
+                 str(slot.threads)],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, env=env, cwd=os.getcwd(), close_fds=True)
+        theirs.close()
+        conn = Connection(ours.detach())
+        return Worker(slot, proc, conn, log_path)
+
+    def restart(self, worker: Worker) -> Worker:
+        """Replace a dead worker by a fresh one on the same slot."""
+        worker.conn.close()
+        new = self._spawn(worker.slot)
+        self.workers[self.workers.index(worker)] = new
+        return new
+
+    def wait(self, timeout: float) -> list[tuple[Worker, dict | None]]:
+        """Messages that arrived within ``timeout`` s; ``None`` means the worker's pipe closed."""
+        by_conn = {w.conn: w for w in self.workers if not w.conn.closed}
+        out = []
+        for conn in wait(list(by_conn), timeout=timeout):
+            worker = by_conn[conn]
+            try:
+                out.append((worker, conn.recv()))
+            except (EOFError, OSError):
+                conn.close()
+                out.append((worker, None))
+        return out
+
+    def stop(self, grace: float = 3.0) -> None:
+        """Ask every worker to stop, then terminate, then kill what is left."""
+        for w in self.workers:
+            if w.alive:
+                w.send({"op": "stop"})
+        self._reap(grace, signal.SIGTERM)
+        self._reap(2.0, signal.SIGKILL)
+        for w in self.workers:
+            if not w.conn.closed:
+                w.conn.close()
+
+    def kill(self) -> None:
+        """End every worker now (an interrupt: running trials are abandoned)."""
+        for w in self.workers:
+            if w.alive:
+                w.proc.send_signal(signal.SIGTERM)
+        self._reap(3.0, signal.SIGKILL)
+
+    def _reap(self, grace: float, then: signal.Signals) -> None:
+        deadline = time.monotonic() + grace
+        for w in self.workers:
+            try:
+                w.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                w.proc.send_signal(then)
+        for w in self.workers:
+            try:
+                w.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
