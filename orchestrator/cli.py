@@ -123,7 +123,7 @@ def _print_summary(console: Console, spec, outcome) -> None:
             table.add_column(col)
         for b in outcome.best:
             params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                               for k, v in b["params"].items())
+                               for k, v in b["settings"].items())
             table.add_row(str(b["number"]), f"{b['value']:.4f}", params, b["run_id"] or "")
         console.print(table)
     ui = f"sweep ui {spec.name}"

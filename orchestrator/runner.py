@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from . import space as sp
 from .errors import SweepError
 from .spec import SweepSpec
 from .study import PendingTrial, SweepStudy, default_storage, mask
@@ -277,7 +278,8 @@ class _Loop:
 
     def _outcome(self, started: float, interrupted: bool) -> Outcome:
         counts = self.study.counts()
-        best = [{"number": t.number, "value": t.value, "params": t.params,
+        best = [{"number": t.number, "value": t.value,
+                 "settings": sp.settings_for(self.spec.space, t.params),
                  "run_id": t.user_attrs.get("sweep.mlflow_run_id")} for t in self.study.best(5)]
         code = (EXIT_INTERRUPTED if interrupted else
                 EXIT_FAILED_TRIALS if counts["fail"] else EXIT_OK)
@@ -291,4 +293,5 @@ class _Loop:
         self.progress.update({
             "counts": self.study.counts(), "total": self.spec.trials,
             "running": len(self.active), "elapsed": time.monotonic() - started,
-            "best": (best[0].value, best[0].params) if best else None})
+            "best": ((best[0].value, sp.settings_for(self.spec.space, best[0].params))
+                     if best else None)})

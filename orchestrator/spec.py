@@ -202,7 +202,7 @@ def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
     n_configs = None
     if not problems:
         n_configs = _check_sampler(top, space, fixed, problems, warnings)
-        _check_pruner(top, problems)
+        _check_pruner(top, problems, warnings)
         _check_objective(top, problems, warnings)
     trials = top.trials
     if not problems:
@@ -315,7 +315,7 @@ def _check_sampler(top: _TopLevel, space: sp.Space, fixed, problems, warnings) -
     return None
 
 
-def _check_pruner(top: _TopLevel, problems) -> None:
+def _check_pruner(top: _TopLevel, problems, warnings) -> None:
     name = top.pruner.name
     reserved = {"median": ("n_warmup_steps",), "successive_halving": ("min_resource",),
                 "hyperband": ("min_resource", "max_resource"), "none": ()}[name]
@@ -323,8 +323,8 @@ def _check_pruner(top: _TopLevel, problems) -> None:
                   problems, reserved=reserved)
     epochs = {**TrainSettings().to_dict(), **top.train}["epochs"]
     if name != "none" and top.pruner.min_epochs > epochs:
-        problems.append(f"pruner.min_epochs must be <= train.epochs ({epochs}), got "
-                        f"{top.pruner.min_epochs}")
+        warnings.append(f"pruner.min_epochs ({top.pruner.min_epochs}) is past train.epochs "
+                        f"({epochs}): no trial will be pruned")
 
 
 def _check_objective(top: _TopLevel, problems, warnings) -> None:

@@ -20,11 +20,12 @@ import yaml
 from .errors import SweepError
 from .study import mask
 
-logging.getLogger("mlflow").setLevel(logging.WARNING)
-logging.getLogger("alembic").setLevel(logging.WARNING)
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
 
-from mlflow.entities import Metric, Param, RunStatus, RunTag  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
+# after the import: MLflow sets its own level then; its INFO lines would break the progress display
+for _name in ("mlflow", "alembic"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
 PARENT_ROLE = "sweep.role"
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
@@ -192,5 +193,3 @@ def environment_tags() -> dict[str, str]:
         tags["sweep.git_dirty"] = str(dirty).lower()
     return tags
 
-
-__all__ = ["Tracker", "default_tracking_uri", "environment_tags", "RunStatus"]

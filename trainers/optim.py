@@ -42,6 +42,8 @@ def _warmup_cosine(step: int, warmup_steps: int, total_steps: int) -> float:
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     decay_steps = total_steps - warmup_steps
+    if decay_steps <= 0:  # warmup took the whole run (LambdaLR also asks for the step after it)
+        return 1.0
     progress = min(1.0, (step - warmup_steps) / decay_steps)
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 

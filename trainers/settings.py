@@ -90,13 +90,14 @@ class TrainSettings:
         if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
             raise SettingsError("clip_grad_norm", self.clip_grad_norm,
                                 "must be > 0, or null for no clipping")
-        if self.min_lr >= self.lr_effective:
-            raise SettingsError("min_lr", self.min_lr, f"must be < the lr used ({self.lr_effective:g})")
         if self.reference_batch_size is not None and self.reference_batch_size < 1:
             raise SettingsError("reference_batch_size", self.reference_batch_size, "must be >= 1")
         if self.lr_scaling != "none" and self.reference_batch_size is None:
             raise SettingsError("reference_batch_size", None,
                                 f"is needed when lr_scaling is {self.lr_scaling} (e.g. 64)")
+        if self.min_lr >= self.lr_effective:
+            raise SettingsError("min_lr", self.min_lr,
+                                f"must be < the lr used ({self.lr_effective:g})")
 
     @property
     def lr_effective(self) -> float:

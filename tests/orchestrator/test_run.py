@@ -1,0 +1,243 @@
+"""End-to-end: real ``sweep run`` processes, real training, asserted through the stores."""
+import math
+from collections import Counter
+
+import pytest
+
+from trainers import EPOCH_METRICS, TrainSettings
+from trainers.optim import lr_at
+from tests.conftest import SWEEPS, tiny_spec
+
+SETTINGS = set(TrainSettings().to_dict())
+
+
+def histories(client, run_id, key):
+    return [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory):
+    """The quickstart sweep, shortened to 4 trials of 3 epochs, run once for several tests."""
+    from tests.conftest import Stores, run_cli
+
+    d = tmp_path_factory.mktemp("quickstart")
+    stores = Stores(d)
+    out = run_cli("run", str(SWEEPS / "quickstart.yaml"), "--set", "train.epochs=3",
+                  "--trials", "4", cwd=d)
+    assert out.returncode == 0, out.stderr
+    return stores, out
+
+
+def test_quickstart_makes_one_parent_and_one_nested_run_per_trial(quickstart):
+    stores, out = quickstart
+    parents = stores.runs("quickstart", "parent")
+    trials = stores.runs("quickstart", "trial")
+    assert len(parents) == 1 and len(trials) == 4
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in trials)
+    assert sorted(r.data.tags["sweep.trial_number"] for r in trials) == ["0", "1", "2", "3"]
+    assert {r.info.run_name for r in trials} == {"trial-0", "trial-1", "trial-2", "trial-3"}
+    assert all(r.info.status == "FINISHED" for r in trials)
+    artifacts = {a.path for a in stores.client().list_artifacts(parent.info.run_id)}
+    assert {"sweep.yaml", "sweep.resolved.yaml"} <= artifacts
+    local = stores.client().download_artifacts(parent.info.run_id, "sweep.yaml", str(stores.dir))
+    assert open(local).read() == (SWEEPS / "quickstart.yaml").read_text()
+
+
+def test_parent_points_at_the_best_trial(quickstart):
+    stores, _ = quickstart
+    parent = stores.runs("quickstart", "parent")[0]
+    study = stores.study("quickstart")
+    best = study.best_trial
+    assert parent.data.tags["sweep.best_run_id"] == best.user_attrs["sweep.mlflow_run_id"]
+    assert parent.data.metrics["best_value"] == pytest.approx(best.value)
+
+
+def test_trial_runs_carry_settings_seed_and_environment(quickstart):
+    stores, _ = quickstart
+    study = stores.study("quickstart")
+    client = stores.client()
+    for run in stores.runs("quickstart", "trial"):
+        tags, params = run.data.tags, run.data.params
+        assert set(params) == SETTINGS | {"lr_effective"}
+        assert params["epochs"] == "3" and params["dataset"] == "digits"
+        assert tags["sweep.seed"] == params["seed"] == "0"
+        assert tags["sweep.repeat"] == "0" and tags["sweep.study"] == "quickstart"
+        assert tags["sweep.torch_threads"] == "1"  # 2 workers on 2 cores
+        assert tags["sweep.device"] == "cpu" and tags["sweep.torch_version"]
+        assert tags["sweep.version"] == "0.1.0"
+        trial = study.trials[int(tags["sweep.trial_number"])]
+        assert trial.user_attrs["sweep.mlflow_run_id"] == run.info.run_id
+        assert params["optimizer"] == trial.params["optimizer"]
+        opt = trial.params["optimizer"]
+        assert float(params["lr"]) == trial.params[f"{opt}.lr"]
+        assert params["batch_size"] == str(trial.params["batch_size"])
+        assert "settings.yaml" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+def test_every_epoch_metric_is_logged_once_per_epoch(quickstart):
+    stores, _ = quickstart
+    client = stores.client()
+    study = stores.study("quickstart")
+    for run in stores.runs("quickstart", "trial"):
+        for key in EPOCH_METRICS:
+            assert [s for s, _ in histories(client, run.info.run_id, key)] == [1, 2, 3], key
+        trial = study.trials[int(run.data.tags["sweep.trial_number"])]
+        val_acc = histories(client, run.info.run_id, "val_acc")
+        assert dict(val_acc) == pytest.approx(trial.intermediate_values)
+        assert trial.value == pytest.approx(val_acc[-1][1])  # reduce: last
+        assert all(0 <= v <= 1 for _, v in val_acc)
+
+
+def test_logged_lr_follows_warmup_then_cosine_per_step(quickstart):
+    stores, _ = quickstart
+    client = stores.client()
+    for run in stores.runs("quickstart", "trial"):
+        p = run.data.params
+        settings = TrainSettings.from_dict({k: _typed(k, v) for k, v in p.items()
+                                            if k != "lr_effective"})
+        per_epoch = math.ceil(1437 / settings.batch_size)
+        lr = histories(client, run.info.run_id, "lr")
+        assert [s for s, _ in lr] == list(range(1, 3 * per_epoch + 1))
+        expected = [lr_at(settings, s - 1, per_epoch) for s, _ in lr]
+        assert [v for _, v in lr] == pytest.approx(expected, rel=1e-6)
+        values = [v for _, v in lr]
+        warm = round(settings.warmup_epochs * per_epoch)
+        assert all(a < b for a, b in zip(values[:warm], values[1:warm]))
+        assert all(a >= b for a, b in zip(values[warm:], values[warm + 1:]))
+        assert values[max(warm - 1, 0)] == pytest.approx(settings.lr_effective, rel=0.05)
+
+
+def _typed(name, text):
+    from trainers import setting_kind
+
+    if text == "None":
+        return None
+    kind = setting_kind(name)
+    if kind == "bool":
+        return text == "True"
+    if kind == "int":
+        return int(text)
+    if kind == "float":
+        return float(text)
+    return text
+
+
+def test_rerun_resumes_the_same_parent_without_new_trials(quickstart):
+    stores, _ = quickstart
+    from tests.conftest import run_cli
+
+    parent_before = stores.runs("quickstart", "parent")[0].info.run_id
+    out = run_cli("run", str(SWEEPS / "quickstart.yaml"), "--set", "train.epochs=3",
+                  "--trials", "4", cwd=stores.dir)
+    assert out.returncode == 0, out.stderr
+    assert len(stores.study("quickstart").trials) == 4
+    out = run_cli("run", str(SWEEPS / "quickstart.yaml"), "--set", "train.epochs=3",
+                  "--trials", "5", cwd=stores.dir)
+    assert out.returncode == 0, out.stderr
+    study = stores.study("quickstart")
+    assert [t.number for t in study.trials] == [0, 1, 2, 3, 4]
+    assert all(t.state.name == "COMPLETE" for t in study.trials)
+    parents = stores.runs("quickstart", "parent")
+    assert [p.info.run_id for p in parents] == [parent_before]
+    assert len(stores.runs("quickstart", "trial")) == 5
+
+
+def test_grid_runs_every_configuration_with_paired_seeds(cli, stores):
+    out = cli(SWEEPS / "adam_vs_sgd.yaml", "--set", "train.epochs=1", "--set", "repeats=2")
+    assert out.returncode == 0, out.stderr
+    study = stores.study("adam-vs-sgd")
+    assert [t.number for t in study.trials] == list(range(16))
+    assert all(t.state.name == "COMPLETE" for t in study.trials)
+    configs = Counter(tuple(sorted(t.params.items(), key=str)) for t in study.trials)
+    assert len(configs) == 8 and set(configs.values()) == {2}
+    for t in study.trials:
+        assert t.user_attrs["sweep.seed"] == 42 + t.user_attrs["sweep.repeat"]
+    runs = stores.runs("adam-vs-sgd", "trial")
+    by_seed = Counter(r.data.tags["sweep.seed"] for r in runs)
+    assert by_seed == {"42": 8, "43": 8}
+    # the SGD option's own settings reach the trainer; the Adam option's lr is its own
+    for r in runs:
+        if r.data.params["optimizer"] == "sgd":
+            assert (r.data.params["lr"], r.data.params["momentum"], r.data.params["nesterov"]) \
+                == ("0.05", "0.9", "True")
+        else:
+            assert r.data.params["lr"] == "0.001"
+    client = stores.client()
+    clipped = [histories(client, r.info.run_id, "clipped_fraction")[0][1] for r in runs
+               if r.data.params["clip_grad_norm"] == "1.0"]
+    unclipped = [histories(client, r.info.run_id, "clipped_fraction")[0][1] for r in runs
+                 if r.data.params["clip_grad_norm"] == "None"]
+    assert set(unclipped) == {0.0} and max(clipped) > 0
+
+
+def test_scaling_rules_set_the_lr_used(cli, stores):
+    out = cli(SWEEPS / "batch_lr_scaling.yaml", "--set", "train.epochs=1", "--set", "repeats=1")
+    assert out.returncode == 0, out.stderr
+    runs = stores.runs("batch-lr-scaling", "trial")
+    assert len(runs) == 12
+    client = stores.client()
+    for r in runs:
+        b, rule = int(r.data.params["batch_size"]), r.data.params["lr_scaling"]
+        factor = {"none": 1.0, "linear": b / 64, "sqrt": math.sqrt(b / 64)}[rule]
+        assert float(r.data.params["lr_effective"]) == pytest.approx(0.05 * factor)
+        lr = histories(client, r.info.run_id, "lr")
+        # one epoch of warmup capped at the run: the last step reaches the scaled lr
+        assert lr[-1][1] == pytest.approx(0.05 * factor)
+
+
+def test_identical_seeds_give_identical_curves(cli, stores, write_spec):
+    spec = tiny_spec(sampler={"name": "grid"}, trials=None, repeats=1,
+                     space={"optimizer": {"sgd": {"lr": 0.05, "nesterov": True}}})
+    del spec["trials"]
+    a = cli(write_spec({**spec, "name": "first"}, "a.yaml"))
+    b = cli(write_spec({**spec, "name": "second"}, "b.yaml"))
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    client = stores.client()
+    run_a = stores.runs("first", "trial")[0].info.run_id
+    run_b = stores.runs("second", "trial")[0].info.run_id
+    for key in ("train_loss", "val_loss", "val_acc", "grad_norm", "lr"):
+        assert histories(client, run_a, key) == histories(client, run_b, key)
+
+
+def test_non_finite_loss_fails_the_trial_and_the_sweep_goes_on(cli, stores, write_spec):
+    spec = tiny_spec(sampler={"name": "grid"}, workers=1,
+                     train={"dataset": "digits", "epochs": 2, "optimizer": "sgd",
+                            "schedule": "constant"},
+                     space={"lr": [1.0e6, 0.01]})
+    del spec["trials"]
+    out = cli(write_spec(spec))
+    assert out.returncode == 1, out.stderr
+    study = stores.study("tiny")
+    states = {t.params["lr"]: t.state.name for t in study.trials}
+    assert states == {1.0e6: "FAIL", 0.01: "COMPLETE"}
+    failed = next(t for t in study.trials if t.state.name == "FAIL")
+    assert "TrainingDiverged" in failed.user_attrs["sweep.fail_reason"]
+    runs = {r.data.params["lr"]: r for r in stores.runs("tiny", "trial")}
+    assert runs["1000000.0"].info.status == "FAILED"
+    assert "training loss is" in runs["1000000.0"].data.tags["sweep.fail_reason"]
+    assert runs["0.01"].info.status == "FINISHED"
+    assert "1 failed" in out.stdout
+
+
+def test_pruned_trials_end_killed_with_their_partial_curve(cli, stores, write_spec):
+    spec = tiny_spec(sampler={"name": "grid"}, workers=1,
+                     pruner={"name": "median", "min_epochs": 1, "n_startup_trials": 1},
+                     train={"dataset": "digits", "epochs": 3, "optimizer": "adam"},
+                     space={"lr": [3.0e-3, 1.0e-6]})
+    del spec["trials"]
+    out = cli(write_spec(spec))
+    assert out.returncode == 0, out.stderr
+    study = stores.study("tiny")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "PRUNED"]
+    pruned = stores.runs("tiny", "trial")
+    pruned = next(r for r in pruned if r.data.params["lr"] == "1e-06")
+    assert pruned.info.status == "KILLED"
+    assert len(stores.client().get_metric_history(pruned.info.run_id, "val_acc")) == 1
+
+
+def test_no_run_or_trial_is_left_running(quickstart):
+    stores, _ = quickstart
+    assert all(r.info.status != "RUNNING" for r in stores.runs("quickstart"))
+    assert all(t.state.name != "RUNNING" for t in stores.study("quickstart").trials)
