@@ -113,6 +113,9 @@ def cmd_run(args, console: Console) -> int:
 
 
 def _print_summary(console: Console, spec, outcome) -> None:
+    from .study import mask
+    from .tracking import default_tracking_uri
+
     c = outcome.counts
     state = "interrupted" if outcome.exit_code == 130 else "finished"
     console.print(f"sweep {spec.name!r} {state} in {outcome.elapsed:.1f} s: {c['complete']} "
@@ -127,11 +130,9 @@ def _print_summary(console: Console, spec, outcome) -> None:
             table.add_row(str(b["number"]), f"{b['value']:.4f}", params, b["run_id"] or "")
         console.print(table)
     ui = f"sweep ui {spec.name}"
-    if args_uri := (outcome.tracking_uri if outcome.tracking_uri.startswith("sqlite") else None):
-        if Path(args_uri[len("sqlite:///"):]) != Path("mlflow.db").resolve():
-            ui += f" --tracking-uri {args_uri}"
-    console.print(f"browse it: {ui}   (or: mlflow ui --backend-store-uri {outcome.tracking_uri}, "
-                  f"then experiment {outcome.experiment_id})")
+    if outcome.tracking_uri != default_tracking_uri():
+        ui += f" --tracking-uri {mask(outcome.tracking_uri)}"
+    console.print(f"browse it: {ui}")
 
 
 def cmd_ui(args, console: Console) -> int:
