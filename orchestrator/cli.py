@@ -148,20 +148,38 @@ def cmd_ui(args, console: Console) -> int:
                              f"--tracking-uri")
         path = f"/#/experiments/{exp.experiment_id}/runs"
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-           "--host", args.host, "--port", str(args.port)]
-    # its own process group: the MLflow server starts helpers that outlive a killed server
-    proc = subprocess.Popen(cmd, start_new_session=True)
+           "--host", args.host, "--port", str(args.port), "--workers", "2"]
+    # MLflow's job consumers serve GenAI features, not training runs: six helper processes of
+    # ~240 MB each that a sweep's UI does not need (set the variable to keep them).
+    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
+    log_path = _ui_log_path(uri)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     base = f"http://{args.host}:{args.port}"
+    with open(log_path, "ab") as log:
+        # its own process group: the MLflow server's helpers outlive a server killed alone
+        proc = subprocess.Popen(cmd, start_new_session=True, env=env, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT)
     try:
         if not _wait_http(f"{base}/health", proc, timeout=120):
-            raise SweepError(f"the MLflow UI did not start on {base} (port taken? try --port)")
-        console.print(f"MLflow UI: {base}{path}   (Ctrl-C stops it)")
+            from .workers import tail_lines
+
+            raise SweepError(f"the MLflow UI did not start on {base} (port taken? try --port); "
+                             f"its log {log_path} ends: "
+                             f"{' | '.join(tail_lines(log_path, 3).splitlines())}")
+        console.print(f"MLflow UI: {base}{path}   (Ctrl-C stops it; server log: {log_path})")
+        console.file.flush()
         proc.wait()
     except KeyboardInterrupt:
         pass
     finally:
         _kill_group(proc)
     return 0
+
+
+def _ui_log_path(uri: str) -> Path:
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///"):]).parent / ".sweep" / "mlflow-ui.log"
+    return Path(".sweep") / "mlflow-ui.log"
 
 
 def _wait_http(url: str, proc: subprocess.Popen, timeout: float) -> bool:

@@ -89,3 +89,13 @@ def tiny_spec(**overrides) -> dict:
             "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}, "batch_size": [64, 128]}}
     spec.update(overrides)
     return spec
+
+
+@pytest.fixture(scope="session")
+def quickstart(tmp_path_factory):
+    """The quickstart sweep, shortened to 4 trials of 3 epochs, run once for several tests."""
+    d = tmp_path_factory.mktemp("quickstart")
+    out = run_cli("run", str(SWEEPS / "quickstart.yaml"), "--set", "train.epochs=3",
+                  "--trials", "4", cwd=d)
+    assert out.returncode == 0, out.stderr
+    return Stores(d), out

@@ -15,19 +15,6 @@ def histories(client, run_id, key):
     return [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
 
 
-@pytest.fixture(scope="module")
-def quickstart(tmp_path_factory):
-    """The quickstart sweep, shortened to 4 trials of 3 epochs, run once for several tests."""
-    from tests.conftest import Stores, run_cli
-
-    d = tmp_path_factory.mktemp("quickstart")
-    stores = Stores(d)
-    out = run_cli("run", str(SWEEPS / "quickstart.yaml"), "--set", "train.epochs=3",
-                  "--trials", "4", cwd=d)
-    assert out.returncode == 0, out.stderr
-    return stores, out
-
-
 def test_quickstart_makes_one_parent_and_one_nested_run_per_trial(quickstart):
     stores, out = quickstart
     parents = stores.runs("quickstart", "parent")
