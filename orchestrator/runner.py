@@ -174,23 +174,36 @@ class _Loop:
         return False
 
     def _start(self, worker: Worker, pending: PendingTrial) -> None:
+        from trainers import SettingsError, TrainSettings  # settings only: no torch import here
+
         tags = {**self.env_tags, "sweep.study": self.spec.name, "sweep.repeat": str(pending.repeat),
                 "sweep.seed": str(pending.seed), "sweep.worker": str(worker.slot.index),
-                "sweep.device": worker.info.get("device", "cpu"),
                 "sweep.cuda_visible_devices": worker.info.get("cuda_visible_devices", ""),
                 "sweep.torch_threads": str(worker.info.get("torch_threads")),
                 "sweep.torch_version": str(worker.info.get("torch_version"))}
-        from trainers import TrainSettings  # settings only: no torch import here
-
-        resolved = TrainSettings.from_dict(pending.settings)
+        try:
+            resolved = TrainSettings.from_dict(pending.settings)
+        except SettingsError as e:  # a combination the spec's checks could not rule out
+            run_id = self.tracker.start_trial(self.experiment_id, self.parent_id, pending.number,
+                                              pending.settings, {}, tags)
+            self.study.set_attr(pending, "sweep.mlflow_run_id", run_id)
+            self._fail(Active(pending, run_id, time.monotonic()), f"bad setting: {e}")
+            self._trial_line(f"trial {pending.number} failed: bad setting: {e}")
+            return
         settings = resolved.to_dict()
+        device = worker.info.get("device", "cpu") if resolved.device == "auto" else resolved.device
         run_id = self.tracker.start_trial(self.experiment_id, self.parent_id, pending.number,
-                                          settings, {"lr_effective": resolved.lr_effective}, tags)
+                                          settings, {"lr_effective": resolved.lr_effective},
+                                          {**tags, "sweep.device": device})
         self.study.set_attr(pending, "sweep.mlflow_run_id", run_id)
         self.active[worker.slot.index] = Active(pending, run_id, time.monotonic())
         worker.busy_since = time.monotonic()
         if not worker.send({"op": "trial", "number": pending.number, "settings": settings}):
             self._worker_died(worker)
+
+    def _trial_line(self, line: str) -> None:
+        if self.progress:
+            self.progress.trial_done(line)
 
     # ------------------------------------------------------------------------------- events
 
@@ -234,8 +247,7 @@ class _Loop:
         else:
             self._fail(active, msg["reason"])
             line = f"trial {active.pending.number} failed: {msg['reason'].splitlines()[0]}"
-        if self.progress:
-            self.progress.trial_done(line)
+        self._trial_line(line)
 
     def _fail(self, active: Active, reason: str, state: str = "failed") -> None:
         self.study.fail(active.pending, reason)
@@ -246,9 +258,7 @@ class _Loop:
         active = self.active.pop(worker.slot.index, None)
         if active is not None:
             self._fail(active, reason)
-            if self.progress:
-                self.progress.trial_done(f"trial {active.pending.number} failed: "
-                                         f"{reason.splitlines()[0]}")
+            self._trial_line(f"trial {active.pending.number} failed: {reason.splitlines()[0]}")
         if not worker.ready:
             self.failed_starts += 1
             if self.failed_starts >= 2 * len(self.pool.workers):

@@ -196,6 +196,12 @@ def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
     for path, node in sp.walk(space):
         if path.count(".") == 1 and node.setting in fixed:
             problems.append(f"{path}: {node.setting} is also fixed in train; keep it in one place")
+    if not problems:  # one representative configuration first, then every searched value
+        try:
+            TrainSettings.from_dict({**fixed, **sp.first_values(space)})
+        except SettingsError as e:
+            if e.field in fixed or not space:
+                problems.append(f"train.{e.field} {e.fix}, got {e.value!r}")
     if not problems:
         sp.check_values(space, fixed, problems)
     warnings: list[str] = []
@@ -270,11 +276,6 @@ def _check_train(train: dict, problems: list[str]) -> dict[str, Any]:
                             f"search it under space), got {value!r}")
         else:
             fixed[key] = value
-    if not problems:
-        try:
-            TrainSettings.from_dict(fixed)
-        except SettingsError as e:
-            problems.append(f"train.{e.field} {e.fix}, got {e.value!r}")
     return fixed
 
 

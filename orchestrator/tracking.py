@@ -6,6 +6,8 @@ before any worker starts.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import platform
@@ -58,6 +60,20 @@ def git_commit(directory: str | os.PathLike = ".") -> tuple[str, bool] | None:
     return head.stdout.strip(), bool(status.stdout.strip())
 
 
+@contextlib.contextmanager
+def _store_lock(tracking_uri: str):
+    """An exclusive lock on ``<db>.lock`` beside a SQLite store (nothing for other stores)."""
+    if not tracking_uri.startswith("sqlite:///"):
+        yield
+        return
+    with open(tracking_uri[len("sqlite:///"):] + ".lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 class Tracker:
     """MLflow bookkeeping of one sweep: experiment, parent run, trial runs."""
 
@@ -70,8 +86,11 @@ class Tracker:
                 raise SweepError(f"--tracking-uri {tracking_uri}: folder {db.parent} does not "
                                  f"exist; create it first")
         self.client = MlflowClient(tracking_uri=tracking_uri)
-        try:  # creates the database and runs its migrations, once, in this process
-            self.client.search_experiments(max_results=1)
+        try:
+            with _store_lock(tracking_uri):
+                # creates the database and runs its migrations: not safe to race, so only the
+                # `sweep run` process does it, and concurrent ones on one file take turns
+                self.client.search_experiments(max_results=1)
         except Exception as e:  # MLflow raises many kinds here (driver, migration, HTTP)
             raise SweepError(f"--tracking-uri {mask(tracking_uri)}: cannot open the MLflow store: "
                              f"{str(e).splitlines()[0]}") from None

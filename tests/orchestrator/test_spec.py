@@ -74,6 +74,8 @@ BAD = {
     "bad direction": ({"objective": {"direction": "max"}}, "objective.direction must be 'maximize' or 'minimize', got 'max'"),
     "zero workers": ({"workers": 0}, "workers must be greater than or equal to 1, got 0"),
     "bad name": ({"name": "my sweep!"}, "name must be letters, digits"),
+    "cross-field problem in train": ({"train": {"optimizer": "sgd", "momentum": 0.0, "nesterov": True}}, "train.nesterov needs momentum > 0"),
+    "fixed value against a searched range": ({"train": {"min_lr": 0.005}}, "train.min_lr must be < the lr used (0.001), got 0.005"),
     "scaling without a reference": ({"space": {"lr_scaling": ["none", "linear"]}}, "reference_batch_size is needed when lr_scaling is linear"),
 }
 

@@ -1,0 +1,116 @@
+"""Real processes, real signals: an interrupted sweep and a killed worker leave nothing RUNNING."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import tiny_spec
+
+
+def start(spec_path: Path, cwd: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(spec_path)],
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def wait_for_epoch(stores, name: str, proc: subprocess.Popen, timeout: float = 120):
+    """Block until some trial of sweep ``name`` has reported an epoch; return its MLflow run id.
+
+    Reads the Optuna journal (safe beside a writer), not the MLflow database, which this test
+    must not open while the sweep may still be creating it.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if stores.journal.exists():
+            try:
+                trials = stores.study(name).trials
+            except KeyError:  # the study is not created yet
+                trials = []
+            for t in trials:
+                if t.intermediate_values:
+                    return t.user_attrs["sweep.mlflow_run_id"]
+        time.sleep(0.3)
+    raise AssertionError("no epoch was reported in time")
+
+
+def worker_pids(parent: int) -> list[int]:
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            cmd = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == parent and b"orchestrator.worker" in cmd:
+            pids.append(int(proc.name))
+    return pids
+
+
+def long_spec(**overrides):
+    return tiny_spec(train={"dataset": "digits", "epochs": 40, "batch_size": 32},
+                     space={"lr": [1e-3, 2e-3]}, sampler={"name": "grid"}, trials=None,
+                     **overrides)
+
+
+def test_sigint_stops_the_sweep_within_seconds_and_leaves_nothing_running(stores, write_spec):
+    spec = long_spec()
+    del spec["trials"]
+    proc = start(write_spec(spec), stores.dir)
+    try:
+        wait_for_epoch(stores, "tiny", proc)
+        workers = worker_pids(proc.pid)
+        assert len(workers) == 2
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=15)
+        assert time.monotonic() - t0 < 15
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    runs = stores.runs("tiny")
+    assert {r.data.tags["sweep.role"]: r.info.status for r in runs if
+            r.data.tags["sweep.role"] == "parent"} == {"parent": "KILLED"}
+    trial_runs = [r for r in runs if r.data.tags["sweep.role"] == "trial"]
+    assert trial_runs and all(r.info.status == "KILLED" for r in trial_runs)
+    assert all(r.data.tags["sweep.fail_reason"] == "interrupted by SIGINT" for r in trial_runs)
+    trials = stores.study("tiny").trials
+    assert trials and all(t.state.name in ("FAIL", "WAITING") for t in trials)
+    assert not any(t.state.name == "RUNNING" for t in trials)
+    for pid in workers:  # no orphan keeps training
+        assert not Path(f"/proc/{pid}").exists() or \
+            (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+def test_a_killed_worker_fails_its_trial_with_the_signal_and_the_sweep_goes_on(stores, write_spec):
+    spec = long_spec(workers=1)
+    del spec["trials"]
+    spec["train"]["epochs"] = 12
+    proc = start(write_spec(spec), stores.dir)
+    try:
+        run_id = wait_for_epoch(stores, "tiny", proc)
+        (worker,) = worker_pids(proc.pid)
+        os.kill(worker, signal.SIGKILL)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err  # finished, with a failed trial
+    trials = stores.study("tiny").trials
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
+    assert "killed by SIGKILL" in trials[0].user_attrs["sweep.fail_reason"]
+    killed = stores.client().get_run(run_id)
+    assert killed.info.status == "FAILED"
+    assert f"(pid {worker}) killed by SIGKILL" in killed.data.tags["sweep.fail_reason"]
+    assert all(r.info.status != "RUNNING" for r in stores.runs("tiny"))
+
+
+def test_timeout_stops_launching_and_lets_running_trials_finish(cli, stores, write_spec):
+    spec = tiny_spec(trials=200, timeout_min=0.2, train={"dataset": "digits", "epochs": 1})
+    out = cli(write_spec(spec))
+    assert out.returncode == 0, out.stderr
+    trials = stores.study("tiny").trials
+    assert 0 < len(trials) < 200
+    assert all(t.state.name == "COMPLETE" for t in trials)

@@ -1,0 +1,67 @@
+import optuna
+import pytest
+
+from orchestrator.spec import validate
+from orchestrator.study import SweepStudy, default_storage, mask, open_storage
+from orchestrator.errors import SweepError
+from tests.conftest import tiny_spec
+
+
+@pytest.mark.parametrize("direction, reduce, expected", [
+    ("minimize", "best", 1.0), ("maximize", "best", 3.0), ("minimize", "last", 2.0)])
+def test_trial_value_reduces_the_curve(direction, reduce, expected):
+    spec = validate(tiny_spec(objective={"metric": "val_loss", "direction": direction,
+                                         "reduce": reduce}))
+    study = SweepStudy(spec, optuna.create_study(direction=direction))
+    assert study.objective_value([3.0, 1.0, 2.0]) == expected
+
+
+def test_repeats_enqueue_copies_with_the_next_seeds(tmp_path):
+    spec = validate(tiny_spec(trials=6, repeats=3, seed=10))
+    study = SweepStudy.open(spec, str(tmp_path / "j.journal"))
+    pending = [study.next_trial() for _ in range(6)]
+    assert [p.repeat for p in pending] == [0, 1, 2, 0, 1, 2]
+    assert [p.seed for p in pending] == [10, 11, 12, 10, 11, 12]
+    assert pending[0].settings == pending[1].settings | {"seed": 10}
+    assert pending[0].settings["lr"] != pending[3].settings["lr"]
+
+
+def test_grid_is_enqueued_once_seed_by_seed(tmp_path):
+    spec = validate(tiny_spec(sampler={"name": "grid"}, trials=None, repeats=2,
+                              space={"batch_size": [32, 64, 128]}))
+    path = str(tmp_path / "j.journal")
+    first = SweepStudy.open(spec, path)
+    again = SweepStudy.open(spec, path)  # a second `sweep run` on the same study enqueues nothing
+    trials = again.trials()
+    assert [(t.params.get("batch_size") or t.system_attrs["fixed_params"]["batch_size"],
+             t.user_attrs["sweep.repeat"]) for t in trials] == [
+        (32, 0), (64, 0), (128, 0), (32, 1), (64, 1), (128, 1)]
+    seen = [first.next_trial() for _ in range(6)]
+    assert [p.settings["batch_size"] for p in seen] == [32, 64, 128, 32, 64, 128]
+    assert first.next_trial() is None
+
+
+def test_resumed_sampler_does_not_redraw_the_first_trials(tmp_path):
+    spec = validate(tiny_spec(trials=4, sampler={"name": "random", "seed": 0}))
+    path = str(tmp_path / "j.journal")
+    a = SweepStudy.open(spec, path)
+    first = [a.next_trial().settings["lr"] for _ in range(2)]
+    b = SweepStudy.open(spec, path)
+    assert b.next_trial().settings["lr"] not in first
+
+
+def test_journal_is_the_default_next_to_the_mlflow_db(tmp_path):
+    assert default_storage(f"sqlite:///{tmp_path}/mlflow.db") == str(tmp_path / "optuna.journal")
+
+
+def test_passwords_are_masked():
+    assert mask("postgresql://user:secret@127.0.0.1/db") == "postgresql://user:***@127.0.0.1/db"
+
+
+@pytest.mark.parametrize("url, expected", [
+    ("ftp://x/y", "unknown storage scheme 'ftp'"),
+    ("/no/such/folder/j.journal", "folder /no/such/folder does not exist"),
+])
+def test_bad_storage_urls_are_one_line(url, expected):
+    with pytest.raises(SweepError, match=expected):
+        open_storage(url)
