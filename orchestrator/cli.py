@@ -17,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from . import paths
 from .errors import SweepError
 from .spec import load_spec
 
@@ -152,7 +153,7 @@ def cmd_ui(args, console: Console) -> int:
     # MLflow's job consumers serve GenAI features, not training runs: six helper processes of
     # ~240 MB each that a sweep's UI does not need (set the variable to keep them).
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
-    log_path = _ui_log_path(uri)
+    log_path = paths.work_dir(uri) / "mlflow-ui.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     base = f"http://{args.host}:{args.port}"
     with open(log_path, "ab") as log:
@@ -174,12 +175,6 @@ def cmd_ui(args, console: Console) -> int:
     finally:
         _kill_group(proc)
     return 0
-
-
-def _ui_log_path(uri: str) -> Path:
-    if uri.startswith("sqlite:///"):
-        return Path(uri[len("sqlite:///"):]).parent / ".sweep" / "mlflow-ui.log"
-    return Path(".sweep") / "mlflow-ui.log"
 
 
 def _wait_http(url: str, proc: subprocess.Popen, timeout: float) -> bool:

@@ -10,7 +10,9 @@ from rich.table import Table
 
 def _fmt_seconds(s: float) -> str:
     s = int(s)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    if s >= 3600:
+        return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{s // 60}:{s % 60:02d}"
 
 
 def _fmt_params(params: dict) -> str:

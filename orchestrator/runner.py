@@ -10,10 +10,9 @@ import math
 import signal
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
+from . import paths
 from . import space as sp
 from .errors import SweepError
 from .spec import SweepSpec
@@ -46,16 +45,6 @@ class Outcome:
     tracking_uri: str
     storage: str
     elapsed: float
-
-
-def work_dir(tracking_uri: str, name: str) -> Path:
-    """Where a sweep's worker logs live: ``.sweep/NAME`` next to a local MLflow database, else in
-    the working directory."""
-    if urlsplit(tracking_uri).scheme == "sqlite":
-        base = Path(tracking_uri[len("sqlite:///"):]).parent
-    else:
-        base = Path.cwd()
-    return base / ".sweep" / name
 
 
 class _Signals:
@@ -100,12 +89,19 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
     tracking_uri = tracking_uri or default_tracking_uri()
     storage = storage or default_storage(tracking_uri)
     # Workers never touch the stores, so they can import torch while the stores are created.
-    pool = WorkerPool(plan_slots(workers or spec.workers), work_dir(tracking_uri, spec.name))
+    pool = WorkerPool(plan_slots(workers or spec.workers), paths.work_dir(tracking_uri, spec.name))
     pool.start()
     try:
         with _Signals() as signals:
             loop = _Loop(spec, spec_text, storage, tracking_uri, pool, signals, progress)
-            return loop.run(started)
+            try:
+                return loop.run(started)
+            except KeyboardInterrupt:  # a second Ctrl-C: stop now, runs end KILLED
+                loop.abort("interrupted twice", state="interrupted")
+                raise
+            except BaseException as e:  # close what this process owns before it goes
+                loop.abort(f"the sweep run process stopped: {type(e).__name__}: {e}")
+                raise
     finally:
         pool.stop()
 
@@ -126,6 +122,10 @@ class _Loop:
         self.failed_starts = 0
         self.best_value: float | None = None
         self._recover_orphans()
+        if self.resumed:
+            done = self.study.counts()["finished"]
+            self._trial_line(f"resuming sweep {spec.name!r}: {done} of {spec.trials} trials "
+                             f"already finished")
 
     def _recover_orphans(self) -> None:
         """Close trials (and their runs) that a dead ``sweep run`` left RUNNING."""
@@ -153,8 +153,7 @@ class _Loop:
             for worker, msg in self.pool.wait(timeout=0.5):
                 self._handle(worker, msg)
             self._show(started)
-        status = "FINISHED"
-        self.tracker.end_parent(self.parent_id, status)
+        self.tracker.end_parent(self.parent_id, "FINISHED")
         return self._outcome(started, interrupted=False)
 
     def _done(self) -> bool:
@@ -285,6 +284,21 @@ class _Loop:
         self.active.clear()
         self.tracker.end_parent(self.parent_id, "KILLED")
         return self._outcome(started, interrupted=True)
+
+    def abort(self, reason: str, state: str = "failed") -> None:
+        """Best effort after an unexpected error: fail running trials, end the parent too."""
+        self.pool.kill()
+        for active in list(self.active.values()):
+            try:
+                self._fail(active, reason, state)
+            except Exception:  # the store itself may be what failed; a rerun recovers it
+                pass
+        self.active.clear()
+        try:
+            self.tracker.end_parent(self.parent_id,
+                                    "KILLED" if state == "interrupted" else "FAILED")
+        except Exception:
+            pass
 
     def _outcome(self, started: float, interrupted: bool) -> Outcome:
         counts = self.study.counts()

@@ -342,7 +342,7 @@ def _check_objective(top: _TopLevel, problems, warnings) -> None:
 def _check_kwargs(label, key, cls, options: dict, problems, reserved=()) -> None:
     params = inspect.signature(cls.__init__).parameters
     allowed = [p for p in params if p not in ("self", "seed", *reserved)]
-    for opt, value in options.items():
+    for opt in options:
         if opt in reserved:
             problems.append(f"{key}.{opt} is set by sweep from min_epochs/epochs; remove it")
         elif opt not in allowed:

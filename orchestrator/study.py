@@ -19,6 +19,7 @@ from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
+from . import paths
 from . import space as sp
 from .errors import SweepError
 from .spec import SweepSpec, settings_of
@@ -39,11 +40,7 @@ RDB_SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")
 
 def default_storage(tracking_uri: str) -> str:
     """The journal file next to a local MLflow SQLite database (else in the working directory)."""
-    parts = urlsplit(tracking_uri)
-    if parts.scheme == "sqlite" and parts.path not in ("", "/:memory:"):
-        db = Path(tracking_uri[len("sqlite:///"):])
-        return str(db.parent / "optuna.journal")
-    return str(Path("optuna.journal").resolve())
+    return str(paths.home(tracking_uri) / "optuna.journal")
 
 
 def open_storage(url: str):

@@ -15,15 +15,14 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
-
-from .errors import SweepError
-from .study import mask
-
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
+
+from . import paths
+from .errors import SweepError
+from .study import mask
 
 # after the import: MLflow sets its own level then; its INFO lines would break the progress display
 for _name in ("mlflow", "alembic"):
@@ -62,11 +61,14 @@ def git_commit(directory: str | os.PathLike = ".") -> tuple[str, bool] | None:
 
 @contextlib.contextmanager
 def _store_lock(tracking_uri: str):
-    """An exclusive lock on ``<db>.lock`` beside a SQLite store (nothing for other stores)."""
-    if not tracking_uri.startswith("sqlite:///"):
+    """An exclusive lock on ``.sweep/<db>.lock`` beside a SQLite store (nothing for others)."""
+    db = paths.sqlite_file(tracking_uri)
+    if db is None:
         yield
         return
-    with open(tracking_uri[len("sqlite:///"):] + ".lock", "a") as f:
+    lock = paths.work_dir(tracking_uri) / f"{db.name}.lock"
+    lock.parent.mkdir(exist_ok=True)
+    with open(lock, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -79,9 +81,8 @@ class Tracker:
 
     def __init__(self, tracking_uri: str):
         self.uri = tracking_uri
-        parts = urlsplit(tracking_uri)
-        if parts.scheme == "sqlite":
-            db = Path(tracking_uri[len("sqlite:///"):])
+        db = paths.sqlite_file(tracking_uri)
+        if db is not None:
             if not db.parent.is_dir():
                 raise SweepError(f"--tracking-uri {tracking_uri}: folder {db.parent} does not "
                                  f"exist; create it first")
@@ -96,9 +97,8 @@ class Tracker:
                              f"{str(e).splitlines()[0]}") from None
 
     def _artifact_root(self) -> str | None:
-        parts = urlsplit(self.uri)
-        if parts.scheme == "sqlite":
-            return (Path(self.uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
+        if paths.sqlite_file(self.uri) is not None:
+            return (paths.home(self.uri) / "mlartifacts").as_uri()
         return None  # the server's or the store's default
 
     def experiment(self, name: str, description: str = "") -> str:
@@ -122,9 +122,9 @@ class Tracker:
 
         Returns (run_id, resumed).
         """
-        found = self.client.search_runs(
-            [experiment_id], max_results=1, order_by=["attributes.start_time ASC"],
-            filter_string=f"tags.`{PARENT_ROLE}` = 'parent' and tags.`sweep.study` = '{study_name}'")
+        query = f"tags.`{PARENT_ROLE}` = 'parent' and tags.`sweep.study` = '{study_name}'"
+        found = self.client.search_runs([experiment_id], filter_string=query, max_results=1,
+                                        order_by=["attributes.start_time ASC"])
         if found:
             run_id = found[0].info.run_id
             self.client.update_run(run_id, status="RUNNING")

@@ -1,8 +1,8 @@
-"""Datasets as in-memory tensors: the training split, the validation split and the class count.
+"""Datasets as in-memory tensors: the training and validation splits and the class count.
 
-``digits`` is scikit-learn's 8x8 digits with the fixed split of the shared benchmark work: pixels / 16
-as float32 ``(N, 1, 8, 8)``, labels int64, ``RandomState(0).permutation`` with the first 1437
-indices for training and the last 360 for validation.
+``digits`` is scikit-learn's 8x8 digits with the fixed split of the shared benchmark work:
+pixels / 16 as float32 ``(N, 1, 8, 8)``, labels int64, ``RandomState(0).permutation`` with the
+first 1437 indices for training and the last 360 for validation.
 """
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     """
     spec = importlib.util.find_spec("sklearn")
     if spec is not None and spec.submodule_search_locations:
-        path = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
+        package = Path(list(spec.submodule_search_locations)[0])
+        path = package / "datasets" / "data" / "digits.csv.gz"
         if path.is_file():
             with gzip.open(path, "rt") as f:
                 raw = np.loadtxt(f, delimiter=",", dtype=np.float64)

@@ -69,7 +69,7 @@ def lr_at(s: TrainSettings, step: int, steps_per_epoch: int) -> float:
 
 def build_scheduler(optimizer: torch.optim.Optimizer, s: TrainSettings,
                     steps_per_epoch: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """A per-step ``LambdaLR`` following :func:`lr_at`; call ``step()`` after each optimizer step."""
+    """A per-step ``LambdaLR`` following :func:`lr_at`; step it after each optimizer step."""
     base = s.lr_effective
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_at(s, step, steps_per_epoch) / base)

@@ -4,9 +4,9 @@ from collections import Counter
 
 import pytest
 
+from tests.conftest import SWEEPS, tiny_spec
 from trainers import EPOCH_METRICS, TrainSettings
 from trainers.optim import lr_at
-from tests.conftest import SWEEPS, tiny_spec
 
 SETTINGS = set(TrainSettings().to_dict())
 
@@ -119,6 +119,7 @@ def test_rerun_resumes_the_same_parent_without_new_trials(quickstart):
     out = run_cli("run", str(SWEEPS / "quickstart.yaml"), "--set", "train.epochs=3",
                   "--trials", "4", cwd=stores.dir)
     assert out.returncode == 0, out.stderr
+    assert "resuming sweep 'quickstart': 4 of 4 trials already finished" in out.stdout
     assert len(stores.study("quickstart").trials) == 4
     out = run_cli("run", str(SWEEPS / "quickstart.yaml"), "--set", "train.epochs=3",
                   "--trials", "5", cwd=stores.dir)

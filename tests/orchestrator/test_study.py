@@ -1,9 +1,9 @@
 import optuna
 import pytest
 
+from orchestrator.errors import SweepError
 from orchestrator.spec import validate
 from orchestrator.study import SweepStudy, default_storage, mask, open_storage
-from orchestrator.errors import SweepError
 from tests.conftest import tiny_spec
 
 

@@ -1,0 +1,31 @@
+"""Where a sweep's local files live: next to the local MLflow database, else the working folder."""
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+
+def home(tracking_uri: str) -> Path:
+    """The folder of a ``sqlite:///`` MLflow database, else the working directory.
+
+    The default Optuna journal, worker logs (``.sweep/NAME/``) and the UI's log live here, so a
+    sweep's files stay together.
+    """
+    parts = urlsplit(tracking_uri)
+    if parts.scheme == "sqlite" and tracking_uri.startswith("sqlite:///") and \
+            parts.path not in ("", "/:memory:"):
+        return Path(tracking_uri[len("sqlite:///"):]).resolve().parent
+    return Path.cwd()
+
+
+def sqlite_file(tracking_uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, else None."""
+    if tracking_uri.startswith("sqlite:///"):
+        return Path(tracking_uri[len("sqlite:///"):])
+    return None
+
+
+def work_dir(tracking_uri: str, name: str | None = None) -> Path:
+    """``.sweep/`` (or ``.sweep/NAME/``) under :func:`home`."""
+    base = home(tracking_uri) / ".sweep"
+    return base / name if name else base
