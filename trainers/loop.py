@@ -6,6 +6,7 @@ every epoch with that epoch's metrics; a true return value stops the run (prunin
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import checkpoint
 from .data import Splits, load_dataset
 from .models import build_model
 from .optim import build_optimizer, build_scheduler
@@ -28,16 +30,19 @@ class TrainingDiverged(RuntimeError):
 @dataclass
 class EpochReport:
     """What one epoch produced: ``metrics`` by name, and the lr of every optimizer step in it
-    as ``(global_step, lr)`` pairs with 1-based steps."""
+    as ``(global_step, lr)`` pairs with 1-based steps. ``resumed`` is true for an epoch restored
+    from a checkpoint rather than trained again."""
 
     epoch: int
     metrics: dict[str, float]
     lr_steps: list[tuple[int, float]]
+    resumed: bool = False
 
 
 @dataclass
 class TrainResult:
-    """``stopped`` is true when ``on_epoch_end`` asked to stop before the last epoch."""
+    """``stopped`` is true when ``on_epoch_end`` asked to stop before the last epoch;
+    ``resumed_from`` is the checkpoint's epoch the run continued from (0: a fresh start)."""
 
     epochs_run: int
     stopped: bool
@@ -45,6 +50,7 @@ class TrainResult:
     train_seconds: float
     device: str
     model: nn.Module = field(repr=False)
+    resumed_from: int = 0
 
 
 def resolve_device(name: str) -> torch.device:
@@ -62,19 +68,24 @@ def seed_everything(seed: int) -> None:
 
 
 def train(settings: TrainSettings, *,
-          on_epoch_end: Callable[[EpochReport], bool | None] | None = None) -> TrainResult:
+          on_epoch_end: Callable[[EpochReport], bool | None] | None = None,
+          checkpoint_dir: str | os.PathLike | None = None) -> TrainResult:
     """Train ``settings.model`` on ``settings.dataset`` for ``settings.epochs`` epochs.
 
     Args:
         settings: every knob of the run.
         on_epoch_end: called after each epoch; return True to stop (its time is not counted
-            in ``train_seconds``).
+            in ``train_seconds``). Epochs restored from a checkpoint are reported first, with
+            ``resumed=True``.
+        checkpoint_dir: if given, a checkpoint is written there after every epoch, and a run
+            finding one there continues from it instead of starting over.
 
     Returns:
         A :class:`TrainResult` with the per-epoch history and the trained model.
 
     Raises:
         TrainingDiverged: the training loss became NaN or infinite.
+        checkpoint.CheckpointError: the checkpoint there was written for other settings.
     """
     device = resolve_device(settings.device)
     data = load_dataset(settings.dataset).to(device)
@@ -90,25 +101,49 @@ def train(settings: TrainSettings, *,
     shuffle = torch.Generator().manual_seed(settings.seed)
     _check_one_device(model, data)
 
-    history: list[dict[str, float]] = []
-    stopped = False
-    for epoch in range(1, settings.epochs + 1):
+    reports: list[EpochReport] = []
+    if checkpoint_dir is not None:
+        state = checkpoint.load(checkpoint_dir, settings.to_dict())
+        if state is not None:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            checkpoint.restore_rng(state["rng"], shuffle)
+            reports = [EpochReport(i + 1, m, [tuple(x) for x in lr], resumed=True)
+                       for i, (m, lr) in enumerate(zip(state["history"], state["lr_steps"]))]
+    resumed_from = len(reports)
+
+    def report(r: EpochReport) -> bool:
+        nonlocal hook_seconds
+        if on_epoch_end is None:
+            return False
+        h0 = time.perf_counter()
+        stop = on_epoch_end(r)
+        hook_seconds += time.perf_counter() - h0
+        return bool(stop) and r.epoch < settings.epochs
+
+    stopped = any(report(r) for r in list(reports))  # replay; stops at the first True
+    for epoch in range(resumed_from + 1, settings.epochs + 1):
+        if stopped:
+            break
         t0 = time.perf_counter()
         metrics, lr_steps = train_one_epoch(model, optimizer, scheduler, loss_fn, data, settings,
                                             shuffle, first_step=(epoch - 1) * steps_per_epoch + 1)
         metrics.update(evaluate(model, data))
         metrics["epoch_seconds"] = time.perf_counter() - t0
-        history.append(metrics)
-        if on_epoch_end is not None:
-            h0 = time.perf_counter()
-            stop = on_epoch_end(EpochReport(epoch, dict(metrics), lr_steps))
-            hook_seconds += time.perf_counter() - h0
-            if stop and epoch < settings.epochs:
-                stopped = True
-                break
-    return TrainResult(epochs_run=len(history), stopped=stopped, history=history,
+        reports.append(EpochReport(epoch, metrics, lr_steps))
+        if checkpoint_dir is not None:  # before reporting: a kill during the report loses nothing
+            checkpoint.save(checkpoint_dir, {
+                "settings": settings.to_dict(), "epoch": epoch, "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "rng": checkpoint.rng_state(shuffle),
+                "history": [r.metrics for r in reports],
+                "lr_steps": [r.lr_steps for r in reports]})
+        stopped = report(EpochReport(epoch, dict(metrics), lr_steps))
+    return TrainResult(epochs_run=len(reports), stopped=stopped,
+                       history=[r.metrics for r in reports],
                        train_seconds=time.perf_counter() - started - hook_seconds,
-                       device=str(device), model=model)
+                       device=str(device), model=model, resumed_from=resumed_from)
 
 
 def train_one_epoch(model, optimizer, scheduler, loss_fn, data: Splits, s: TrainSettings,

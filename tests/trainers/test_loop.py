@@ -60,3 +60,37 @@ def test_returning_true_stops_after_that_epoch():
 def test_non_finite_loss_stops_at_once():
     with pytest.raises(TrainingDiverged, match="at step"):
         train(TrainSettings(epochs=3, optimizer="sgd", lr=1e6, schedule="constant"))
+
+
+def _without_time(history):
+    return [{k: v for k, v in h.items() if k != "epoch_seconds"} for h in history]
+
+
+def test_a_run_resumed_from_its_checkpoint_matches_an_uninterrupted_one(tmp_path):
+    s = TrainSettings(epochs=3, optimizer="sgd", lr=0.05, nesterov=True, seed=7,
+                      clip_grad_norm=1.0)
+    whole = train(s)
+
+    class Crash(Exception):
+        pass
+
+    def crash_after_two(report):
+        if report.epoch == 2:
+            raise Crash
+
+    with pytest.raises(Crash):
+        train(s, on_epoch_end=crash_after_two, checkpoint_dir=tmp_path)
+    seen = []
+    resumed = train(s, on_epoch_end=seen.append, checkpoint_dir=tmp_path)
+    assert resumed.resumed_from == 2
+    assert [(r.epoch, r.resumed) for r in seen] == [(1, True), (2, True), (3, False)]
+    assert _without_time(resumed.history) == _without_time(whole.history)
+    assert [st for r in seen for st, _ in r.lr_steps] == list(range(1, 3 * 23 + 1))
+
+
+def test_a_checkpoint_for_other_settings_is_refused(tmp_path):
+    from trainers.checkpoint import CheckpointError
+
+    train(TrainSettings(epochs=1), checkpoint_dir=tmp_path)
+    with pytest.raises(CheckpointError, match="lr differ"):
+        train(TrainSettings(epochs=1, lr=0.01), checkpoint_dir=tmp_path)
