@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("spec", help="sweep YAML file")
     run.add_argument("--trials", type=int, help="finished trials to reach (overrides trials:)")
     run.add_argument("--workers", type=int, help="trials run at once (overrides workers:)")
+    run.add_argument("--gpus", type=_gpu_list, metavar="IDS",
+                     help="GPU ids for the worker slots, e.g. 0,1 (overrides gpus: and the "
+                          "GPUs found)")
+    run.add_argument("--new", action="store_true",
+                     help="start a fresh study and parent run (NAME-2, NAME-3...) instead of "
+                          "resuming")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override any YAML value, e.g. --set train.epochs=1 (repeatable)")
     _store_flags(run)
@@ -80,6 +86,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _gpu_list(text: str) -> list[int]:
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected GPU ids like 0,1, got {text!r}") from None
+    if not ids or any(i < 0 for i in ids):
+        raise argparse.ArgumentTypeError(f"expected GPU ids like 0,1, got {text!r}")
+    return ids
+
+
 def _positive(flag: str, value: int | None) -> None:
     if value is not None and value < 1:
         raise SweepError(f"{flag} must be >= 1, got {value}")
@@ -108,7 +124,7 @@ def cmd_run(args, console: Console) -> int:
     with Progress(console, spec.name) as progress:
         outcome = run_sweep(spec, spec_text=Path(args.spec).read_text(), storage=args.storage,
                             tracking_uri=args.tracking_uri, workers=args.workers,
-                            progress=progress)
+                            gpus=args.gpus, new=args.new, progress=progress)
     _print_summary(console, spec, outcome)
     return outcome.exit_code
 

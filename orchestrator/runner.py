@@ -7,6 +7,7 @@ MLflow) and closes each trial in both stores, whatever way its worker ends.
 from __future__ import annotations
 
 import math
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -71,7 +72,7 @@ class _Signals:
 
 def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
               tracking_uri: str | None = None, workers: int | None = None,
-              progress=None) -> Outcome:
+              gpus: list[int] | None = None, new: bool = False, progress=None) -> Outcome:
     """Run (or resume) ``spec`` until the study holds ``spec.trials`` finished trials.
 
     Args:
@@ -80,24 +81,30 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
         storage: Optuna storage URL or journal path; default: a journal next to the MLflow db.
         tracking_uri: MLflow tracking URI; default :func:`default_tracking_uri`.
         workers: overrides ``spec.workers``.
+        gpus: overrides ``spec.gpus`` (and the GPUs found on the machine).
+        new: start a fresh study (and parent run) instead of resuming.
         progress: a display with ``update(snapshot)`` and ``trial_done(line)``; optional.
 
     Raises:
-        SweepError: a store cannot be opened, or workers cannot start.
+        SweepError: a store cannot be opened, the study belongs to another sweep, or workers
+            cannot start.
     """
     started = time.monotonic()
     tracking_uri = tracking_uri or default_tracking_uri()
     storage = storage or default_storage(tracking_uri)
+    gpus = gpus if gpus is not None else spec.gpus
+    slots = plan_slots(workers or spec.workers, list(gpus) if gpus is not None else None,
+                       workers_per_gpu=spec.workers_per_gpu)
     # Workers never touch the stores, so they can import torch while the stores are created.
-    pool = WorkerPool(plan_slots(workers or spec.workers), paths.work_dir(tracking_uri, spec.name))
+    pool = WorkerPool(slots, paths.work_dir(tracking_uri, spec.name) / "logs")
     pool.start()
     try:
         with _Signals() as signals:
-            loop = _Loop(spec, spec_text, storage, tracking_uri, pool, signals, progress)
+            loop = _Loop(spec, spec_text, storage, tracking_uri, pool, signals, progress, new)
             try:
                 return loop.run(started)
             except KeyboardInterrupt:  # a second Ctrl-C: stop now, runs end KILLED
-                loop.abort("interrupted twice", state="interrupted")
+                loop.abort("interrupted twice", kind="interrupt")
                 raise
             except BaseException as e:  # close what this process owns before it goes
                 loop.abort(f"the sweep run process stopped: {type(e).__name__}: {e}")
@@ -107,35 +114,42 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
 
 
 class _Loop:
-    def __init__(self, spec, spec_text, storage, tracking_uri, pool, signals, progress):
+    def __init__(self, spec, spec_text, storage, tracking_uri, pool, signals, progress, new):
         self.spec, self.pool, self.signals, self.progress = spec, pool, signals, progress
         self.storage, self.tracking_uri = storage, tracking_uri
         self.tracker = Tracker(tracking_uri)
         self.experiment_id = self.tracker.experiment(spec.name, spec.description)
-        self.study = SweepStudy.open(spec, storage)
+        self.study = SweepStudy.open(spec, storage, new=new)
+        if new:
+            self._trial_line(f"starting a fresh study {self.study.name!r} (--new)")
         self.env_tags = environment_tags()
         self.parent_id, self.resumed = self.tracker.parent_run(
-            self.experiment_id, spec.name, spec_text, spec.raw,
+            self.experiment_id, self.study.name, spec_text, spec.raw,
             {**self.env_tags, "sweep.storage": mask(storage),
              "sweep.fingerprint": spec.fingerprint()})
+        self.checkpoints = paths.work_dir(tracking_uri, self.study.name) / "checkpoints"
         self.active: dict[int, Active] = {}  # by worker slot index
         self.failed_starts = 0
         self.best_value: float | None = None
         self._recover_orphans()
         if self.resumed:
-            done = self.study.counts()["finished"]
-            self._trial_line(f"resuming sweep {spec.name!r}: {done} of {spec.trials} trials "
-                             f"already finished")
+            c = self.study.counts()
+            self._trial_line(f"resuming sweep {self.study.name!r}: {c['finished']} of "
+                             f"{spec.trials} trials already finished, {c['waiting']} queued")
 
     def _recover_orphans(self) -> None:
-        """Close trials (and their runs) that a dead ``sweep run`` left RUNNING."""
+        """Close trials (and their runs) that a dead ``sweep run`` left RUNNING, and retry them."""
         for t in self.study.orphans():
-            reason = (f"the sweep run process that owned it ({t.user_attrs.get('sweep.owner')}) "
-                      f"is gone")
-            self.study.fail(t, reason)
-            run_id = t.user_attrs.get("sweep.mlflow_run_id")
-            if run_id:
-                self.tracker.fail_run(run_id, reason)
+            owner = t.user_attrs.get("sweep.owner")
+            reason = f"the sweep run process that owned it ({owner}) is gone"
+            root = t.user_attrs.get("sweep.retry_root", t.number)
+            retry = self.study.crashes(root) < self.spec.retries
+            if self.study.fail(t, reason, "crash", retry):
+                run_id = t.user_attrs.get("sweep.mlflow_run_id")
+                if run_id:
+                    self.tracker.fail_run(run_id, reason)
+                if not retry:
+                    self._drop_checkpoint(root)
 
     # ------------------------------------------------------------------------------- loop
 
@@ -152,6 +166,7 @@ class _Loop:
                 break
             for worker, msg in self.pool.wait(timeout=0.5):
                 self._handle(worker, msg)
+            self._enforce_trial_timeout()
             self._show(started)
         self.tracker.end_parent(self.parent_id, "FINISHED")
         return self._outcome(started, interrupted=False)
@@ -175,19 +190,22 @@ class _Loop:
     def _start(self, worker: Worker, pending: PendingTrial) -> None:
         from trainers import SettingsError, TrainSettings  # settings only: no torch import here
 
-        tags = {**self.env_tags, "sweep.study": self.spec.name, "sweep.repeat": str(pending.repeat),
-                "sweep.seed": str(pending.seed), "sweep.worker": str(worker.slot.index),
+        tags = {**self.env_tags, "sweep.study": self.study.name,
+                "sweep.repeat": str(pending.repeat), "sweep.seed": str(pending.seed),
+                "sweep.worker": str(worker.slot.index),
                 "sweep.cuda_visible_devices": worker.info.get("cuda_visible_devices", ""),
                 "sweep.torch_threads": str(worker.info.get("torch_threads")),
                 "sweep.torch_version": str(worker.info.get("torch_version"))}
+        if pending.retry_of is not None:
+            tags["sweep.retry_of"] = str(pending.retry_of)
         try:
             resolved = TrainSettings.from_dict(pending.settings)
         except SettingsError as e:  # a combination the spec's checks could not rule out
             run_id = self.tracker.start_trial(self.experiment_id, self.parent_id, pending.number,
                                               pending.settings, {}, tags)
             self.study.set_attr(pending, "sweep.mlflow_run_id", run_id)
-            self._fail(Active(pending, run_id, time.monotonic()), f"bad setting: {e}")
-            self._trial_line(f"trial {pending.number} failed: bad setting: {e}")
+            self._fail(Active(pending, run_id, time.monotonic()), f"bad setting: {e}",
+                       "deterministic")
             return
         settings = resolved.to_dict()
         device = worker.info.get("device", "cpu") if resolved.device == "auto" else resolved.device
@@ -196,8 +214,8 @@ class _Loop:
                                           {**tags, "sweep.device": device})
         self.study.set_attr(pending, "sweep.mlflow_run_id", run_id)
         self.active[worker.slot.index] = Active(pending, run_id, time.monotonic())
-        worker.busy_since = time.monotonic()
-        if not worker.send({"op": "trial", "number": pending.number, "settings": settings}):
+        if not worker.send({"op": "trial", "number": pending.number, "settings": settings,
+                            "checkpoint_dir": str(self.checkpoints / f"trial-{pending.root}")}):
             self._worker_died(worker)
 
     def _trial_line(self, line: str) -> None:
@@ -222,49 +240,80 @@ class _Loop:
         active = self.active[worker.slot.index]
         value = msg["metrics"][self.spec.objective.metric]
         active.curve.append(value)
-        stop = math.isfinite(value) and self.study.report(active.pending, msg["epoch"], value)
+        stop = False
+        if math.isfinite(value):
+            # an epoch restored from a checkpoint already passed the pruner: report it only
+            stop = self.study.report(active.pending, msg["epoch"], value,
+                                     ask_pruner=not msg["resumed"])
         worker.send({"stop": bool(stop)})  # answer first: the worker trains while we log
         self.tracker.log_epoch(active.run_id, msg["epoch"], msg["metrics"], msg["lr_steps"])
 
     def _done_trial(self, worker: Worker, msg: dict) -> None:
         active = self.active.pop(worker.slot.index)
-        worker.busy_since = None
         state = msg["state"]
         metrics = {"train_seconds": msg["train_seconds"]} if "train_seconds" in msg else {}
+        tags = {"sweep.resumed_from_epoch": str(msg.get("resumed_from", 0))}
         if state == "complete" and not all(math.isfinite(v) for v in active.curve):
             state, msg = "failed", {"reason": f"objective {self.spec.objective.metric} is not "
-                                              f"finite: {active.curve[-1]}"}
+                                              f"finite: {active.curve[-1]}", "retryable": False}
+        number = active.pending.number
         if state == "complete":
             value = self.study.complete(active.pending, active.curve)
-            self.tracker.end_trial(active.run_id, "complete", metrics)
-            self._maybe_best(value, active)
-            line = f"trial {active.pending.number} complete: {value:.4f}"
+            self.tracker.end_trial(active.run_id, "complete", metrics, tags)
+            self._maybe_best(value)
+            self._trial_line(f"trial {number} complete: {value:.4f}")
         elif state == "pruned":
             self.study.prune(active.pending)
-            self.tracker.end_trial(active.run_id, "pruned", metrics)
-            line = f"trial {active.pending.number} pruned at epoch {len(active.curve)}"
+            self.tracker.end_trial(active.run_id, "pruned", metrics, tags)
+            self._trial_line(f"trial {number} pruned at epoch {len(active.curve)}")
         else:
-            self._fail(active, msg["reason"])
-            line = f"trial {active.pending.number} failed: {msg['reason'].splitlines()[0]}"
-        self._trial_line(line)
+            kind = "crash" if msg.get("retryable") else "deterministic"
+            self._fail(active, msg["reason"], kind)
+            return
+        self._drop_checkpoint(active.pending.root)
 
-    def _fail(self, active: Active, reason: str, state: str = "failed") -> None:
-        self.study.fail(active.pending, reason)
-        self.tracker.end_trial(active.run_id, state, tags={"sweep.fail_reason": reason})
+    def _fail(self, active: Active, reason: str, kind: str) -> None:
+        """Fail a trial in both stores; queue its retry when it crashed (within ``retries``) or
+        was interrupted, else drop its checkpoint."""
+        pending = active.pending
+        retry = kind == "interrupt" or (
+            kind == "crash" and self.study.crashes(pending.root) < self.spec.retries)
+        self.study.fail(pending, reason, kind, retry)
+        state = "interrupted" if kind == "interrupt" else "failed"
+        self.tracker.end_trial(active.run_id, state, tags={"sweep.fail_reason": reason,
+                                                           "sweep.fail_kind": kind,
+                                                           "sweep.will_retry": str(retry).lower()})
+        if not retry:
+            self._drop_checkpoint(pending.root)
+        then = ", will be retried" if retry else ""
+        self._trial_line(f"trial {pending.number} failed{then}: {reason.splitlines()[0]}")
+
+    def _drop_checkpoint(self, root: int) -> None:
+        if not self.spec.keep_checkpoints:
+            shutil.rmtree(self.checkpoints / f"trial-{root}", ignore_errors=True)
 
     def _worker_died(self, worker: Worker) -> None:
         reason = worker.exit_reason()
         active = self.active.pop(worker.slot.index, None)
         if active is not None:
-            self._fail(active, reason)
-            self._trial_line(f"trial {active.pending.number} failed: {reason.splitlines()[0]}")
+            self._fail(active, reason, "crash")
         if not worker.ready:
             self.failed_starts += 1
             if self.failed_starts >= 2 * len(self.pool.workers):
                 raise SweepError(f"training workers cannot start: {reason}")
         self.pool.restart(worker)
 
-    def _maybe_best(self, value: float, active: Active) -> None:
+    def _enforce_trial_timeout(self) -> None:
+        if not self.spec.trial_timeout_min:
+            return
+        limit = self.spec.trial_timeout_min * 60
+        for worker in self.pool.workers:
+            active = self.active.get(worker.slot.index)
+            if active and worker.kill_reason is None and time.monotonic() - active.started > limit:
+                self.pool.kill_one(worker, f"trial exceeded trial_timeout_min "
+                                           f"({self.spec.trial_timeout_min:g} min)")
+
+    def _maybe_best(self, value: float) -> None:
         better = (self.best_value is None or
                   (value > self.best_value if self.spec.objective.direction == "maximize"
                    else value < self.best_value))
@@ -278,25 +327,22 @@ class _Loop:
     # ------------------------------------------------------------------------------- ending
 
     def _interrupted(self, started: float) -> Outcome:
-        self.pool.kill()
-        for active in list(self.active.values()):
-            self._fail(active, f"interrupted by {self.signals.received}", state="interrupted")
-        self.active.clear()
-        self.tracker.end_parent(self.parent_id, "KILLED")
+        self.abort(f"interrupted by {self.signals.received}", kind="interrupt")
         return self._outcome(started, interrupted=True)
 
-    def abort(self, reason: str, state: str = "failed") -> None:
-        """Best effort after an unexpected error: fail running trials, end the parent too."""
+    def abort(self, reason: str, kind: str = "crash") -> None:
+        """Stop every worker, fail its trial (queued for retry: the next run resumes it from its
+        checkpoint) and end the parent run KILLED (interrupt) or FAILED. Best effort: the store
+        itself may be what failed, and a later run recovers what is left RUNNING."""
         self.pool.kill()
         for active in list(self.active.values()):
             try:
-                self._fail(active, reason, state)
-            except Exception:  # the store itself may be what failed; a rerun recovers it
+                self._fail(active, reason, kind)
+            except Exception:
                 pass
         self.active.clear()
         try:
-            self.tracker.end_parent(self.parent_id,
-                                    "KILLED" if state == "interrupted" else "FAILED")
+            self.tracker.end_parent(self.parent_id, "KILLED" if kind == "interrupt" else "FAILED")
         except Exception:
             pass
 

@@ -26,6 +26,8 @@ from .errors import SpecError, did_you_mean
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp", "qmc")
 NUMERIC_ONLY_SAMPLERS = ("cmaes", "gp", "qmc")
 PRUNERS = ("none", "median", "successive_halving", "hyperband")
+RESUMABLE_KEYS = ("trials", "workers", "retries", "timeout_min", "trial_timeout_min",
+                  "description", "keep_checkpoints", "gpus", "workers_per_gpu")
 MINIMIZE_HINT = {"val_loss": "minimize", "train_loss": "minimize", "val_acc": "maximize"}
 
 
@@ -74,6 +76,11 @@ class _TopLevel(_Strict):
     repeats: int = Field(default=1, ge=1)
     sampler: SamplerSpec = SamplerSpec()
     pruner: PrunerSpec = PrunerSpec()
+    retries: int = Field(default=1, ge=0)
+    trial_timeout_min: float | None = Field(default=None, gt=0)
+    keep_checkpoints: bool = False
+    gpus: list[int] | None = None
+    workers_per_gpu: int = Field(default=1, ge=1)
     train: dict[str, Any] = {}
     space: dict[str, Any] = {}
 
@@ -95,6 +102,11 @@ class SweepSpec:
     repeats: int
     sampler: SamplerSpec
     pruner: PrunerSpec
+    retries: int
+    trial_timeout_min: float | None
+    keep_checkpoints: bool
+    gpus: tuple[int, ...] | None
+    workers_per_gpu: int
     train: dict[str, Any]
     space: sp.Space
     raw: dict[str, Any]
@@ -117,11 +129,15 @@ class SweepSpec:
         """Every configuration of a grid sweep as Optuna parameters (repeats not included)."""
         return sp.grid(self.space)
 
+    def identity(self) -> dict[str, Any]:
+        """What decides a sweep's results: every key but trials, workers, retries, timeouts,
+        placement and wording. A study resumes only from a YAML with the same identity."""
+        return {k: v for k, v in self.raw.items() if k not in RESUMABLE_KEYS}
+
     def fingerprint(self) -> str:
-        """A hash of what decides the results (not trials, workers or where the stores are)."""
-        keep = {k: v for k, v in self.raw.items() if k not in ("trials", "workers", "timeout_min",
-                                                                "description")}
-        return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()
+        """A hash of :meth:`identity`."""
+        text = json.dumps(self.identity(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
 
 
 def settings_of(spec: SweepSpec, sampled: dict[str, Any]) -> dict[str, Any]:
@@ -226,12 +242,21 @@ def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
         elif trials % top.repeats:
             problems.append(f"trials must be a multiple of repeats ({top.repeats}) so that every "
                             f"configuration gets all its seeds, got {trials}")
+    if top.gpus is not None and top.workers is not None and \
+            top.workers > max(1, len(top.gpus)) * top.workers_per_gpu:
+        problems.append(f"workers: {len(top.gpus)} GPUs x workers_per_gpu "
+                        f"{top.workers_per_gpu} give {len(top.gpus) * top.workers_per_gpu} slots, "
+                        f"got workers: {top.workers}; raise workers_per_gpu or lower workers")
     if problems:
         raise SpecError(*[f"{source}: {p}" for p in problems])
     return SweepSpec(name=top.name, description=top.description, objective=top.objective,
                      trials=trials, timeout_min=top.timeout_min, workers=top.workers,
                      seed=top.seed, repeats=top.repeats, sampler=top.sampler, pruner=top.pruner,
-                     train=fixed, space=space, raw=raw, source=source, warnings=tuple(warnings))
+                     retries=top.retries, trial_timeout_min=top.trial_timeout_min,
+                     keep_checkpoints=top.keep_checkpoints,
+                     gpus=tuple(top.gpus) if top.gpus is not None else None,
+                     workers_per_gpu=top.workers_per_gpu, train=fixed, space=space, raw=raw,
+                     source=source, warnings=tuple(warnings))
 
 
 def _pydantic_line(err: dict) -> str:

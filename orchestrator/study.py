@@ -6,6 +6,8 @@ SQLite storage has a single writer per machine; several ``sweep run`` processes 
 """
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import socket
 import warnings
@@ -34,6 +36,11 @@ OWNER = "sweep.owner"
 REASON = "sweep.fail_reason"
 GRID_DONE = "sweep.grid_enqueued"
 FINGERPRINT = "sweep.fingerprint"
+IDENTITY = "sweep.spec"
+RETRY_OF = "sweep.retry_of"
+RETRY_ROOT = "sweep.retry_root"
+WILL_RETRY = "sweep.will_retry"
+FAIL_KIND = "sweep.fail_kind"
 FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")
 
@@ -132,6 +139,8 @@ class PendingTrial:
     settings: dict[str, Any]
     repeat: int
     seed: int
+    retry_of: int | None = None  # the failed trial this one retries
+    root: int = 0  # the first attempt's number: its checkpoint folder is shared by the retries
 
     @property
     def number(self) -> int:
@@ -147,34 +156,49 @@ class SweepStudy:
         self.owner = Owner.me()
 
     @classmethod
-    def open(cls, spec: SweepSpec, storage_url: str) -> "SweepStudy":
+    def open(cls, spec: SweepSpec, storage_url: str, study_name: str | None = None,
+             new: bool = False) -> "SweepStudy":
         """Create the study (and enqueue a grid), or load it to resume.
+
+        Args:
+            study_name: default ``spec.name``.
+            new: start a fresh study named ``NAME-2``, ``NAME-3``... (the first free one).
 
         The sampler's seed is offset by the number of trials the study already holds, so that a
         resumed or a second concurrent ``sweep run`` does not redraw the same start-up trials.
+
+        Raises:
+            SweepError: the study exists but was started from a different sweep.
         """
         storage = open_storage(storage_url)
+        name = study_name or spec.name
+        if new:
+            taken = set(optuna.get_all_study_names(storage))
+            name = next(f"{name}-{i}" for i in itertools.count(2) if f"{name}-{i}" not in taken)
         direction = spec.objective.direction
         try:
-            study = optuna.create_study(study_name=spec.name, storage=storage, direction=direction,
+            study = optuna.create_study(study_name=name, storage=storage, direction=direction,
                                         sampler=make_sampler(spec), pruner=make_pruner(spec))
             created = True
         except optuna.exceptions.DuplicatedStudyError:
             created = False
-            existing = optuna.load_study(study_name=spec.name, storage=storage)
-            if existing.direction.name.lower() != direction:
-                raise SweepError(f"study {spec.name!r} in {mask(storage_url)} maximizes/minimizes "
-                                 f"differently ({existing.direction.name.lower()}); use another "
-                                 f"name") from None
+            existing = optuna.load_study(study_name=name, storage=storage)
+            _check_same_sweep(spec, name, existing)
             offset = len(existing.get_trials(deepcopy=False))
-            study = optuna.load_study(study_name=spec.name, storage=storage,
+            study = optuna.load_study(study_name=name, storage=storage,
                                       sampler=make_sampler(spec, offset), pruner=make_pruner(spec))
         self = cls(spec, study)
         if created:
             study.set_user_attr(FINGERPRINT, spec.fingerprint())
+            study.set_user_attr(IDENTITY, json.dumps(spec.identity(), sort_keys=True, default=str))
         if spec.is_grid and not study.user_attrs.get(GRID_DONE):
             self._enqueue_grid()
+        self._enqueue_lost_retries()
         return self
+
+    @property
+    def name(self) -> str:
+        return self.study.study_name
 
     def _enqueue_grid(self) -> None:
         present = {(_key(t.params or t.system_attrs.get("fixed_params", {})),
@@ -192,9 +216,15 @@ class SweepStudy:
         return self.study.get_trials(deepcopy=False, states=states)
 
     def counts(self) -> dict[str, int]:
+        """Trials by state; ``fail`` counts only failures for good (a FAIL whose retry is
+        queued does not), and ``finished`` is what the sweep's ``trials`` target counts."""
         out = {s.name.lower(): 0 for s in TrialState}
+        out["retried"] = 0
         for t in self.trials():
-            out[t.state.name.lower()] += 1
+            if t.state == TrialState.FAIL and t.user_attrs.get(WILL_RETRY):
+                out["retried"] += 1
+            else:
+                out[t.state.name.lower()] += 1
         out["finished"] = out["complete"] + out["pruned"] + out["fail"]
         return out
 
@@ -216,12 +246,15 @@ class SweepStudy:
         trial.set_user_attr(SEED, seed)
         trial.set_user_attr(OWNER, self.owner.as_dict())
         settings = {**settings_of(self.spec, sampled), "seed": seed}
-        return PendingTrial(trial, settings, repeat, seed)
+        return PendingTrial(trial, settings, repeat, seed,
+                            retry_of=trial.user_attrs.get(RETRY_OF),
+                            root=trial.user_attrs.get(RETRY_ROOT, trial.number))
 
-    def report(self, pending: PendingTrial, epoch: int, value: float) -> bool:
+    def report(self, pending: PendingTrial, epoch: int, value: float,
+               ask_pruner: bool = True) -> bool:
         """Report the objective at ``epoch``; True when the pruner says stop."""
         pending.trial.report(value, epoch)
-        return pending.trial.should_prune()
+        return ask_pruner and pending.trial.should_prune()
 
     def complete(self, pending: PendingTrial, curve: list[float]) -> float:
         value = self.objective_value(curve)
@@ -231,12 +264,50 @@ class SweepStudy:
     def prune(self, pending: PendingTrial) -> None:
         self.study.tell(pending.trial, state=TrialState.PRUNED)
 
-    def fail(self, trial: PendingTrial | optuna.trial.FrozenTrial, reason: str) -> None:
-        """Tell FAIL with ``reason`` (also for a RUNNING trial left by a dead process)."""
+    def fail(self, trial: PendingTrial | optuna.trial.FrozenTrial, reason: str, kind: str,
+             retry: bool) -> bool:
+        """Tell FAIL with ``reason``; if ``retry``, queue a new trial with the same parameters.
+
+        ``kind`` is ``crash``, ``interrupt`` or ``deterministic``. Works for a trial another
+        process left RUNNING too; only the caller whose RUNNING -> FAIL change succeeds queues the
+        retry. Returns whether this call failed the trial.
+        """
         t = trial.trial if isinstance(trial, PendingTrial) else trial
+        storage = self.study._storage
         # Optuna has no public call to set a user attr on a trial another process left RUNNING.
-        self.study._storage.set_trial_user_attr(t._trial_id, REASON, reason[-4000:])
-        self.study.tell(t.number, state=TrialState.FAIL)
+        attrs = {REASON: reason[-4000:], FAIL_KIND: kind}
+        if retry:
+            attrs[WILL_RETRY] = True
+        try:
+            for key, value in attrs.items():
+                storage.set_trial_user_attr(t._trial_id, key, value)
+            self.study.tell(t.number, state=TrialState.FAIL)
+        except (RuntimeError, ValueError):  # finished meanwhile by another process
+            return False
+        if retry:
+            self._enqueue_retry(self.trials()[t.number])
+        return True
+
+    def _enqueue_retry(self, failed: optuna.trial.FrozenTrial) -> None:
+        attrs = failed.user_attrs
+        self.study.enqueue_trial(failed.params, user_attrs={
+            REPEAT: attrs.get(REPEAT, 0), RETRY_OF: failed.number,
+            RETRY_ROOT: attrs.get(RETRY_ROOT, failed.number)})
+
+    def _enqueue_lost_retries(self) -> None:
+        """Queue the retry of a FAIL marked for retry whose process died before queueing it."""
+        trials = self.trials()
+        retried = {t.user_attrs.get(RETRY_OF) for t in trials}
+        for t in trials:
+            if t.state == TrialState.FAIL and t.user_attrs.get(WILL_RETRY) and \
+                    t.number not in retried:
+                self._enqueue_retry(t)
+
+    def crashes(self, root: int) -> int:
+        """How many attempts of the trial started as number ``root`` crashed."""
+        return sum(1 for t in self.trials(states=(TrialState.FAIL,))
+                   if t.user_attrs.get(RETRY_ROOT, t.number) == root
+                   and t.user_attrs.get(FAIL_KIND) == "crash")
 
     def set_attr(self, pending: PendingTrial, key: str, value: Any) -> None:
         pending.trial.set_user_attr(key, value)
@@ -259,6 +330,37 @@ class SweepStudy:
         done = [t for t in self.trials(states=(TrialState.COMPLETE,)) if t.value is not None]
         sign = -1 if self.spec.objective.direction == "maximize" else 1
         return sorted(done, key=lambda t: (sign * t.value, t.number))[:n]
+
+
+def _check_same_sweep(spec: SweepSpec, name: str, study: optuna.Study) -> None:
+    if study.direction.name.lower() != spec.objective.direction:
+        raise SweepError(f"{spec.source}: study {name!r} was started to "
+                         f"{study.direction.name.lower()}, not {spec.objective.direction}; "
+                         f"rerun with --new to start a fresh study")
+    stored = study.user_attrs.get(IDENTITY)
+    if stored is None or study.user_attrs.get(FINGERPRINT) == spec.fingerprint():
+        return
+    before = json.loads(stored)
+    now = json.loads(json.dumps(spec.identity(), sort_keys=True, default=str))
+    changes = _diff(before, now)
+    raise SweepError(f"{spec.source}: study {name!r} was started from a different sweep "
+                     f"({'; '.join(changes[:4])}); restore the file, or rerun with --new to "
+                     f"start a fresh study")
+
+
+def _diff(before: Any, now: Any, path: str = "") -> list[str]:
+    if isinstance(before, dict) and isinstance(now, dict):
+        out = []
+        for key in list(before) + [k for k in now if k not in before]:
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in now:
+                out.append(f"{sub} was {before[key]!r}, now unset")
+            elif key not in before:
+                out.append(f"{sub} was unset, now {now[key]!r}")
+            else:
+                out += _diff(before[key], now[key], sub)
+        return out
+    return [] if before == now else [f"{path} was {before!r}, now {now!r}"]
 
 
 def _key(params: dict[str, Any]) -> tuple:

@@ -42,6 +42,7 @@ def main(fd: int, threads: int) -> int:
 
     torch.set_num_threads(threads)
     from trainers import SettingsError, TrainingDiverged, TrainSettings, train
+    from trainers.checkpoint import CheckpointError
 
     conn.send({"op": "ready", "pid": os.getpid(), "torch_version": torch.__version__,
                "torch_threads": torch.get_num_threads(),
@@ -54,19 +55,20 @@ def main(fd: int, threads: int) -> int:
             return 0
         if msg["op"] == "stop":
             return 0
-        conn.send(run_trial(conn, msg, train, TrainSettings, (SettingsError, TrainingDiverged)))
+        conn.send(run_trial(conn, msg, train, TrainSettings,
+                            (SettingsError, TrainingDiverged, CheckpointError)))
 
 
 def run_trial(conn: Connection, msg: dict, train, settings_cls, deterministic_errors) -> dict:
     """Train one trial, streaming each epoch to the parent; return the final message."""
     def on_epoch_end(report) -> bool:
         conn.send({"op": "epoch", "epoch": report.epoch, "metrics": report.metrics,
-                   "lr_steps": report.lr_steps})
+                   "lr_steps": report.lr_steps, "resumed": report.resumed})
         return conn.recv()["stop"]
 
     try:
         settings = settings_cls.from_dict(msg["settings"])
-        result = train(settings, on_epoch_end=on_epoch_end)
+        result = train(settings, on_epoch_end=on_epoch_end, checkpoint_dir=msg["checkpoint_dir"])
     except deterministic_errors as e:
         return {"op": "done", "state": "failed", "reason": f"{type(e).__name__}: {e}",
                 "retryable": False}
@@ -74,12 +76,13 @@ def run_trial(conn: Connection, msg: dict, train, settings_cls, deterministic_er
         raise
     except Exception as e:  # a bug in user or trainer code must end the trial, not the worker
         tb = traceback.format_exc(limit=-8)
-        retryable = not isinstance(e, MemoryError) and "out of memory" not in str(e)
+        # the same code, settings and seed raise again; only I/O trouble may pass
+        retryable = isinstance(e, OSError)
         return {"op": "done", "state": "failed", "reason": f"{type(e).__name__}: {e}\n{tb}",
                 "retryable": retryable}
     return {"op": "done", "state": "pruned" if result.stopped else "complete",
             "epochs": result.epochs_run, "train_seconds": result.train_seconds,
-            "device": result.device}
+            "device": result.device, "resumed_from": result.resumed_from}
 
 
 if __name__ == "__main__":

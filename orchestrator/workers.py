@@ -18,6 +18,8 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from .errors import SweepError
+
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
@@ -58,15 +60,24 @@ class Slot:
     threads: int
 
 
-def plan_slots(workers: int | None, gpus: list[str] | None = None,
-               cores: int | None = None) -> list[Slot]:
-    """One slot per worker. Default count: one per GPU, else one per core (each worker then
-    runs single-threaded, which beat one worker with every thread on the shared benchmark work)."""
-    gpus = visible_gpus() if gpus is None else gpus
+def plan_slots(workers: int | None, gpus: list[str] | None = None, cores: int | None = None,
+               workers_per_gpu: int = 1) -> list[Slot]:
+    """One slot per worker, each GPU taking up to ``workers_per_gpu`` of them, spread evenly.
+
+    Default count: ``workers_per_gpu`` per GPU; without GPUs one per core (each worker then runs
+    single-threaded, which beat one worker with every thread on the shared benchmark work).
+    ``gpus`` overrides the GPUs found (``CUDA_VISIBLE_DEVICES``, else nvidia-smi).
+    """
+    gpus = visible_gpus() if gpus is None else [str(g) for g in gpus]
     cores = cpu_count() if cores is None else cores
-    n = workers or (len(gpus) if gpus else cores)
+    places = [g for _ in range(workers_per_gpu) for g in gpus]  # gpu0, gpu1, gpu0, gpu1...
+    n = workers or (len(places) if places else cores)
+    if places and n > len(places):
+        raise SweepError(f"workers: {len(gpus)} GPUs x workers_per_gpu {workers_per_gpu} give "
+                         f"{len(places)} slots, got {n} workers; raise workers_per_gpu or lower "
+                         f"workers")
     threads = max(1, cores // n)
-    return [Slot(i, gpus[i % len(gpus)] if gpus else None, threads) for i in range(n)]
+    return [Slot(i, places[i % len(places)] if places else None, threads) for i in range(n)]
 
 
 @dataclass
@@ -77,7 +88,7 @@ class Worker:
     log_path: Path
     ready: bool = False
     info: dict[str, Any] = field(default_factory=dict)
-    busy_since: float | None = None
+    kill_reason: str | None = None  # set when the runner kills it (a trial past its timeout)
 
     @property
     def alive(self) -> bool:
@@ -105,6 +116,8 @@ class Worker:
                 how = f"killed by signal {-code}"
         else:
             how = f"exited with code {code}"
+        if self.kill_reason:
+            how += f" ({self.kill_reason})"
         tail = tail_lines(self.log_path, lines)
         return f"worker {self.slot.index} (pid {self.proc.pid}) {how}" + (
             f"; last output:\n{tail}" if tail else "")
@@ -180,6 +193,12 @@ class WorkerPool:
         for w in self.workers:
             if not w.conn.closed:
                 w.conn.close()
+
+    def kill_one(self, worker: Worker, reason: str) -> None:
+        """SIGKILL one worker; its closed pipe then reports it dead, with ``reason``."""
+        worker.kill_reason = reason
+        if worker.alive:
+            worker.proc.kill()
 
     def kill(self) -> None:
         """End every worker now (an interrupt: running trials are abandoned)."""

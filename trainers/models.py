@@ -1,6 +1,8 @@
 """Models by name: each builder takes ``num_classes`` and ``in_channels`` and the input's size."""
 from __future__ import annotations
 
+import importlib
+
 from torch import nn
 
 
@@ -30,4 +32,12 @@ MODELS = {"small_cnn": small_cnn, "mlp": mlp}
 
 def build_model(name: str, num_classes: int, in_channels: int,
                 image_size: tuple[int, int]) -> nn.Module:
-    return MODELS[name](num_classes, in_channels, image_size)
+    """A model by name, or ``module:function`` called with ``num_classes`` and ``in_channels``."""
+    if name in MODELS:
+        return MODELS[name](num_classes, in_channels, image_size)
+    module, _, function = name.partition(":")
+    model = getattr(importlib.import_module(module), function)(num_classes=num_classes,
+                                                               in_channels=in_channels)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model {name} returned {type(model).__name__}, not a torch.nn.Module")
+    return model

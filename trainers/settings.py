@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +34,14 @@ class SettingsError(ValueError):
         super().__init__(f"{field_name} {fix}, got {value!r}")
 
 
-def _knob(default, help: str, *, choices=None, fixed_only: bool = False, unit: str = ""):
+USER_CODE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # module.path:function
+
+
+def _knob(default, help: str, *, choices=None, fixed_only: bool = False, unit: str = "",
+          user_code: bool = False):
     return field(default=default, metadata={"help": help, "choices": choices,
-                                            "fixed_only": fixed_only, "unit": unit})
+                                            "fixed_only": fixed_only, "unit": unit,
+                                            "user_code": user_code})
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,8 @@ class TrainSettings:
     """All settings of one training run. Every field has a default; see ``help`` in its metadata."""
 
     dataset: str = _knob("digits", "dataset name", choices=DATASETS)
-    model: str = _knob("small_cnn", "model name", choices=MODELS)
+    model: str = _knob("small_cnn", "model name, or module:function(num_classes, in_channels)",
+                       choices=MODELS, user_code=True)
     epochs: int = _knob(10, "passes over the training set", unit="epochs")
     batch_size: int = _knob(64, "samples per optimizer step", unit="samples")
     optimizer: str = _knob("adam", "optimizer", choices=OPTIMIZERS)
@@ -140,7 +147,10 @@ def _check_type(f: dataclasses.Field, value: Any) -> None:
         raise SettingsError(f.name, value, f"must be {'null or ' if optional else ''}{base}")
     choices = f.metadata.get("choices")
     if choices is not None and value not in choices:
-        raise SettingsError(f.name, value, f"must be one of {', '.join(choices)}")
+        if f.metadata.get("user_code") and USER_CODE.match(value):
+            return
+        also = " or module:function" if f.metadata.get("user_code") else ""
+        raise SettingsError(f.name, value, f"must be one of {', '.join(choices)}{also}")
 
 
 def setting_fields() -> dict[str, dataclasses.Field]:

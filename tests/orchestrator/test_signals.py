@@ -85,8 +85,10 @@ def test_sigint_stops_the_sweep_within_seconds_and_leaves_nothing_running(stores
             (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z")
 
 
-def test_a_killed_worker_fails_its_trial_with_the_signal_and_the_sweep_goes_on(stores, write_spec):
-    spec = long_spec(workers=1)
+def run_and_kill_the_worker(stores, write_spec, **overrides):
+    """Run a 2-trial grid on one worker, SIGKILL the worker during trial 0; return
+    (returncode, killed run id, worker pid, stderr)."""
+    spec = long_spec(workers=1, **overrides)
     del spec["trials"]
     spec["train"]["epochs"] = 12
     proc = start(write_spec(spec), stores.dir)
@@ -94,17 +96,45 @@ def test_a_killed_worker_fails_its_trial_with_the_signal_and_the_sweep_goes_on(s
         run_id = wait_for_epoch(stores, "tiny", proc)
         (worker,) = worker_pids(proc.pid)
         os.kill(worker, signal.SIGKILL)
-        out, err = proc.communicate(timeout=180)
+        _, err = proc.communicate(timeout=180)
     finally:
         proc.kill()
-    assert proc.returncode == 1, err  # finished, with a failed trial
-    trials = stores.study("tiny").trials
-    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
-    assert "killed by SIGKILL" in trials[0].user_attrs["sweep.fail_reason"]
+    return proc.returncode, run_id, worker, err
+
+
+def test_a_killed_worker_fails_its_trial_and_the_retry_resumes_from_its_checkpoint(
+        stores, write_spec):
+    code, run_id, worker, err = run_and_kill_the_worker(stores, write_spec)
+    assert code == 0, err  # the retry finished: nothing failed for good
+    killed, other, retry = stores.study("tiny").trials
+    assert (killed.state.name, other.state.name, retry.state.name) == \
+        ("FAIL", "COMPLETE", "COMPLETE")
+    assert f"(pid {worker}) killed by SIGKILL" in killed.user_attrs["sweep.fail_reason"]
+    assert retry.user_attrs["sweep.retry_of"] == 0 and retry.params == killed.params
+    # the curve continues: the killed attempt's epochs, then the rest, no gap and no restart
+    assert sorted(retry.intermediate_values) == list(range(1, 13))
+    done = sorted(killed.intermediate_values)
+    assert done and all(retry.intermediate_values[e] == killed.intermediate_values[e]
+                        for e in done)
+    client = stores.client()
+    assert client.get_run(run_id).info.status == "FAILED"
+    retry_run = client.get_run(retry.user_attrs["sweep.mlflow_run_id"])
+    assert retry_run.data.tags["sweep.retry_of"] == "0"
+    resumed_from = int(retry_run.data.tags["sweep.resumed_from_epoch"])
+    assert resumed_from >= len(done) - 1 and resumed_from > 0
+    assert [m.step for m in client.get_metric_history(retry_run.info.run_id, "val_acc")] == \
+        list(range(1, 13))
+    assert all(r.info.status != "RUNNING" for r in stores.runs("tiny"))
+    assert not any((stores.dir / ".sweep" / "tiny" / "checkpoints").glob("trial-*"))
+
+
+def test_without_retries_a_killed_worker_fails_its_trial_for_good(stores, write_spec):
+    code, run_id, worker, err = run_and_kill_the_worker(stores, write_spec, retries=0)
+    assert code == 1, err
+    assert [t.state.name for t in stores.study("tiny").trials] == ["FAIL", "COMPLETE"]
     killed = stores.client().get_run(run_id)
     assert killed.info.status == "FAILED"
     assert f"(pid {worker}) killed by SIGKILL" in killed.data.tags["sweep.fail_reason"]
-    assert all(r.info.status != "RUNNING" for r in stores.runs("tiny"))
 
 
 def test_timeout_stops_launching_and_lets_running_trials_finish(cli, stores, write_spec):
