@@ -9,7 +9,10 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import socket
+import sys
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +21,7 @@ from urllib.parse import urlsplit
 
 import optuna
 from optuna.storages import JournalStorage, RDBStorage
-from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import TrialState
 
 from . import paths
@@ -66,7 +69,59 @@ def open_storage(url: str):
                          f"path (journal), sqlite:///FILE, postgresql://... or mysql://...")
     if not path.parent.is_dir():
         raise SweepError(f"--storage {url}: folder {path.parent} does not exist; create it first")
+    repair_journal(path)
     return JournalStorage(JournalFileBackend(str(path)))
+
+
+def repair_journal(path: Path) -> Path | None:
+    """Cut a torn tail (a kill or a full disk during a write) off an Optuna journal file.
+
+    Optuna skips a torn last line when reading, but the next write would be appended to it and
+    corrupt the file for good. The damaged file is kept as ``PATH.damaged-<time>`` first.
+    Returns the backup's path, or None when the file was whole.
+
+    Raises:
+        SweepError: the damage is not at the end (lines after it would be lost).
+    """
+    if not path.exists():
+        return None
+    lock = JournalFileSymlinkLock(str(path))  # the lock Optuna's own writers take
+    lock.acquire()
+    try:
+        return _cut_torn_tail(path)
+    finally:
+        lock.release()
+
+
+def _cut_torn_tail(path: Path) -> Path | None:
+    data = path.read_bytes()
+    good = 0
+    for line in data.splitlines(keepends=True):
+        if not line.endswith(b"\n") or not _is_json(line):
+            break
+        good += len(line)
+    if good == len(data):
+        return None
+    rest = data[good:].split(b"\n", 1)
+    if len(rest) > 1 and rest[1].strip():
+        raise SweepError(f"{path}: the Optuna journal is damaged at byte {good} with entries "
+                         f"after it; restore it from a backup or start a fresh sweep with "
+                         f"--storage NEW_FILE")
+    backup = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+    shutil.copy2(path, backup)
+    with open(path, "r+b") as f:
+        f.truncate(good)
+    sys.stderr.write(f"sweep: warning: {path}: cut a torn last entry ({len(data) - good} bytes) "
+                     f"off the Optuna journal; the damaged file is kept as {backup.name}\n")
+    return backup
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+        return True
+    except ValueError:
+        return False
 
 
 def mask(url: str) -> str:

@@ -65,3 +65,52 @@ def test_passwords_are_masked():
 def test_bad_storage_urls_are_one_line(url, expected):
     with pytest.raises(SweepError, match=expected):
         open_storage(url)
+
+
+def _journal_with_trials(tmp_path, n=2):
+    spec = validate(tiny_spec(trials=n))
+    path = tmp_path / "j.journal"
+    study = SweepStudy.open(spec, str(path))
+    for _ in range(n):
+        pending = study.next_trial()
+        study.complete(pending, [0.5])
+    return spec, path
+
+
+def test_a_torn_last_journal_line_is_cut_and_kept_aside(tmp_path, capsys):
+    spec, path = _journal_with_trials(tmp_path)
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"op_code": 5, "worker_id": "torn-write')  # a write cut short
+    study = SweepStudy.open(spec, str(path))
+    assert [t.state.name for t in study.trials()] == ["COMPLETE", "COMPLETE"]
+    repaired = path.read_bytes()
+    assert repaired.startswith(whole) and b'torn-write' not in repaired
+    (backup,) = tmp_path.glob("j.journal.damaged-*")
+    assert backup.read_bytes().endswith(b'torn-write')
+    assert "cut a torn last entry" in capsys.readouterr().err
+    study.complete(study.next_trial(), [0.7])  # and the journal takes new entries again
+    assert len(SweepStudy.open(spec, str(path)).trials()) == 3
+
+
+def test_damage_in_the_middle_of_the_journal_is_refused(tmp_path):
+    spec, path = _journal_with_trials(tmp_path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:2] + [b"garbage\n"] + lines[2:]))
+    with pytest.raises(SweepError, match="damaged at byte .* with entries after it"):
+        SweepStudy.open(spec, str(path))
+
+
+def test_a_changed_sweep_is_refused_naming_the_change(tmp_path):
+    spec, path = _journal_with_trials(tmp_path)
+    changed = validate(tiny_spec(train={"dataset": "digits", "model": "small_cnn", "epochs": 5}))
+    with pytest.raises(SweepError, match=r"train\.epochs was 2, now 5.*--new"):
+        SweepStudy.open(changed, str(path))
+    more = validate(tiny_spec(trials=10, workers=1, retries=3, description="more"))
+    assert SweepStudy.open(more, str(path)).name == "tiny"  # what may change, may
+
+
+def test_new_starts_a_fresh_numbered_study(tmp_path):
+    spec, path = _journal_with_trials(tmp_path)
+    fresh = SweepStudy.open(spec, str(path), new=True)
+    assert fresh.name == "tiny-2" and fresh.trials() == []
+    assert SweepStudy.open(spec, str(path), new=True).name == "tiny-3"
