@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 
 
 class SweepError(Exception):
@@ -20,3 +21,9 @@ def did_you_mean(name: str, known) -> str:
     """' (did you mean `x`?)' for the closest known name, or '' when none is close."""
     close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.6)
     return f" (did you mean `{close[0]}`?)" if close else ""
+
+
+def key_text(key) -> str:
+    """A YAML key as it should appear in a message: plain if it is a plain name, else quoted."""
+    text = str(key)
+    return text if re.fullmatch(r"[\w.\-]+", text) else repr(key)

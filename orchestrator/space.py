@@ -14,7 +14,7 @@ from typing import Any, Iterator, Union
 
 from trainers import SettingsError, TrainSettings, setting_fields, setting_kind
 
-from .errors import did_you_mean
+from .errors import did_you_mean, key_text
 
 RANGE_KEYS = ("low", "high", "log", "step", "type")
 SCALARS = (str, int, float, bool, type(None))
@@ -76,7 +76,7 @@ def parse_space(mapping: Any, where: str, problems: list[str], prefix: str = "",
     fields = setting_fields()
     nodes = []
     for setting, value in mapping.items():
-        path = f"{where}.{setting}"
+        path = f"{where}.{key_text(setting)}"
         if setting not in fields:
             problems.append(f"{path} is not a trainer setting{did_you_mean(setting, fields)}")
             continue
@@ -117,8 +117,9 @@ def _parse_node(setting: str, value: Any, path: str, name: str, problems: list[s
 def _parse_range(setting, value, path, name, problems):
     for key in value:
         if key not in RANGE_KEYS:
-            problems.append(f"{path}.{key} is not a range key{did_you_mean(key, RANGE_KEYS)}; "
-                            f"a range takes {', '.join(RANGE_KEYS)}")
+            problems.append(f"{path}.{key_text(key)} is not a range key"
+                            f"{did_you_mean(key, RANGE_KEYS)}; a range takes "
+                            f"{', '.join(RANGE_KEYS)}")
             return None
     for key in ("low", "high"):
         if key not in value:
@@ -171,8 +172,8 @@ def _parse_options(setting, value, path, name, problems):
     options = []
     for option, sub in value.items():
         if option not in choices:
-            problems.append(f"{path}.{option} is not a {setting}{did_you_mean(option, choices)}; "
-                            f"known: {', '.join(choices)}")
+            problems.append(f"{path}.{key_text(option)} is not a {setting}"
+                            f"{did_you_mean(option, choices)}; known: {', '.join(choices)}")
             continue
         options.append((option, parse_space(sub or {}, f"{path}.{option}", problems,
                                             prefix=f"{option}.", parent=setting)))

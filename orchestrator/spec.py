@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from trainers import EPOCH_METRICS, SettingsError, TrainSettings, setting_fields
 
 from . import space as sp
-from .errors import SpecError, did_you_mean
+from .errors import SpecError, did_you_mean, key_text
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp", "qmc")
 NUMERIC_ONLY_SAMPLERS = ("cmaes", "gp", "qmc")
@@ -205,7 +205,8 @@ def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
     try:
         top = _TopLevel.model_validate(raw)
     except ValidationError as e:
-        raise SpecError(*[f"{source}: {_pydantic_line(err)}" for err in e.errors()]) from None
+        raise SpecError(*[f"{source}: {_one_line(_pydantic_line(err))}"
+                          for err in e.errors()]) from None
 
     fixed = _check_train(top.train, problems)
     space = sp.parse_space(top.space, "space", problems)
@@ -248,7 +249,7 @@ def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
                         f"{top.workers_per_gpu} give {len(top.gpus) * top.workers_per_gpu} slots, "
                         f"got workers: {top.workers}; raise workers_per_gpu or lower workers")
     if problems:
-        raise SpecError(*[f"{source}: {p}" for p in problems])
+        raise SpecError(*[f"{source}: {_one_line(p)}" for p in problems])
     return SweepSpec(name=top.name, description=top.description, objective=top.objective,
                      trials=trials, timeout_min=top.timeout_min, workers=top.workers,
                      seed=top.seed, repeats=top.repeats, sampler=top.sampler, pruner=top.pruner,
@@ -259,8 +260,14 @@ def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
                      source=source, warnings=tuple(warnings))
 
 
+def _one_line(text: str, limit: int = 400) -> str:
+    """Messages quote user values: keep each on one line and of readable length."""
+    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _pydantic_line(err: dict) -> str:
-    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    loc = ".".join(key_text(p) for p in err["loc"]) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
         parent = err["loc"][:-1]
@@ -292,7 +299,8 @@ def _check_train(train: dict, problems: list[str]) -> dict[str, Any]:
     fixed = {}
     for key, value in train.items():
         if key not in fields:
-            problems.append(f"train.{key} is not a trainer setting{did_you_mean(key, fields)}")
+            problems.append(f"train.{key_text(key)} is not a trainer setting"
+                            f"{did_you_mean(key, fields)}")
         elif key == "seed":
             problems.append("train.seed: trial seeds come from the top-level `seed` (plus the "
                             "repeat index); move it there")

@@ -1,0 +1,193 @@
+"""Fault injection with real processes: trials that raise, abort or hang, an interrupted sweep
+run again, a `kill -9` of the CLI, many workers on one fresh store, GPU slots."""
+import signal
+import time
+from collections import Counter
+
+from tests.conftest import run_cli, tiny_spec
+from tests.orchestrator.test_signals import start, wait_for_epoch, worker_pids
+
+FAULTY = '''
+import os
+import time
+
+from torch import nn
+
+
+class Faulty(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(1, 1)  # the optimizer needs a parameter
+
+
+class Raises(Faulty):
+    def forward(self, x):
+        raise RuntimeError("boom in forward")
+
+
+class Aborts(Faulty):
+    def forward(self, x):
+        os.abort()
+
+
+class Hangs(Faulty):
+    def forward(self, x):
+        time.sleep(3600)
+
+
+def raises(num_classes, in_channels):
+    return Raises()
+
+
+def aborts(num_classes, in_channels):
+    return Aborts()
+
+
+def hangs(num_classes, in_channels):
+    return Hangs()
+'''
+
+
+def test_each_kind_of_failure_ends_in_its_state_and_the_others_finish(cli, stores, write_spec):
+    (stores.dir / "faulty.py").write_text(FAULTY)  # importable: workers run in this folder
+    spec = tiny_spec(sampler={"name": "grid"}, workers=2, retries=1, trial_timeout_min=0.1,
+                     train={"dataset": "digits", "epochs": 2},
+                     space={"model": ["faulty:raises", "faulty:aborts", "faulty:hangs",
+                                      "small_cnn"]})
+    del spec["trials"]
+    out = cli(write_spec(spec), timeout=240)
+    assert out.returncode == 1, out.stderr  # finished, with trials failed for good
+    by_model = {}
+    for t in stores.study("tiny").trials:
+        by_model.setdefault(t.params["model"], []).append(t)
+    raised, aborted, hung, fine = (by_model[m] for m in
+                                   ("faulty:raises", "faulty:aborts", "faulty:hangs", "small_cnn"))
+    # a Python exception is deterministic: failed once, not retried
+    assert [t.state.name for t in raised] == ["FAIL"]
+    assert "RuntimeError: boom in forward" in raised[0].user_attrs["sweep.fail_reason"]
+    # a crash (SIGABRT) and a hang past its timeout are retried once, then fail for good
+    for trials, reason in ((aborted, "killed by SIGABRT"), (hung, "trial_timeout_min (0.1 min)")):
+        assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+        assert all(reason in t.user_attrs["sweep.fail_reason"] for t in trials)
+        assert trials[1].user_attrs["sweep.retry_of"] == trials[0].number
+    assert [t.state.name for t in fine] == ["COMPLETE"]
+    runs = stores.runs("tiny", "trial")
+    assert Counter(r.info.status for r in runs) == {"FAILED": 5, "FINISHED": 1}
+    assert all(r.data.tags.get("sweep.fail_reason") for r in runs if r.info.status == "FAILED")
+
+
+def test_an_interrupted_sweep_run_again_finishes_like_an_uninterrupted_one(stores, write_spec):
+    spec = tiny_spec(sampler={"name": "grid"}, workers=2,
+                     train={"dataset": "digits", "epochs": 15, "batch_size": 32},
+                     space={"lr": [1e-3, 2e-3, 3e-3]})
+    del spec["trials"]
+    path = write_spec(spec)
+    proc = start(path, stores.dir)
+    try:
+        wait_for_epoch(stores, "tiny", proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    again = run_cli("run", str(path), cwd=stores.dir)
+    assert again.returncode == 0, again.stderr
+    trials = stores.study("tiny").trials
+    assert [t.number for t in trials] == list(range(len(trials)))
+    complete = [t for t in trials if t.state.name == "COMPLETE"]
+    assert sorted(t.params["lr"] for t in complete) == [1e-3, 2e-3, 3e-3]
+    failed = [t for t in trials if t.state.name == "FAIL"]
+    assert failed and all(t.user_attrs["sweep.fail_kind"] == "interrupt" for t in failed)
+    retries = {t.user_attrs.get("sweep.retry_of"): t for t in trials}
+    for t in failed:  # each interrupted attempt is linked to the retry that resumed it
+        assert retries[t.number].params == t.params
+    assert len(stores.runs("tiny", "parent")) == 1
+    assert stores.runs("tiny", "parent")[0].info.status == "FINISHED"
+    assert all(r.info.status != "RUNNING" for r in stores.runs("tiny"))
+
+
+def test_kill_9_of_the_cli_takes_its_workers_along_and_a_rerun_recovers(stores, write_spec):
+    spec = tiny_spec(sampler={"name": "grid"}, workers=2,
+                     train={"dataset": "digits", "epochs": 15, "batch_size": 32},
+                     space={"lr": [1e-3, 2e-3]})
+    del spec["trials"]
+    path = write_spec(spec)
+    proc = start(path, stores.dir)
+    try:
+        wait_for_epoch(stores, "tiny", proc)
+        workers = worker_pids(proc.pid)
+        assert len(workers) == 2
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in workers)  # no orphan keeps training
+    finally:
+        proc.kill()
+    assert any(t.state.name == "RUNNING" for t in stores.study("tiny").trials)
+    again = run_cli("run", str(path), cwd=stores.dir)
+    assert again.returncode == 0, again.stderr
+    trials = stores.study("tiny").trials
+    orphans = [t for t in trials if t.state.name == "FAIL"]
+    assert orphans and all("sweep run process that owned it" in t.user_attrs["sweep.fail_reason"]
+                           for t in orphans)
+    assert sorted(t.params["lr"] for t in trials if t.state.name == "COMPLETE") == [1e-3, 2e-3]
+    assert all(r.info.status != "RUNNING" for r in stores.runs("tiny"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_eight_workers_on_one_fresh_store(cli, stores, write_spec):
+    spec = tiny_spec(trials=16, workers=8, train={"dataset": "digits", "epochs": 1})
+    out = cli(write_spec(spec), timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "locked" not in out.stderr.lower()
+    trials = stores.study("tiny").trials
+    assert [t.number for t in trials] == list(range(16))
+    assert all(t.state.name == "COMPLETE" for t in trials)
+    runs = stores.runs("tiny", "trial")
+    assert sorted(int(r.data.tags["sweep.trial_number"]) for r in runs) == list(range(16))
+    assert len({r.data.tags["sweep.worker"] for r in runs}) > 1
+
+
+def _max_overlap(intervals) -> int:
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals],
+                    key=lambda x: (x[0], x[1]))
+    now = peak = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def test_gpu_slots_pin_each_trial_to_one_device(stores, write_spec):
+    spec = tiny_spec(trials=8, workers_per_gpu=2, train={"dataset": "digits", "epochs": 2})
+    del spec["workers"]  # default: workers_per_gpu on each GPU
+    out = run_cli("run", str(write_spec(spec)), "--gpus", "0,1", cwd=stores.dir)
+    assert out.returncode == 0, out.stderr
+    runs = stores.runs("tiny", "trial")
+    assert len(runs) == 8
+    by_gpu, by_worker = {}, {}
+    for r in runs:
+        span = (r.info.start_time, r.info.end_time)
+        by_gpu.setdefault(r.data.tags["sweep.cuda_visible_devices"], []).append(span)
+        by_worker.setdefault(r.data.tags["sweep.worker"], []).append(span)
+    assert set(by_gpu) == {"0", "1"}
+    assert len(by_worker) == 4
+    assert all(_max_overlap(spans) <= 2 for spans in by_gpu.values())
+    assert all(_max_overlap(spans) == 1 for spans in by_worker.values())
+
+
+def test_more_workers_than_gpu_slots_is_refused(stores, write_spec):
+    out = run_cli("run", str(write_spec(tiny_spec(workers=3))), "--gpus", "0", cwd=stores.dir)
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("sweep: workers: 1 GPUs x workers_per_gpu 1 give 1 slots, "
+                                  "got 3 workers; raise workers_per_gpu or lower workers")
+    assert not (stores.dir / "mlflow.db").exists()
