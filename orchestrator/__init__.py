@@ -1,5 +1,9 @@
 """The sweep orchestrator: YAML spec -> Optuna study -> training workers -> MLflow."""
-from .errors import SpecError, SweepError
-from .spec import SweepSpec, load_spec
+import os
+
+# Offline by default: MLflow 3 sends usage telemetry unless told not to (a user's own setting wins).
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+from .errors import SpecError, SweepError  # noqa: E402
+from .spec import SweepSpec, load_spec  # noqa: E402
 
 __all__ = ["SpecError", "SweepError", "SweepSpec", "load_spec"]

@@ -22,6 +22,9 @@ from .tracking import Tracker, default_tracking_uri, environment_tags
 from .workers import Worker, WorkerPool, plan_slots
 
 EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED = 0, 1, 130
+# Epochs reach MLflow at least this often (and at every trial's end): one call per flush, not per
+# epoch, keeps this process's share of the CPU small when epochs take a fraction of a second.
+FLUSH_SECONDS = 1.0
 
 
 @dataclass
@@ -32,6 +35,8 @@ class Active:
     run_id: str
     started: float
     curve: list[float] = field(default_factory=list)
+    unlogged: list[tuple[int, dict, list]] = field(default_factory=list)
+    flushed: float = 0.0
 
 
 @dataclass
@@ -130,6 +135,7 @@ class _Loop:
         self.checkpoints = paths.work_dir(tracking_uri, self.study.name) / "checkpoints"
         self.active: dict[int, Active] = {}  # by worker slot index
         self.failed_starts = 0
+        self._shown = 0.0
         self.best_value: float | None = None
         self._recover_orphans()
         if self.resumed:
@@ -168,6 +174,7 @@ class _Loop:
                 self._handle(worker, msg)
             self._enforce_trial_timeout()
             self._show(started)
+        self._show(started, force=True)
         self.tracker.end_parent(self.parent_id, "FINISHED")
         return self._outcome(started, interrupted=False)
 
@@ -246,10 +253,19 @@ class _Loop:
             stop = self.study.report(active.pending, msg["epoch"], value,
                                      ask_pruner=not msg["resumed"])
         worker.send({"stop": bool(stop)})  # answer first: the worker trains while we log
-        self.tracker.log_epoch(active.run_id, msg["epoch"], msg["metrics"], msg["lr_steps"])
+        active.unlogged.append((msg["epoch"], msg["metrics"], msg["lr_steps"]))
+        if time.monotonic() - active.flushed >= FLUSH_SECONDS:
+            self._flush(active)
+
+    def _flush(self, active: Active) -> None:
+        if active.unlogged:
+            self.tracker.log_epochs(active.run_id, active.unlogged)
+            active.unlogged = []
+        active.flushed = time.monotonic()
 
     def _done_trial(self, worker: Worker, msg: dict) -> None:
         active = self.active.pop(worker.slot.index)
+        self._flush(active)
         state = msg["state"]
         metrics = {"train_seconds": msg["train_seconds"]} if "train_seconds" in msg else {}
         tags = {"sweep.resumed_from_epoch": str(msg.get("resumed_from", 0))}
@@ -276,6 +292,7 @@ class _Loop:
         """Fail a trial in both stores; queue its retry when it crashed (within ``retries``) or
         was interrupted, else drop its checkpoint."""
         pending = active.pending
+        self._flush(active)
         retry = kind == "interrupt" or (
             kind == "crash" and self.study.crashes(pending.root) < self.spec.retries)
         self.study.fail(pending, reason, kind, retry)
@@ -356,9 +373,10 @@ class _Loop:
         return Outcome(code, counts, best, self.experiment_id, self.parent_id, self.tracking_uri,
                        self.storage, time.monotonic() - started)
 
-    def _show(self, started: float) -> None:
-        if self.progress is None:
+    def _show(self, started: float, force: bool = False) -> None:
+        if self.progress is None or (not force and time.monotonic() - self._shown < 0.25):
             return
+        self._shown = time.monotonic()
         best = self.study.best(1)
         self.progress.update({
             "counts": self.study.counts(), "total": self.spec.trials,

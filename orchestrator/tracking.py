@@ -152,13 +152,15 @@ class Tracker:
         self.client.log_text(run_id, yaml.safe_dump(settings, sort_keys=False), "settings.yaml")
         return run_id
 
-    def log_epoch(self, run_id: str, epoch: int, metrics: dict[str, float],
-                  lr_steps: list[tuple[int, float]]) -> None:
-        """The epoch's metrics (step = epoch) and the lr of each optimizer step (step = global
-        step), in one call (more only past MLflow's 1000-metric limit)."""
+    def log_epochs(self, run_id: str, epochs: list[tuple[int, dict[str, float], list]]) -> None:
+        """Epochs' metrics (step = epoch) and the lr of each optimizer step (step = global step),
+        given as ``(epoch, metrics, lr_steps)``, in one call (more only past MLflow's
+        1000-metric limit)."""
         ts = _now_ms()
-        batch = [Metric(k, float(v), ts, epoch) for k, v in metrics.items()]
-        batch += [Metric("lr", float(lr), ts, step) for step, lr in lr_steps]
+        batch = []
+        for epoch, metrics, lr_steps in epochs:
+            batch += [Metric(k, float(v), ts, epoch) for k, v in metrics.items()]
+            batch += [Metric("lr", float(lr), ts, step) for step, lr in lr_steps]
         for i in range(0, len(batch), MAX_BATCH):
             self.client.log_batch(run_id, metrics=batch[i:i + MAX_BATCH])
 

@@ -114,3 +114,20 @@ def test_new_starts_a_fresh_numbered_study(tmp_path):
     fresh = SweepStudy.open(spec, str(path), new=True)
     assert fresh.name == "tiny-2" and fresh.trials() == []
     assert SweepStudy.open(spec, str(path), new=True).name == "tiny-3"
+
+
+def test_only_the_process_that_fails_a_trial_queues_its_retry(tmp_path):
+    spec = validate(tiny_spec(trials=2, retries=1))
+    path = str(tmp_path / "j.journal")
+    owner = SweepStudy.open(spec, path)
+    pending = owner.next_trial()
+    first, second = SweepStudy.open(spec, path), SweepStudy.open(spec, path)
+    orphan = first.trials()[pending.number]
+    assert first.fail(orphan, "owner gone", "crash", retry=True) is True
+    assert second.fail(orphan, "owner gone", "crash", retry=True) is False
+    trials = second.trials()
+    retries = [t for t in trials if t.user_attrs.get("sweep.retry_of") == pending.number]
+    assert len(retries) == 1 and retries[0].state.name == "WAITING"
+    counts = second.counts()
+    assert counts["retried"] == 1 and counts["fail"] == 0 and counts["finished"] == 0
+    assert second.crashes(pending.number) == 1

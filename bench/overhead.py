@@ -1,0 +1,134 @@
+"""Benchmark: `sweep run` on the shared benchmark work (24 TPE trials of the small CNN on digits,
+10 epochs) against the same trainings back to back in a bare process, and against the
+hand-written Optuna + MLflow script of the peers, all in this one invocation.
+
+Runs, each as its own process (start-up included in every wall time):
+  bare     the 1-worker sweep's configurations, trained back to back, every thread, no stores
+  sweep-1  `sweep run --workers 1` (one worker with every thread)
+  sweep-N  `sweep run` with its default parallelism (one single-threaded worker per core)
+  peer     ../shared/peers/optuna_inproc.py --work W1 (when that folder is there)
+
+Usage: python bench/overhead.py [--trials 24] [--epochs 10] [--skip-peer]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def work_spec(trials: int, epochs: int) -> dict:
+    """The shared benchmark's search space in sweep YAML."""
+    return {
+        "name": "bench", "objective": {"metric": "val_acc", "direction": "maximize"},
+        "trials": trials, "sampler": {"name": "tpe", "seed": 0},
+        "train": {"dataset": "digits", "model": "small_cnn", "epochs": epochs,
+                  "schedule": "warmup_cosine", "momentum": 0.9, "nesterov": True},
+        "space": {"optimizer": ["adam", "sgd"], "lr": {"low": 1e-4, "high": 1e-1, "log": True},
+                  "batch_size": [32, 64, 128], "warmup_epochs": [0, 1, 2],
+                  "clip_grad_norm": [None, 1.0]},
+    }
+
+
+def run_sweep(spec: dict, workers: int | None, folder: Path) -> tuple[float, list[dict], float]:
+    """Wall seconds of `sweep run`, the settings of its trials, and their summed train seconds."""
+    folder.mkdir(parents=True)
+    path = folder / "bench.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    t0 = time.perf_counter()
+    flags = ["--workers", str(workers)] if workers else []
+    subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", str(path), *flags],
+                   cwd=folder, check=True, env=env, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("bench")
+    runs = client.search_runs([exp.experiment_id], "tags.`sweep.role` = 'trial'")
+    settings = [yaml.safe_load(open(client.download_artifacts(r.info.run_id, "settings.yaml",
+                                                             str(folder)))) for r in runs]
+    return wall, settings, sum(r.data.metrics["train_seconds"] for r in runs)
+
+
+BARE = """
+import json, sys, time
+t0 = time.perf_counter()
+import torch
+from trainers import TrainSettings, train
+for s in json.load(open(sys.argv[1])):
+    train(TrainSettings.from_dict(s))
+print(time.perf_counter() - t0)
+"""
+
+
+def bare_loop(settings: list[dict], folder: Path) -> float:
+    """The same trainings back to back in a fresh process with no orchestration: wall seconds
+    of that process (imports included, as for the sweeps)."""
+    path = folder / "configs.json"
+    path.write_text(json.dumps(settings))
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", BARE, str(path)], check=True, cwd=ROOT,
+                   stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def peer(folder: Path) -> float | None:
+    """Wall seconds of the peers' hand-written Optuna + MLflow script, or None without it."""
+    script = ROOT.parent / "shared" / "peers" / "optuna_inproc.py"
+    if not script.exists():
+        return None
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, str(script), "--work", "W1", "--out",
+                    str(folder / "peer.json")], check=True, cwd=script.parent,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env={**os.environ, "PEERBENCH_TRIALS": str(N_TRIALS),
+                        "PEERBENCH_EPOCHS": str(N_EPOCHS)})
+    return time.perf_counter() - t0
+
+
+N_TRIALS, N_EPOCHS = 24, 10
+
+
+def main() -> None:
+    global N_TRIALS, N_EPOCHS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trials", type=int, default=24)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--skip-peer", action="store_true")
+    args = parser.parse_args()
+    N_TRIALS, N_EPOCHS = args.trials, args.epochs
+    cores = len(os.sched_getaffinity(0))
+    spec = work_spec(args.trials, args.epochs)
+    with tempfile.TemporaryDirectory(prefix="sweep-bench-") as tmp:
+        tmp = Path(tmp)
+        one_wall, one_settings, one_train = run_sweep(spec, 1, tmp / "one")
+        many_wall, _, many_train = run_sweep(spec, None, tmp / "many")
+        bare = bare_loop(one_settings, tmp)
+        peer_wall = None if args.skip_peer else peer(tmp)
+    n = args.trials
+    print(f"{time.strftime('%Y-%m-%d')}, {cores} cores; {n} trials x {args.epochs} epochs; "
+          f"wall times of whole processes (imports and store creation included)")
+    print(f"bare loop, {cores} threads, the 1-worker sweep's configs: {bare:7.1f} s")
+    print(f"sweep run --workers 1 ({cores} threads): {one_wall:7.1f} s  sum train "
+          f"{one_train:6.1f} s  ratio to bare {one_wall / bare:.2f}  orchestration "
+          f"{(one_wall - bare) / n:+.2f} s/trial")
+    print(f"sweep run, default ({cores} x 1 thread): {many_wall:7.1f} s  sum train "
+          f"{many_train:6.1f} s  ratio to 1 worker {many_wall / one_wall:.2f}")
+    if peer_wall is not None:
+        print(f"peers/optuna_inproc.py W1 (1 process): {peer_wall:7.1f} s  default sweep "
+              f"ratio to it {many_wall / peer_wall:.2f}")
+
+
+if __name__ == "__main__":
+    main()
