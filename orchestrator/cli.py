@@ -131,7 +131,6 @@ def cmd_run(args, console: Console) -> int:
 
 def _print_summary(console: Console, spec, outcome) -> None:
     from .study import mask
-    from .tracking import default_tracking_uri
 
     c = outcome.counts
     state = "interrupted" if outcome.exit_code == 130 else "finished"
@@ -147,15 +146,15 @@ def _print_summary(console: Console, spec, outcome) -> None:
             table.add_row(str(b["number"]), f"{b['value']:.4f}", params, b["run_id"] or "")
         console.print(table)
     ui = f"sweep ui {spec.name}"
-    if outcome.tracking_uri != default_tracking_uri():
+    if outcome.tracking_uri != paths.default_tracking_uri():
         ui += f" --tracking-uri {mask(outcome.tracking_uri)}"
     console.print(f"browse it: {ui}")
 
 
 def cmd_ui(args, console: Console) -> int:
-    from .tracking import Tracker, default_tracking_uri
+    from .tracking import Tracker
 
-    uri = args.tracking_uri or default_tracking_uri()
+    uri = args.tracking_uri or paths.default_tracking_uri()
     tracker = Tracker(uri)
     path = ""
     if args.name:

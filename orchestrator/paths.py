@@ -1,6 +1,7 @@
 """Where a sweep's local files live: next to the local MLflow database, else the working folder."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -29,3 +30,11 @@ def work_dir(tracking_uri: str, name: str | None = None) -> Path:
     """``.sweep/`` (or ``.sweep/NAME/``) under :func:`home`."""
     base = home(tracking_uri) / ".sweep"
     return base / name if name else base
+
+
+def default_tracking_uri() -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///mlflow.db`` in the working directory."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return f"sqlite:///{Path('mlflow.db').resolve()}"

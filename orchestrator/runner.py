@@ -10,6 +10,7 @@ import math
 import shutil
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,6 @@ from . import space as sp
 from .errors import SweepError
 from .spec import SweepSpec
 from .study import PendingTrial, SweepStudy, default_storage, mask
-from .tracking import Tracker, default_tracking_uri, environment_tags
 from .workers import Worker, WorkerPool, plan_slots
 
 EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED = 0, 1, 130
@@ -32,8 +32,12 @@ class Active:
     """A trial running on a worker."""
 
     pending: PendingTrial
-    run_id: str
     started: float
+    settings: dict[str, Any]  # what the run logs as params
+    params: dict[str, Any]  # extra params (lr_effective)
+    tags: dict[str, str]
+    run_id: str | None = None  # None until MLflow is ready (see _Loop.mlflow)
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     curve: list[float] = field(default_factory=list)
     unlogged: list[tuple[int, dict, list]] = field(default_factory=list)
     flushed: float = 0.0
@@ -84,7 +88,7 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
         spec: the validated sweep.
         spec_text: the YAML as the user wrote it (logged on the parent run).
         storage: Optuna storage URL or journal path; default: a journal next to the MLflow db.
-        tracking_uri: MLflow tracking URI; default :func:`default_tracking_uri`.
+        tracking_uri: MLflow tracking URI; default :func:`paths.default_tracking_uri`.
         workers: overrides ``spec.workers``.
         gpus: overrides ``spec.gpus`` (and the GPUs found on the machine).
         new: start a fresh study (and parent run) instead of resuming.
@@ -95,7 +99,7 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
             cannot start.
     """
     started = time.monotonic()
-    tracking_uri = tracking_uri or default_tracking_uri()
+    tracking_uri = tracking_uri or paths.default_tracking_uri()
     storage = storage or default_storage(tracking_uri)
     gpus = gpus if gpus is not None else spec.gpus
     slots = plan_slots(workers or spec.workers, list(gpus) if gpus is not None else None,
@@ -118,33 +122,76 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
         pool.stop()
 
 
+def check_tracking_uri(uri: str) -> None:
+    """The mistakes in a tracking URI that can be caught without importing MLflow."""
+    db = paths.sqlite_file(uri)
+    if db is not None and not db.parent.is_dir():
+        raise SweepError(f"--tracking-uri {uri}: folder {db.parent} does not exist; create it "
+                         f"first")
+
+
+def _open_tracking(tracking_uri, spec, study_name, spec_text, storage):
+    """The MLflow side of a sweep: (tracker, experiment id, parent run id, environment tags)."""
+    from .tracking import Tracker, environment_tags
+
+    tracker = Tracker(tracking_uri)
+    experiment_id = tracker.experiment(spec.name, spec.description)
+    env_tags = environment_tags()
+    parent_id, _ = tracker.parent_run(
+        experiment_id, study_name, spec_text, spec.raw,
+        {**env_tags, "sweep.storage": mask(storage), "sweep.fingerprint": spec.fingerprint()})
+    return tracker, experiment_id, parent_id, env_tags
+
+
 class _Loop:
     def __init__(self, spec, spec_text, storage, tracking_uri, pool, signals, progress, new):
         self.spec, self.pool, self.signals, self.progress = spec, pool, signals, progress
         self.storage, self.tracking_uri = storage, tracking_uri
-        self.tracker = Tracker(tracking_uri)
-        self.experiment_id = self.tracker.experiment(spec.name, spec.description)
+        check_tracking_uri(tracking_uri)  # bad input fails here, before anything is written
         self.study = SweepStudy.open(spec, storage, new=new)
         if new:
             self._trial_line(f"starting a fresh study {self.study.name!r} (--new)")
-        self.env_tags = environment_tags()
-        self.parent_id, self.resumed = self.tracker.parent_run(
-            self.experiment_id, self.study.name, spec_text, spec.raw,
-            {**self.env_tags, "sweep.storage": mask(storage),
-             "sweep.fingerprint": spec.fingerprint()})
+        # Importing MLflow and creating its store take seconds: done in a thread while the first
+        # trials already train; their runs are created (with their true start times) once ready.
+        self._mlflow_setup = ThreadPoolExecutor(1).submit(
+            _open_tracking, tracking_uri, spec, self.study.name, spec_text, storage)
+        self.tracker = None
+        self.experiment_id = self.parent_id = None
+        self.env_tags: dict[str, str] = {}
         self.checkpoints = paths.work_dir(tracking_uri, self.study.name) / "checkpoints"
         self.active: dict[int, Active] = {}  # by worker slot index
         self.failed_starts = 0
         self._shown = 0.0
         self.best_value: float | None = None
+        self._orphan_runs: list[tuple[str, str]] = []
         self._recover_orphans()
-        if self.resumed:
-            c = self.study.counts()
+        c = self.study.counts()
+        if c["finished"] or c["retried"]:
             self._trial_line(f"resuming sweep {self.study.name!r}: {c['finished']} of "
                              f"{spec.trials} trials already finished, {c['waiting']} queued")
 
+    def mlflow(self, wait: bool = True) -> bool:
+        """Whether the MLflow side is ready; with ``wait``, block until it is.
+
+        Once ready: create the runs of trials that started before, flush their epochs, and
+        close the runs of orphaned trials.
+        """
+        if self.tracker is not None:
+            return True
+        if not wait and not self._mlflow_setup.done():
+            return False
+        self.tracker, self.experiment_id, self.parent_id, self.env_tags = \
+            self._mlflow_setup.result()
+        for run_id, reason in self._orphan_runs:
+            self.tracker.fail_run(run_id, reason)
+        for active in self.active.values():
+            self._create_run(active)
+            self._flush(active)
+        return True
+
     def _recover_orphans(self) -> None:
-        """Close trials (and their runs) that a dead ``sweep run`` left RUNNING, and retry them."""
+        """Fail (and retry) the trials a dead ``sweep run`` left RUNNING; their runs are closed
+        when MLflow is ready."""
         for t in self.study.orphans():
             owner = t.user_attrs.get("sweep.owner")
             reason = f"the sweep run process that owned it ({owner}) is gone"
@@ -153,7 +200,7 @@ class _Loop:
             if self.study.fail(t, reason, "crash", retry):
                 run_id = t.user_attrs.get("sweep.mlflow_run_id")
                 if run_id:
-                    self.tracker.fail_run(run_id, reason)
+                    self._orphan_runs.append((run_id, reason))
                 if not retry:
                     self._drop_checkpoint(root)
 
@@ -172,9 +219,11 @@ class _Loop:
                 break
             for worker, msg in self.pool.wait(timeout=0.5):
                 self._handle(worker, msg)
+            self.mlflow(wait=False)
             self._enforce_trial_timeout()
             self._show(started)
         self._show(started, force=True)
+        self.mlflow()
         self.tracker.end_parent(self.parent_id, "FINISHED")
         return self._outcome(started, interrupted=False)
 
@@ -197,7 +246,7 @@ class _Loop:
     def _start(self, worker: Worker, pending: PendingTrial) -> None:
         from trainers import SettingsError, TrainSettings  # settings only: no torch import here
 
-        tags = {**self.env_tags, "sweep.study": self.study.name,
+        tags = {"sweep.study": self.study.name,
                 "sweep.repeat": str(pending.repeat), "sweep.seed": str(pending.seed),
                 "sweep.worker": str(worker.slot.index),
                 "sweep.cuda_visible_devices": worker.info.get("cuda_visible_devices", ""),
@@ -208,22 +257,27 @@ class _Loop:
         try:
             resolved = TrainSettings.from_dict(pending.settings)
         except SettingsError as e:  # a combination the spec's checks could not rule out
-            run_id = self.tracker.start_trial(self.experiment_id, self.parent_id, pending.number,
-                                              pending.settings, {}, tags)
-            self.study.set_attr(pending, "sweep.mlflow_run_id", run_id)
-            self._fail(Active(pending, run_id, time.monotonic()), f"bad setting: {e}",
-                       "deterministic")
+            active = Active(pending, time.monotonic(), pending.settings, {}, tags)
+            self._fail(active, f"bad setting: {e}", "deterministic")
             return
         settings = resolved.to_dict()
         device = worker.info.get("device", "cpu") if resolved.device == "auto" else resolved.device
-        run_id = self.tracker.start_trial(self.experiment_id, self.parent_id, pending.number,
-                                          settings, {"lr_effective": resolved.lr_effective},
-                                          {**tags, "sweep.device": device})
-        self.study.set_attr(pending, "sweep.mlflow_run_id", run_id)
-        self.active[worker.slot.index] = Active(pending, run_id, time.monotonic())
+        active = Active(pending, time.monotonic(), settings,
+                        {"lr_effective": resolved.lr_effective}, {**tags, "sweep.device": device})
+        self.active[worker.slot.index] = active
         if not worker.send({"op": "trial", "number": pending.number, "settings": settings,
                             "checkpoint_dir": str(self.checkpoints / f"trial-{pending.root}")}):
             self._worker_died(worker)
+            return
+        if self.mlflow(wait=False):
+            self._create_run(active)
+
+    def _create_run(self, active: Active) -> None:
+        if active.run_id is None:
+            active.run_id = self.tracker.start_trial(
+                self.experiment_id, self.parent_id, active.pending.number, active.settings,
+                active.params, {**self.env_tags, **active.tags}, start_time=active.started_ms)
+            self.study.set_attr(active.pending, "sweep.mlflow_run_id", active.run_id)
 
     def _trial_line(self, line: str) -> None:
         if self.progress:
@@ -258,6 +312,8 @@ class _Loop:
             self._flush(active)
 
     def _flush(self, active: Active) -> None:
+        if active.run_id is None:
+            return  # MLflow is not ready yet: the epochs wait in memory
         if active.unlogged:
             self.tracker.log_epochs(active.run_id, active.unlogged)
             active.unlogged = []
@@ -265,7 +321,7 @@ class _Loop:
 
     def _done_trial(self, worker: Worker, msg: dict) -> None:
         active = self.active.pop(worker.slot.index)
-        self._flush(active)
+        self._close_run_first(active)
         state = msg["state"]
         metrics = {"train_seconds": msg["train_seconds"]} if "train_seconds" in msg else {}
         tags = {"sweep.resumed_from_epoch": str(msg.get("resumed_from", 0))}
@@ -292,7 +348,7 @@ class _Loop:
         """Fail a trial in both stores; queue its retry when it crashed (within ``retries``) or
         was interrupted, else drop its checkpoint."""
         pending = active.pending
-        self._flush(active)
+        self._close_run_first(active)
         retry = kind == "interrupt" or (
             kind == "crash" and self.study.crashes(pending.root) < self.spec.retries)
         self.study.fail(pending, reason, kind, retry)
@@ -304,6 +360,12 @@ class _Loop:
             self._drop_checkpoint(pending.root)
         then = ", will be retried" if retry else ""
         self._trial_line(f"trial {pending.number} failed{then}: {reason.splitlines()[0]}")
+
+    def _close_run_first(self, active: Active) -> None:
+        """Make sure a trial about to end has its run, with every epoch logged."""
+        self.mlflow()
+        self._create_run(active)
+        self._flush(active)
 
     def _drop_checkpoint(self, root: int) -> None:
         if not self.spec.keep_checkpoints:
@@ -330,7 +392,7 @@ class _Loop:
                 self.pool.kill_one(worker, f"trial exceeded trial_timeout_min "
                                            f"({self.spec.trial_timeout_min:g} min)")
 
-    def _maybe_best(self, value: float) -> None:
+    def _maybe_best(self, value: float) -> None:  # called after _close_run_first
         better = (self.best_value is None or
                   (value > self.best_value if self.spec.objective.direction == "maximize"
                    else value < self.best_value))
@@ -355,15 +417,17 @@ class _Loop:
         for active in list(self.active.values()):
             try:
                 self._fail(active, reason, kind)
-            except Exception:
-                pass
+            except Exception:  # MLflow failed: still fail the trial in Optuna
+                self.study.fail(active.pending, reason, kind, retry=kind == "interrupt")
         self.active.clear()
         try:
+            self.mlflow()
             self.tracker.end_parent(self.parent_id, "KILLED" if kind == "interrupt" else "FAILED")
         except Exception:
             pass
 
     def _outcome(self, started: float, interrupted: bool) -> Outcome:
+        self.mlflow()
         counts = self.study.counts()
         best = [{"number": t.number, "value": t.value,
                  "settings": sp.settings_for(self.spec.space, t.params),

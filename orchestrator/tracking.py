@@ -13,7 +13,6 @@ import os
 import platform
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -31,14 +30,6 @@ for _name in ("mlflow", "alembic"):
 PARENT_ROLE = "sweep.role"
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 STATUS = {"complete": "FINISHED", "pruned": "KILLED", "failed": "FAILED", "interrupted": "KILLED"}
-
-
-def default_tracking_uri() -> str:
-    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///mlflow.db`` in the working directory."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if uri:
-        return uri
-    return f"sqlite:///{Path('mlflow.db').resolve()}"
 
 
 def _now_ms() -> int:
@@ -140,10 +131,10 @@ class Tracker:
 
     def start_trial(self, experiment_id: str, parent_id: str, number: int,
                     settings: dict[str, Any], extra_params: dict[str, Any],
-                    tags: dict[str, str]) -> str:
+                    tags: dict[str, str], start_time: int | None = None) -> str:
         """A nested run for trial ``number`` with every setting as a param."""
         run = self.client.create_run(
-            experiment_id, run_name=f"trial-{number}",
+            experiment_id, run_name=f"trial-{number}", start_time=start_time,
             tags={"mlflow.parentRunId": parent_id, PARENT_ROLE: "trial",
                   "sweep.trial_number": str(number), **tags})
         run_id = run.info.run_id

@@ -44,7 +44,9 @@ def main(fd: int, threads: int) -> int:
     from trainers import SettingsError, TrainingDiverged, TrainSettings, train
     from trainers.checkpoint import CheckpointError
 
-    conn.send({"op": "ready", "pid": os.getpid(), "torch_version": torch.__version__,
+    # plain types only: a torch object in a message would make the parent import torch to
+    # unpickle it (torch.__version__ is a TorchVersion)
+    conn.send({"op": "ready", "pid": os.getpid(), "torch_version": str(torch.__version__),
                "torch_threads": torch.get_num_threads(),
                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
                "cuda_available": torch.cuda.is_available()})
@@ -54,7 +56,10 @@ def main(fd: int, threads: int) -> int:
         except EOFError:
             return 0
         if msg["op"] == "stop":
-            return 0
+            # nothing is left to save: skip the second-long teardown of torch's modules
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
         conn.send(run_trial(conn, msg, train, TrainSettings,
                             (SettingsError, TrainingDiverged, CheckpointError)))
 

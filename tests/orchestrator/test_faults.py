@@ -101,6 +101,10 @@ def test_an_interrupted_sweep_run_again_finishes_like_an_uninterrupted_one(store
     retries = {t.user_attrs.get("sweep.retry_of"): t for t in trials}
     for t in failed:  # each interrupted attempt is linked to the retry that resumed it
         assert retries[t.number].params == t.params
+    client = stores.client()
+    resumed = [int(client.get_run(retries[t.number].user_attrs["sweep.mlflow_run_id"])
+                   .data.tags["sweep.resumed_from_epoch"]) for t in failed]
+    assert max(resumed) >= 1  # the attempt that had reported an epoch went on from its checkpoint
     assert len(stores.runs("tiny", "parent")) == 1
     assert stores.runs("tiny", "parent")[0].info.status == "FINISHED"
     assert all(r.info.status != "RUNNING" for r in stores.runs("tiny"))
