@@ -17,7 +17,8 @@ def start(spec_path: Path, cwd: Path) -> subprocess.Popen:
 
 
 def wait_for_epoch(stores, name: str, proc: subprocess.Popen, timeout: float = 120):
-    """Block until some trial of sweep ``name`` has reported an epoch; return its MLflow run id.
+    """Block until some trial of sweep ``name`` has reported an epoch and has its MLflow run
+    (created once MLflow is ready, which may come after the first epoch); return the run id.
 
     Reads the Optuna journal (safe beside a writer), not the MLflow database, which this test
     must not open while the sweep may still be creating it.
@@ -31,7 +32,7 @@ def wait_for_epoch(stores, name: str, proc: subprocess.Popen, timeout: float = 1
             except KeyError:  # the study is not created yet
                 trials = []
             for t in trials:
-                if t.intermediate_values:
+                if t.intermediate_values and "sweep.mlflow_run_id" in t.user_attrs:
                     return t.user_attrs["sweep.mlflow_run_id"]
         time.sleep(0.3)
     raise AssertionError("no epoch was reported in time")
