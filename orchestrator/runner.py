@@ -18,7 +18,7 @@ from . import paths
 from . import space as sp
 from .errors import SweepError
 from .spec import SweepSpec
-from .study import PendingTrial, SweepStudy, default_storage, mask
+from .study import OWNER, RETRY_ROOT, RUN_ID, PendingTrial, SweepStudy, default_storage, mask
 from .workers import Worker, WorkerPool, plan_slots
 
 EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED = 0, 1, 130
@@ -193,12 +193,12 @@ class _Loop:
         """Fail (and retry) the trials a dead ``sweep run`` left RUNNING; their runs are closed
         when MLflow is ready."""
         for t in self.study.orphans():
-            owner = t.user_attrs.get("sweep.owner")
+            owner = t.user_attrs.get(OWNER)
             reason = f"the sweep run process that owned it ({owner}) is gone"
-            root = t.user_attrs.get("sweep.retry_root", t.number)
+            root = t.user_attrs.get(RETRY_ROOT, t.number)
             retry = self.study.crashes(root) < self.spec.retries
             if self.study.fail(t, reason, "crash", retry):
-                run_id = t.user_attrs.get("sweep.mlflow_run_id")
+                run_id = t.user_attrs.get(RUN_ID)
                 if run_id:
                     self._orphan_runs.append((run_id, reason))
                 if not retry:
@@ -277,7 +277,7 @@ class _Loop:
             active.run_id = self.tracker.start_trial(
                 self.experiment_id, self.parent_id, active.pending.number, active.settings,
                 active.params, {**self.env_tags, **active.tags}, start_time=active.started_ms)
-            self.study.set_attr(active.pending, "sweep.mlflow_run_id", active.run_id)
+            self.study.set_attr(active.pending, RUN_ID, active.run_id)
 
     def _trial_line(self, line: str) -> None:
         if self.progress:
@@ -400,7 +400,7 @@ class _Loop:
             best = self.study.best(1)[0]
             self.best_value = best.value
             self.tracker.record_best(self.parent_id, best.value,
-                                     best.user_attrs.get("sweep.mlflow_run_id", ""), best.number,
+                                     best.user_attrs.get(RUN_ID, ""), best.number,
                                      self.study.counts()["finished"])
 
     # ------------------------------------------------------------------------------- ending
@@ -431,7 +431,7 @@ class _Loop:
         counts = self.study.counts()
         best = [{"number": t.number, "value": t.value,
                  "settings": sp.settings_for(self.spec.space, t.params),
-                 "run_id": t.user_attrs.get("sweep.mlflow_run_id")} for t in self.study.best(5)]
+                 "run_id": t.user_attrs.get(RUN_ID)} for t in self.study.best(5)]
         code = (EXIT_INTERRUPTED if interrupted else
                 EXIT_FAILED_TRIALS if counts["fail"] else EXIT_OK)
         return Outcome(code, counts, best, self.experiment_id, self.parent_id, self.tracking_uri,

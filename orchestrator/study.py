@@ -44,7 +44,6 @@ RETRY_OF = "sweep.retry_of"
 RETRY_ROOT = "sweep.retry_root"
 WILL_RETRY = "sweep.will_retry"
 FAIL_KIND = "sweep.fail_kind"
-FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")
 
 
