@@ -196,7 +196,7 @@ class _Loop:
             owner = t.user_attrs.get(OWNER)
             reason = f"the sweep run process that owned it ({owner}) is gone"
             root = t.user_attrs.get(RETRY_ROOT, t.number)
-            retry = self.study.crashes(root) < self.spec.retries
+            retry = self._retry_allowed("crash", root)
             if self.study.fail(t, reason, "crash", retry):
                 run_id = t.user_attrs.get(RUN_ID)
                 if run_id:
@@ -232,10 +232,11 @@ class _Loop:
 
     def _launch(self) -> bool:
         """Give a trial to every idle ready worker; True when no trial is left to start."""
+        finished = self.study.counts()["finished"]  # once per pass, not once per worker
         for worker in self.pool.workers:
             if not worker.ready or worker.slot.index in self.active:
                 continue
-            if self.study.counts()["finished"] + len(self.active) >= self.spec.trials:
+            if finished + len(self.active) >= self.spec.trials:
                 return False
             pending = self.study.next_trial()
             if pending is None:
@@ -349,8 +350,7 @@ class _Loop:
         was interrupted, else drop its checkpoint."""
         pending = active.pending
         self._close_run_first(active)
-        retry = kind == "interrupt" or (
-            kind == "crash" and self.study.crashes(pending.root) < self.spec.retries)
+        retry = self._retry_allowed(kind, pending.root)
         self.study.fail(pending, reason, kind, retry)
         state = "interrupted" if kind == "interrupt" else "failed"
         self.tracker.end_trial(active.run_id, state, tags={"sweep.fail_reason": reason,
@@ -360,6 +360,11 @@ class _Loop:
             self._drop_checkpoint(pending.root)
         then = ", will be retried" if retry else ""
         self._trial_line(f"trial {pending.number} failed{then}: {reason.splitlines()[0]}")
+
+    def _retry_allowed(self, kind: str, root: int) -> bool:
+        """Interrupts are always retried; crashes while the trial has ``retries`` left."""
+        return kind == "interrupt" or (
+            kind == "crash" and self.study.crashes(root) < self.spec.retries)
 
     def _close_run_first(self, active: Active) -> None:
         """Make sure a trial about to end has its run, with every epoch logged."""

@@ -123,7 +123,7 @@ class SweepSpec:
 
     @property
     def epochs(self) -> int:
-        return settings_of(self, {}).get("epochs", TrainSettings().epochs)
+        return self.train.get("epochs", TrainSettings().epochs)
 
     def grid(self) -> list[dict[str, Any]]:
         """Every configuration of a grid sweep as Optuna parameters (repeats not included)."""
