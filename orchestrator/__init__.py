@@ -3,6 +3,8 @@ import os
 
 # Offline by default: MLflow 3 sends usage telemetry unless told not to (a user's own setting wins).
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# artifact downloads (test evaluation) would draw progress bars through the sweep's own display
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 from .errors import SpecError, SweepError  # noqa: E402
 from .spec import SweepSpec, load_spec  # noqa: E402
 

@@ -18,7 +18,15 @@ from . import paths
 from . import space as sp
 from .errors import SweepError
 from .spec import SweepSpec
-from .study import OWNER, RETRY_ROOT, RUN_ID, PendingTrial, SweepStudy, default_storage, mask
+from .study import (
+    OWNER,
+    RETRY_ROOT,
+    RUN_ID,
+    PendingTrial,
+    SweepStudy,
+    default_storage,
+    mask,
+)
 from .workers import Worker, WorkerPool, plan_slots
 
 EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED = 0, 1, 130
@@ -41,6 +49,7 @@ class Active:
     curve: list[float] = field(default_factory=list)
     unlogged: list[tuple[int, dict, list]] = field(default_factory=list)
     flushed: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # from the trainer, shown on the run
 
 
 @dataclass
@@ -55,6 +64,7 @@ class Outcome:
     tracking_uri: str
     storage: str
     elapsed: float
+    test: dict[str, Any] | None = None  # held-out test metrics of the best configuration
 
 
 class _Signals:
@@ -159,6 +169,8 @@ class _Loop:
         self.experiment_id = self.parent_id = None
         self.env_tags: dict[str, str] = {}
         self.checkpoints = paths.work_dir(tracking_uri, self.study.name) / "checkpoints"
+        self.outputs = paths.work_dir(tracking_uri, self.study.name) / "trials"
+        self.test: dict[str, Any] | None = None
         self.active: dict[int, Active] = {}  # by worker slot index
         self.failed_starts = 0
         self._shown = 0.0
@@ -224,6 +236,9 @@ class _Loop:
             self._show(started)
         self._show(started, force=True)
         self.mlflow()
+        self._evaluate_test()
+        if self.signals.received:
+            return self._interrupted(started)
         self.tracker.end_parent(self.parent_id, "FINISHED")
         return self._outcome(started, interrupted=False)
 
@@ -267,7 +282,8 @@ class _Loop:
                         {"lr_effective": resolved.lr_effective}, {**tags, "sweep.device": device})
         self.active[worker.slot.index] = active
         if not worker.send({"op": "trial", "number": pending.number, "settings": settings,
-                            "checkpoint_dir": str(self.checkpoints / f"trial-{pending.root}")}):
+                            "checkpoint_dir": str(self.checkpoints / f"trial-{pending.root}"),
+                            "output_dir": str(self.outputs / f"trial-{pending.number}")}):
             self._worker_died(worker)
             return
         if self.mlflow(wait=False):
@@ -308,6 +324,7 @@ class _Loop:
             stop = self.study.report(active.pending, msg["epoch"], value,
                                      ask_pruner=not msg["resumed"])
         worker.send({"stop": bool(stop)})  # answer first: the worker trains while we log
+        active.warnings += msg.get("warnings", [])
         active.unlogged.append((msg["epoch"], msg["metrics"], msg["lr_steps"]))
         if time.monotonic() - active.flushed >= FLUSH_SECONDS:
             self._flush(active)
@@ -322,10 +339,15 @@ class _Loop:
 
     def _done_trial(self, worker: Worker, msg: dict) -> None:
         active = self.active.pop(worker.slot.index)
+        active.warnings += msg.get("warnings", [])
         self._close_run_first(active)
         state = msg["state"]
         metrics = {"train_seconds": msg["train_seconds"]} if "train_seconds" in msg else {}
-        tags = {"sweep.resumed_from_epoch": str(msg.get("resumed_from", 0))}
+        tags = {"sweep.resumed_from_epoch": str(msg.get("resumed_from", 0)),
+                **_warning_tags(active)}
+        if msg.get("weights"):  # the final state dict, for export and test evaluation
+            self.tracker.log_weights(active.run_id, msg["weights"])
+            shutil.rmtree(self.outputs / f"trial-{active.pending.number}", ignore_errors=True)
         if state == "complete" and not all(math.isfinite(v) for v in active.curve):
             state, msg = "failed", {"reason": f"objective {self.spec.objective.metric} is not "
                                               f"finite: {active.curve[-1]}", "retryable": False}
@@ -355,7 +377,8 @@ class _Loop:
         state = "interrupted" if kind == "interrupt" else "failed"
         self.tracker.end_trial(active.run_id, state, tags={"sweep.fail_reason": reason,
                                                            "sweep.fail_kind": kind,
-                                                           "sweep.will_retry": str(retry).lower()})
+                                                           "sweep.will_retry": str(retry).lower(),
+                                                           **_warning_tags(active)})
         if not retry:
             self._drop_checkpoint(pending.root)
         then = ", will be retried" if retry else ""
@@ -410,6 +433,75 @@ class _Loop:
 
     # ------------------------------------------------------------------------------- ending
 
+    def _evaluate_test(self) -> None:
+        """The held-out test split, read once: by the final weights of the best configuration's
+        trials (every repeat), after selection. Datasets without a test split skip it."""
+        group = self.study.best_configuration()
+        if not group or self.signals.received:
+            return
+        worker = self._idle_worker()
+        if worker is None:
+            return
+        results = {}
+        scratch = self.outputs / "test"
+        try:
+            for trial in group:
+                if not self._test_one(worker, trial, scratch / str(trial.number), results):
+                    break
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        if results:
+            self.test = summarize_test(results)
+            self.tracker.log_final(self.parent_id, {k: v for k, v in self.test.items()
+                                                    if isinstance(v, float)},
+                                   {"sweep.test_trials": ",".join(map(str, results))})
+            self._trial_line(f"held-out test split (not used for selection): test_acc "
+                             f"{self.test['test_acc']:.4f} over trial(s) "
+                             f"{', '.join(map(str, results))}")
+
+    def _test_one(self, worker: Worker, trial, scratch, results: dict) -> bool:
+        """Evaluate one trial's weights on the test split; False when there is no point in
+        going on (no test split, the worker is gone, a signal came)."""
+        run_id = trial.user_attrs.get(RUN_ID)
+        weights = self.tracker.weights_path(run_id, scratch) if run_id else None
+        if weights is None:
+            return True
+        reply = self._ask(worker, {"op": "test", "weights": weights,
+                                   "settings": self.study.trial_settings(trial)})
+        if reply is None or (reply["metrics"] is None and not reply["error"]):
+            return False
+        if reply["error"]:
+            self.tracker.log_final(run_id, {}, {"sweep.test_error": reply["error"]})
+            self._trial_line(f"trial {trial.number}: test evaluation failed: "
+                             f"{reply['error'].splitlines()[0]}")
+            return True
+        self.tracker.log_final(run_id, reply["metrics"])
+        results[trial.number] = reply["metrics"]
+        return True
+
+    def _idle_worker(self) -> Worker | None:
+        """A ready worker, waiting for one to start if none is (a rerun of a finished sweep)."""
+        while not self.signals.received:
+            ready = [w for w in self.pool.workers if w.ready and w.alive]
+            if ready:
+                return ready[0]
+            if self.failed_starts >= 2 * len(self.pool.workers):
+                return None
+            for worker, msg in self.pool.wait(timeout=0.5):
+                self._handle(worker, msg)
+        return None
+
+    def _ask(self, worker: Worker, msg: dict) -> dict | None:
+        """Send one request to an idle worker and wait for its answer (None: it died, or a
+        signal arrived)."""
+        if not worker.send(msg):
+            return None
+        while not self.signals.received:
+            for w, reply in self.pool.wait(timeout=0.5):
+                if w is worker:
+                    return reply
+        return None
+
     def _interrupted(self, started: float) -> Outcome:
         self.abort(f"interrupted by {self.signals.received}", kind="interrupt")
         return self._outcome(started, interrupted=True)
@@ -440,7 +532,7 @@ class _Loop:
         code = (EXIT_INTERRUPTED if interrupted else
                 EXIT_FAILED_TRIALS if counts["fail"] else EXIT_OK)
         return Outcome(code, counts, best, self.experiment_id, self.parent_id, self.tracking_uri,
-                       self.storage, time.monotonic() - started)
+                       self.storage, time.monotonic() - started, self.test)
 
     def _show(self, started: float, force: bool = False) -> None:
         if self.progress is None or (not force and time.monotonic() - self._shown < 0.25):
@@ -452,3 +544,20 @@ class _Loop:
             "running": len(self.active), "elapsed": time.monotonic() - started,
             "best": ((best[0].value, sp.settings_for(self.spec.space, best[0].params))
                      if best else None)})
+
+
+def _warning_tags(active: Active) -> dict[str, str]:
+    return {"sweep.warnings": "\n".join(active.warnings)} if active.warnings else {}
+
+
+def summarize_test(results: dict[int, dict[str, float]]) -> dict[str, Any]:
+    """Mean (and, over several repeats, the sample standard deviation) of each test metric."""
+    out: dict[str, Any] = {"trials": sorted(results)}
+    for name in next(iter(results.values())):
+        values = [r[name] for r in results.values()]
+        mean = sum(values) / len(values)
+        out[name] = mean
+        if len(values) > 1:
+            out[f"{name}_std"] = math.sqrt(sum((v - mean) ** 2 for v in values)
+                                           / (len(values) - 1))
+    return out

@@ -380,6 +380,24 @@ class SweepStudy:
                 out.append(t)
         return out
 
+    def trial_settings(self, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+        """The trainer settings a finished trial ran with (fixed, sampled, and its seed)."""
+        return {**settings_of(self.spec, sp.settings_for(self.spec.space, trial.params)),
+                "seed": trial.user_attrs[SEED]}
+
+    def best_configuration(self) -> list[optuna.trial.FrozenTrial]:
+        """The complete trials of the configuration with the best mean objective over its
+        repeats (one trial without repeats); ties go to the earliest."""
+        groups: dict[tuple, list[optuna.trial.FrozenTrial]] = {}
+        for t in self.trials(states=(TrialState.COMPLETE,)):
+            if t.value is not None:
+                groups.setdefault(_key(t.params), []).append(t)
+        if not groups:
+            return []
+        sign = -1 if self.spec.objective.direction == "maximize" else 1
+        return min(groups.values(), key=lambda g: (sign * sum(t.value for t in g) / len(g),
+                                                   min(t.number for t in g)))
+
     def best(self, n: int = 5) -> list[optuna.trial.FrozenTrial]:
         done = [t for t in self.trials(states=(TrialState.COMPLETE,)) if t.value is not None]
         sign = -1 if self.spec.objective.direction == "maximize" else 1

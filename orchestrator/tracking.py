@@ -29,6 +29,7 @@ for _name in ("mlflow", "alembic"):
 
 PARENT_ROLE = "sweep.role"
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
+WEIGHTS_DIR, WEIGHTS_FILE = "model", "weights.pt"
 STATUS = {"complete": "FINISHED", "pruned": "KILLED", "failed": "FAILED", "interrupted": "KILLED"}
 
 
@@ -164,6 +165,27 @@ class Tracker:
             tags=[RunTag(k, str(v)[:5000]) for k, v in {"sweep.state": state,
                                                         **(tags or {})}.items()])
         self.client.set_terminated(run_id, STATUS[state])
+
+    def log_weights(self, run_id: str, path: str) -> None:
+        """A trial's final state dict, as the artifact ``model/weights.pt``."""
+        self.client.log_artifact(run_id, path, WEIGHTS_DIR)
+
+    def weights_path(self, run_id: str, dst_dir: str | os.PathLike) -> str | None:
+        """A local copy of a trial's ``model/weights.pt`` in ``dst_dir`` (None if it has none)."""
+        names = {a.path for a in self.client.list_artifacts(run_id, WEIGHTS_DIR)}
+        if f"{WEIGHTS_DIR}/{WEIGHTS_FILE}" not in names:
+            return None
+        os.makedirs(dst_dir, exist_ok=True)
+        return self.client.download_artifacts(run_id, f"{WEIGHTS_DIR}/{WEIGHTS_FILE}",
+                                              str(dst_dir))
+
+    def log_final(self, run_id: str, metrics: dict[str, float],
+                  tags: dict[str, str] | None = None) -> None:
+        """Metrics (step 0) and tags added to a run after it ended, e.g. test-split results."""
+        ts = _now_ms()
+        self.client.log_batch(run_id, metrics=[Metric(k, float(v), ts, 0)
+                                               for k, v in metrics.items()],
+                              tags=[RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items()])
 
     def record_best(self, parent_id: str, value: float, run_id: str, number: int,
                     finished: int) -> None:

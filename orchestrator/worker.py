@@ -4,11 +4,14 @@ Started by :mod:`orchestrator.workers` as ``python -m orchestrator.worker FD THR
 its parent over the connection on file descriptor FD and never touches Optuna or MLflow. It dies
 with its parent (``PR_SET_PDEATHSIG``, and an end-of-file on the connection).
 
-Protocol (pickled dicts):
-  parent -> worker: {"op": "trial", "number", "settings"} | {"op": "stop"}
+Protocol (pickled dicts of plain types):
+  parent -> worker: {"op": "trial", "number", "settings", "checkpoint_dir", "output_dir"}
+                    | {"op": "test", "settings", "weights"} | {"op": "stop"}
   worker -> parent: {"op": "ready", ...environment} once, then per trial
-                    {"op": "epoch", "epoch", "metrics", "lr_steps"} (answered by {"stop": bool})
-                    and {"op": "done", "state": complete|pruned|failed, ...}
+                    {"op": "epoch", "epoch", "metrics", "lr_steps", "warnings"} (answered by
+                    {"stop": bool}) and {"op": "done", "state": complete|pruned|failed,
+                    "weights": path of the final state dict, "warnings", ...};
+                    per test {"op": "tested", "metrics": dict | None, "error": str | None}
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import os
 import signal
 import sys
 import traceback
+import warnings
 from multiprocessing.connection import Connection
 
 PR_SET_PDEATHSIG = 1
@@ -41,8 +45,10 @@ def main(fd: int, threads: int) -> int:
     import torch
 
     torch.set_num_threads(threads)
-    from trainers import SettingsError, TrainingDiverged, TrainSettings, train
+    import trainers
     from trainers.checkpoint import CheckpointError
+
+    deterministic_errors = (trainers.SettingsError, trainers.TrainingDiverged, CheckpointError)
 
     # plain types only: a torch object in a message would make the parent import torch to
     # unpickle it (torch.__version__ is a TorchVersion)
@@ -60,20 +66,63 @@ def main(fd: int, threads: int) -> int:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
-        conn.send(run_trial(conn, msg, train, TrainSettings,
-                            (SettingsError, TrainingDiverged, CheckpointError)))
+        if msg["op"] == "test":
+            conn.send(run_test(msg, trainers))
+        else:
+            conn.send(run_trial(conn, msg, trainers, deterministic_errors))
 
 
-def run_trial(conn: Connection, msg: dict, train, settings_cls, deterministic_errors) -> dict:
+class _Warnings:
+    """Warnings raised while a trial trains, each distinct one once, for the trial's run."""
+
+    LIMIT = 20
+
+    def __init__(self):
+        self._seen: set[str] = set()
+        self._caught: list = []
+        self._context = warnings.catch_warnings(record=True)
+
+    def __enter__(self):
+        self._caught = self._context.__enter__()
+        warnings.simplefilter("default")  # once per place, as a user's console would show
+        return self
+
+    def __exit__(self, *exc):
+        self._context.__exit__(*exc)
+
+    def new(self) -> list[str]:
+        """The distinct warnings caught since the last call."""
+        out = []
+        for w in self._caught:
+            text = f"{w.category.__name__}: {str(w.message).splitlines()[0][:300]}"
+            if text not in self._seen and len(self._seen) < self.LIMIT:
+                self._seen.add(text)
+                out.append(text)
+        self._caught.clear()
+        return out
+
+
+def run_trial(conn: Connection, msg: dict, trainers, deterministic_errors) -> dict:
     """Train one trial, streaming each epoch to the parent; return the final message."""
-    def on_epoch_end(report) -> bool:
-        conn.send({"op": "epoch", "epoch": report.epoch, "metrics": report.metrics,
-                   "lr_steps": report.lr_steps, "resumed": report.resumed})
-        return conn.recv()["stop"]
+    with _Warnings() as caught:
+        def on_epoch_end(report) -> bool:
+            conn.send({"op": "epoch", "epoch": report.epoch, "metrics": report.metrics,
+                       "lr_steps": report.lr_steps, "resumed": report.resumed,
+                       "warnings": caught.new()})
+            return conn.recv()["stop"]
 
+        done = _train(msg, trainers, on_epoch_end, deterministic_errors)
+        done["warnings"] = caught.new()
+    return done
+
+
+def _train(msg: dict, trainers, on_epoch_end, deterministic_errors) -> dict:
     try:
-        settings = settings_cls.from_dict(msg["settings"])
-        result = train(settings, on_epoch_end=on_epoch_end, checkpoint_dir=msg["checkpoint_dir"])
+        settings = trainers.TrainSettings.from_dict(msg["settings"])
+        result = trainers.train(settings, on_epoch_end=on_epoch_end,
+                                checkpoint_dir=msg["checkpoint_dir"])
+        weights = trainers.save_weights(result.model, os.path.join(msg["output_dir"],
+                                                                   "weights.pt"))
     except deterministic_errors as e:
         return {"op": "done", "state": "failed", "reason": f"{type(e).__name__}: {e}",
                 "retryable": False}
@@ -87,7 +136,18 @@ def run_trial(conn: Connection, msg: dict, train, settings_cls, deterministic_er
                 "retryable": retryable}
     return {"op": "done", "state": "pruned" if result.stopped else "complete",
             "epochs": result.epochs_run, "train_seconds": result.train_seconds,
-            "device": result.device, "resumed_from": result.resumed_from}
+            "device": result.device, "resumed_from": result.resumed_from,
+            "weights": str(weights)}
+
+
+def run_test(msg: dict, trainers) -> dict:
+    """Evaluate saved weights on the test split: {"metrics": ... or None, "error": ...}."""
+    try:
+        settings = trainers.TrainSettings.from_dict(msg["settings"])
+        metrics = trainers.evaluate_test(settings, msg["weights"])
+    except Exception as e:  # reported on the run; the sweep's results stand without it
+        return {"op": "tested", "metrics": None, "error": f"{type(e).__name__}: {e}"}
+    return {"op": "tested", "metrics": metrics, "error": None}
 
 
 if __name__ == "__main__":

@@ -4,17 +4,28 @@ Nothing here knows about Optuna, MLflow or YAML; the orchestrator calls :func:`t
 user would. The settings are importable without torch (a sweep is validated without paying for
 ``import torch``); the training names load torch on first use.
 """
-from .settings import EPOCH_METRICS, SettingsError, TrainSettings, setting_fields, setting_kind
+from .datafiles import check_data_files
+from .settings import (
+    EPOCH_METRICS,
+    DataError,
+    SettingsError,
+    TrainerWarning,
+    TrainSettings,
+    setting_fields,
+    setting_kind,
+)
 
-_LAZY = ("EpochReport", "TrainResult", "TrainingDiverged", "train")
+_LAZY = ("EpochReport", "TrainResult", "TrainingDiverged", "evaluate_test", "load_weights",
+         "save_weights", "train")
 
-__all__ = ["EPOCH_METRICS", "SettingsError", "TrainSettings", "setting_fields", "setting_kind",
-           *_LAZY]
+__all__ = ["EPOCH_METRICS", "DataError", "SettingsError", "TrainSettings", "TrainerWarning",
+           "check_data_files", "setting_fields", "setting_kind", *_LAZY]
 
 
 def __getattr__(name):
     if name in _LAZY:
-        from . import loop
+        import importlib
 
-        return getattr(loop, name)
+        module = "checkpoint" if name.endswith("_weights") else "loop"
+        return getattr(importlib.import_module(f".{module}", __name__), name)
     raise AttributeError(f"module 'trainers' has no attribute {name!r}")

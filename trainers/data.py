@@ -1,40 +1,92 @@
-"""Datasets as in-memory tensors: the training and validation splits and the class count.
+"""Datasets by name, and the batches the loop trains on.
+
+Every dataset loads as a :class:`Data`: train, validation and (where the dataset has one) test
+splits as ``torch.utils.data.Dataset`` objects yielding ``(float32 C x H x W image, int64 label)``.
+Datasets that fit in memory (digits, MNIST, Fashion-MNIST, CIFAR, fake) are ``TensorDataset``
+objects, normalised once at load; the loop then keeps them on the training device and batches by
+indexing. Others (image folders, a user's datasets) go through a ``DataLoader``.
 
 ``digits`` is scikit-learn's 8x8 digits with the fixed split of the shared benchmark work:
-pixels / 16 as float32 ``(N, 1, 8, 8)``, labels int64, ``RandomState(0).permutation`` with the
-first 1437 indices for training and the last 360 for validation.
+pixels / 16, ``RandomState(0).permutation`` with the first 1437 indices for training and the last
+360 for validation. Where a dataset has an official test split, validation is carved from the
+training split with a fixed seed (the same for every trial) and the test split is only read by
+:func:`trainers.evaluate_test`.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import gzip
+import importlib
 import importlib.util
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, Dataset, RandomSampler, TensorDataset
+
+from .datafiles import check_data_files, data_root
+from .settings import DataError, TrainSettings
 
 DIGITS_TRAIN = 1437
+SPLIT_SEED = 0  # validation carved from a training split: the same images for every trial
+FAKE_SIZES = {"train": 1024, "val": 256, "test": 256}
+EVAL_BATCH = 1024  # tensor path: validation forward passes of at most this many images
 
 
 @dataclass(frozen=True)
-class Splits:
-    """Train and validation tensors (images float32 N x C x H x W, labels int64) and class count."""
+class Normalization:
+    """Raw pixels to model input: ``(raw / scale - mean) / std`` per channel.
 
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_val: torch.Tensor
-    y_val: torch.Tensor
+    ``scale`` is the raw pixels' full range (255 for images, 16 for digits); an exported model
+    carries this so that serving takes raw pixels.
+    """
+
+    scale: float
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def apply(self, raw: torch.Tensor) -> torch.Tensor:
+        """``raw`` pixels (N x C x H x W, any dtype) as normalised float32."""
+        mean = torch.tensor(self.mean, dtype=torch.float32).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32).view(1, -1, 1, 1)
+        return (raw.to(torch.float32) / self.scale - mean) / std
+
+
+STATS = {  # per-dataset channel statistics of pixels in [0, 1]
+    "mnist": Normalization(255.0, (0.1307,), (0.3081,)),
+    "fashion_mnist": Normalization(255.0, (0.2860,), (0.3530,)),
+    "cifar10": Normalization(255.0, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": Normalization(255.0, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "fake": Normalization(255.0, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+    "image_folder": Normalization(255.0, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    "digits": Normalization(16.0, (0.0,), (1.0,)),
+}
+
+
+@dataclass(frozen=True)
+class Data:
+    """The splits of one dataset and what a model needs to know about its images."""
+
+    train: Dataset
+    val: Dataset
+    test: Dataset | None
     num_classes: int
+    classes: tuple[str, ...]
+    in_channels: int
+    image_size: tuple[int, int]
+    normalization: Normalization | None  # None: a user's dataset, normalised by its own code
 
     @property
-    def in_channels(self) -> int:
-        return int(self.x_train.shape[1])
+    def in_memory(self) -> bool:
+        return isinstance(self.train, TensorDataset)
 
-    def to(self, device: torch.device) -> "Splits":
-        return Splits(self.x_train.to(device), self.y_train.to(device), self.x_val.to(device),
-                      self.y_val.to(device), self.num_classes)
 
+# ------------------------------------------------------------------------------ datasets
 
 def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     """Pixels (N, 64) and targets of scikit-learn's digits.
@@ -56,22 +108,323 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     return d.data, d.target.astype(np.int64)
 
 
-def load_digits_splits() -> Splits:
+def _digits(s: TrainSettings) -> Data:
     pixels, target = _digits_arrays()
     x = torch.tensor(pixels.reshape(-1, 8, 8) / 16.0, dtype=torch.float32).unsqueeze(1)
     y = torch.tensor(target, dtype=torch.int64)
     idx = torch.from_numpy(np.random.RandomState(0).permutation(len(y)))
     train, val = idx[:DIGITS_TRAIN], idx[DIGITS_TRAIN:]
-    return Splits(x[train], y[train], x[val], y[val], num_classes=10)
+    return _in_memory(s, (x[train], y[train]), (x[val], y[val]), None,
+                      tuple(str(i) for i in range(10)), STATS["digits"])
 
 
-LOADERS = {"digits": load_digits_splits}
+def raw_to_tensors(images, labels, norm: Normalization) -> tuple[torch.Tensor, torch.Tensor]:
+    """Torchvision's raw arrays as model inputs: uint8 ``N x H x W`` (MNIST) or
+    ``N x H x W x C`` (CIFAR, numpy) become normalised float32 ``N x C x H x W``; labels int64."""
+    x = torch.as_tensor(np.asarray(images))
+    x = x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)
+    return norm.apply(x), torch.as_tensor(np.asarray(labels), dtype=torch.int64)
 
-_cache: dict[str, Splits] = {}
+
+def carve_validation(x: torch.Tensor, y: torch.Tensor, fraction: float):
+    """Split one training split into (train, val) pairs, the same for every trial."""
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(SPLIT_SEED))
+    n_val = max(1, round(len(y) * fraction))
+    val, train = order[:n_val], order[n_val:]
+    return (x[train], y[train]), (x[val], y[val])
 
 
-def load_dataset(name: str) -> Splits:
-    """The splits of dataset ``name`` on the CPU, loaded once per process and then cached."""
-    if name not in _cache:
-        _cache[name] = LOADERS[name]()
-    return _cache[name]
+@contextlib.contextmanager
+def _download_lock(root: Path):
+    """One download at a time per data folder: parallel workers would write the same files."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".sweep-download.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _torchvision(s: TrainSettings) -> Data:
+    from torchvision import datasets
+
+    cls = {"mnist": datasets.MNIST, "fashion_mnist": datasets.FashionMNIST,
+           "cifar10": datasets.CIFAR10, "cifar100": datasets.CIFAR100}[s.dataset]
+    root = data_root(s)
+    check_data_files(s)
+    lock = _download_lock(root) if s.download else contextlib.nullcontext()
+    try:
+        with lock:
+            train = cls(str(root), train=True, download=s.download)
+            test = cls(str(root), train=False, download=s.download)
+    except RuntimeError as e:  # torchvision: files missing or failing their checksums
+        raise DataError("dataset", s.dataset, f"cannot be read from {root}: {e}; delete the "
+                                              f"folder and set download: true") from None
+    norm = STATS[s.dataset]
+    train_xy, val_xy = carve_validation(*raw_to_tensors(train.data, train.targets, norm),
+                                        s.val_fraction)
+    return _in_memory(s, train_xy, val_xy, raw_to_tensors(test.data, test.targets, norm),
+                      tuple(train.classes), norm)
+
+
+def _fake(s: TrainSettings) -> Data:
+    """Random images and labels from torchvision's FakeData: a smoke test, nothing to learn."""
+    from torchvision.datasets import FakeData
+    from torchvision.transforms.functional import pil_to_tensor
+
+    side = s.image_size or 32
+    splits = []
+    offset = 0
+    for size in FAKE_SIZES.values():
+        fake = FakeData(size=size, image_size=(3, side, side), num_classes=10,
+                        random_offset=offset)
+        offset += size
+        items = [fake[i] for i in range(size)]
+        raw = torch.stack([pil_to_tensor(img) for img, _ in items])
+        splits.append((STATS["fake"].apply(raw),
+                       torch.tensor([int(label) for _, label in items], dtype=torch.int64)))
+    return _in_memory(s, *splits, tuple(str(i) for i in range(10)), STATS["fake"])
+
+
+def _image_folder(s: TrainSettings) -> Data:
+    from torchvision import datasets, transforms
+
+    check_data_files(s)
+    root = data_root(s)
+    norm = STATS["image_folder"]
+    transform = transforms.Compose([
+        transforms.Resize((s.image_size, s.image_size)), transforms.ToTensor(),
+        transforms.Normalize(norm.mean, norm.std)])
+    splits = {}
+    for split in ("train", "val", "test"):
+        if split == "test" and not (root / split).is_dir():
+            splits[split] = None
+            continue
+        try:
+            splits[split] = datasets.ImageFolder(str(root / split), transform=transform)
+        except (FileNotFoundError, RuntimeError) as e:
+            raise DataError("data_dir", s.data_dir, f"{split}/ holds no images: {e}") from None
+    classes = splits["train"].classes
+    for split in ("val", "test"):
+        if splits[split] is not None and splits[split].classes != classes:
+            raise DataError("data_dir", s.data_dir,
+                            f"{split}/ has classes {splits[split].classes}, train/ has "
+                            f"{classes}: give every split the same class folders")
+    return Data(splits["train"], splits["val"], splits["test"], len(classes), tuple(classes), 3,
+                (s.image_size, s.image_size), norm)
+
+
+def _user(s: TrainSettings) -> Data:
+    """``module:function()`` returning ``(train_dataset, val_dataset, num_classes)``."""
+    module, _, function = s.dataset.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError) as e:
+        raise DataError("dataset", s.dataset, f"cannot be imported ({e})") from None
+    result = found()
+    if not (isinstance(result, tuple) and len(result) == 3):
+        raise DataError("dataset", s.dataset, "must return (train_dataset, val_dataset, "
+                                              "num_classes)")
+    train, val, num_classes = result
+    image, _ = train[0]
+    if not (isinstance(image, torch.Tensor) and image.ndim == 3):
+        raise DataError("dataset", s.dataset, f"items must be (C x H x W tensor, label), got an "
+                                              f"image of type {type(image).__name__}")
+    return Data(train, val, None, int(num_classes), tuple(str(i) for i in range(num_classes)),
+                int(image.shape[0]), (int(image.shape[1]), int(image.shape[2])), None)
+
+
+def _in_memory(s: TrainSettings, train, val, test, classes, norm) -> Data:
+    """Tensor splits, resized once to ``image_size`` when that differs from the native size."""
+    splits = [train, val, test]
+    if s.image_size is not None and tuple(train[0].shape[2:]) != (s.image_size,) * 2:
+        splits = [None if p is None else
+                  (F.interpolate(p[0], size=(s.image_size, s.image_size), mode="bilinear",
+                                 antialias=True, align_corners=False), p[1]) for p in splits]
+    x = splits[0][0]
+    return Data(*[None if p is None else TensorDataset(*p) for p in splits],
+                num_classes=len(classes), classes=classes, in_channels=int(x.shape[1]),
+                image_size=(int(x.shape[2]), int(x.shape[3])), normalization=norm)
+
+
+LOADERS: dict[str, Callable[[TrainSettings], Data]] = {
+    "digits": _digits, "mnist": _torchvision, "fashion_mnist": _torchvision,
+    "cifar10": _torchvision, "cifar100": _torchvision, "fake": _fake,
+    "image_folder": _image_folder}
+
+_cache: dict[tuple, Data] = {}
+
+
+def load_data(s: TrainSettings) -> Data:
+    """The dataset of ``s`` on the CPU, loaded once per process and then cached.
+
+    Raises:
+        DataError: files are missing or unreadable, or a user dataset is malformed.
+    """
+    key = (s.dataset, s.data_dir, s.val_fraction, s.image_size)
+    if key not in _cache:
+        _cache[key] = LOADERS.get(s.dataset, _user)(s)
+    return _cache[key]
+
+
+# ------------------------------------------------------------------------------- batches
+
+def labels_as_long(y: torch.Tensor, dataset: str) -> torch.Tensor:
+    """Integer class labels as int64; float labels are a bug in the dataset, not something to
+    round away."""
+    if y.dtype == torch.int64:
+        return y
+    if y.is_floating_point() or y.dtype == torch.bool:
+        raise DataError("dataset", dataset, f"labels are {y.dtype}: return integer class "
+                                            f"indices (torch.long)")
+    return y.long()
+
+
+class TensorBatches:
+    """Batches by indexing tensors that live on the training device (no copies per step).
+
+    Iterating gives one list per optimizer step: the step's micro-batches ``(x, y)``.
+    """
+
+    def __init__(self, split: TensorDataset, batch_size: int, micro_batches: int,
+                 device: torch.device):
+        self.x, self.y = (t.to(device) for t in split.tensors)
+        self.batch_size, self.micro_batches = batch_size, micro_batches
+
+    @property
+    def samples(self) -> int:
+        return len(self.y)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(len(self.y) / self.batch_size)
+
+    def epoch(self, shuffle: torch.Generator) -> Iterator[list[tuple[torch.Tensor, ...]]]:
+        order = torch.randperm(len(self.y), generator=shuffle).to(self.x.device)
+        for start in range(0, len(self.y), self.batch_size):
+            step = order[start:start + self.batch_size]
+            yield [(self.x[i], self.y[i]) for i in step.tensor_split(self.micro_batches)
+                   if len(i)]
+
+    def eval_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for start in range(0, len(self.y), EVAL_BATCH):
+            yield self.x[start:start + EVAL_BATCH], self.y[start:start + EVAL_BATCH]
+
+
+def default_num_workers() -> int:
+    """DataLoader processes for one training worker: a few, within its share of the CPU
+    (the orchestrator sets a worker's torch threads to its share)."""
+    return min(4, torch.get_num_threads())
+
+
+def _seed_loader_worker(worker_id: int) -> None:
+    """Each DataLoader process: one torch thread, numpy and random seeded from its torch seed."""
+    import random
+
+    torch.set_num_threads(1)
+    seed = torch.initial_seed() % 2**32
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+class LoaderBatches:
+    """Batches from a ``DataLoader`` over any map-style dataset, moved to the device per step.
+
+    The sampler draws its order from the same generator as :class:`TensorBatches`, so both
+    paths see the same batches. Iterating gives one list of micro-batches per optimizer step.
+    """
+
+    def __init__(self, split: Dataset, batch_size: int, micro_batches: int,
+                 device: torch.device, num_workers: int | None, dataset: str,
+                 loader_generator: torch.Generator, shuffle: torch.Generator | None = None):
+        workers = default_num_workers() if num_workers is None else num_workers
+        self.pin = device.type == "cuda"  # page-locked copies only help a GPU
+        self.device, self.dataset, self.micro_batches = device, dataset, micro_batches
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.sampler = RandomSampler(split, generator=shuffle) if shuffle is not None else None
+        self.loader = DataLoader(
+            split, batch_size=batch_size // micro_batches, sampler=self.sampler,
+            num_workers=workers, pin_memory=self.pin, persistent_workers=workers > 0,
+            generator=loader_generator, worker_init_fn=_seed_loader_worker)
+        self.n = len(split)
+
+    @property
+    def samples(self) -> int:
+        return self.n
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(self.n / self.batch_size)
+
+    def _to_device(self, x, y):
+        return (x.to(self.device, non_blocking=self.pin),
+                labels_as_long(y, self.dataset).to(self.device, non_blocking=self.pin))
+
+    def epoch(self, shuffle: torch.Generator) -> Iterator[list[tuple[torch.Tensor, ...]]]:
+        assert shuffle is self.shuffle, "the sampler owns its generator"
+        step = []
+        for x, y in self.loader:
+            step.append(self._to_device(x, y))
+            if len(step) == self.micro_batches:
+                yield step
+                step = []
+        if step:
+            yield step
+
+    def eval_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for x, y in self.loader:
+            yield self._to_device(x, y)
+
+
+def make_batches(data: Data, split: str, s: TrainSettings, device: torch.device,
+                 loader_generator: torch.Generator, shuffle: torch.Generator | None = None):
+    """Batches of ``data``'s ``split`` ("train", "val" or "test") the way ``s.loader`` asks:
+    ``tensors`` (materialised on the device), ``dataloader``, or ``auto`` (tensors for datasets
+    that load in memory)."""
+    dataset = getattr(data, split)
+    micro = s.grad_accum_steps if split == "train" else 1
+    use_tensors = s.loader == "tensors" or (s.loader == "auto" and data.in_memory)
+    if use_tensors:
+        if not isinstance(dataset, TensorDataset):
+            dataset = _materialise(dataset, s)
+        return TensorBatches(dataset, s.batch_size, micro, device)
+    return LoaderBatches(dataset, s.batch_size, micro, device, s.num_workers, s.dataset,
+                         loader_generator, shuffle)
+
+
+def _materialise(dataset: Dataset, s: TrainSettings) -> TensorDataset:
+    """Read a whole dataset once into CPU tensors (``loader: tensors`` on an image folder)."""
+    workers = default_num_workers() if s.num_workers is None else s.num_workers
+    xs, ys = [], []
+    for x, y in DataLoader(dataset, batch_size=256, num_workers=workers):
+        xs.append(x)
+        ys.append(labels_as_long(y, s.dataset))
+    return TensorDataset(torch.cat(xs), torch.cat(ys))
+
+
+# ---------------------------------------------------------------------------- augmentation
+
+def flip_crop(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Random crop after zero padding by ``H // 8`` pixels (4 for 32x32) and a random
+    horizontal flip, for a whole batch at once on its device; the output keeps the input size.
+
+    Padding is applied to normalised images, so it fills with the dataset's mean colour.
+    """
+    n, c, h, w = x.shape
+    pad = max(1, h // 8)
+    dy = torch.randint(0, 2 * pad + 1, (n, 1), generator=generator)
+    dx = torch.randint(0, 2 * pad + 1, (n, 1), generator=generator)
+    flip = torch.rand(n, 1, generator=generator) < 0.5
+    rows = (dy + torch.arange(h)).to(x.device)
+    cols = dx + torch.arange(w)
+    cols = torch.where(flip, cols.flip(1), cols).to(x.device)
+    padded = F.pad(x, (pad, pad, pad, pad))
+    batch = torch.arange(n, device=x.device)[:, None, None, None]
+    channel = torch.arange(c, device=x.device)[None, :, None, None]
+    return padded[batch, channel, rows[:, None, :, None], cols[:, None, None, :]]
+
+
+AUGMENTATIONS: dict[str, Callable[[torch.Tensor, torch.Generator], torch.Tensor]] = {
+    "flip_crop": flip_crop}

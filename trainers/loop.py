@@ -5,22 +5,27 @@ every epoch with that epoch's metrics; a true return value stops the run (prunin
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from . import checkpoint
-from .data import Splits, load_dataset
+from .data import AUGMENTATIONS, Data, load_data, make_batches
 from .models import build_model
 from .optim import build_optimizer, build_scheduler
-from .settings import TrainSettings
+from .settings import SettingsError, TrainerWarning, TrainSettings
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class TrainingDiverged(RuntimeError):
@@ -54,10 +59,21 @@ class TrainResult:
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` is the first visible CUDA device if there is one, else the CPU."""
+    """``auto`` is the first visible CUDA device if there is one, else the CPU.
+
+    Raises:
+        SettingsError: the named device does not exist on this machine.
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda" and not (torch.cuda.is_available() and
+                                      (device.index or 0) < torch.cuda.device_count()):
+        raise SettingsError("device", name, f"is not available here ({torch.cuda.device_count()} "
+                                            f"CUDA devices visible); use device: auto or cpu")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise SettingsError("device", name, "is not available here; use device: auto or cpu")
+    return device
 
 
 def seed_everything(seed: int) -> None:
@@ -65,6 +81,95 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def set_determinism(on: bool) -> None:
+    """Deterministic algorithms or fast ones, for this process (set again by every run).
+
+    On: cuDNN deterministic without autotuning, ``torch.use_deterministic_algorithms`` with
+    ``warn_only`` (an op without a deterministic kernel warns instead of stopping the run; the
+    warning reaches the run's record). Off: cuDNN autotuning for speed.
+    """
+    if on:  # cuBLAS reads it when its handle is created: before the first matmul on a GPU
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.deterministic = on
+    torch.backends.cudnn.benchmark = not on
+    torch.use_deterministic_algorithms(on, warn_only=True)
+
+
+def derived_seed(seed: int, stream: int) -> int:
+    """Independent seeds for the run's other generators (augmentation, DataLoader)."""
+    return int(np.random.SeedSequence([seed, stream]).generate_state(1)[0])
+
+
+def autocast(settings: TrainSettings, device: torch.device):
+    """The mixed-precision context of ``settings.amp`` (a no-op for ``none``)."""
+    if settings.amp == "none":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=AMP_DTYPES[settings.amp])
+
+
+def prepare(settings: TrainSettings, x: torch.Tensor) -> torch.Tensor:
+    """Inputs in the memory format the model was put in."""
+    if settings.channels_last and x.ndim == 4:
+        return x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+@dataclass
+class _Run:
+    """What one training run is made of; built once by :func:`train`."""
+
+    settings: TrainSettings
+    device: torch.device
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    loss_fn: nn.Module
+    train_batches: Any
+    val_batches: Any
+    generators: dict[str, torch.Generator]
+    checked_devices: bool = False
+
+    def state(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
+                "rng": checkpoint.rng_state(self.generators)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        checkpoint.restore_rng(state["rng"], self.generators)
+
+
+def _build(settings: TrainSettings, device: torch.device, data: Data) -> _Run:
+    """Model, optimizer (after ``model.to(device)``), schedule and batches of one run."""
+    seed_everything(settings.seed)
+    model = build_model(settings.model, data.num_classes, data.in_channels, data.image_size,
+                        settings.weights, settings.download).to(device)
+    if settings.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = build_optimizer(model, settings)
+    generators = {"shuffle": torch.Generator().manual_seed(settings.seed),
+                  "augment": torch.Generator().manual_seed(derived_seed(settings.seed, 1)),
+                  "loader": torch.Generator().manual_seed(derived_seed(settings.seed, 2))}
+    train_batches = make_batches(data, "train", settings, device, generators["loader"],
+                                 generators["shuffle"])
+    val_batches = make_batches(data, "val", settings, device, generators["loader"])
+    scheduler = build_scheduler(optimizer, settings, train_batches.steps_per_epoch)
+    if settings.grad_accum_steps > 1 and any(
+            isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        warnings.warn(f"grad_accum_steps {settings.grad_accum_steps}: BatchNorm statistics see "
+                      f"micro-batches of {settings.batch_size // settings.grad_accum_steps} "
+                      f"samples, not batch_size {settings.batch_size}", TrainerWarning,
+                      stacklevel=2)
+    return _Run(settings, device, model, optimizer, scheduler,
+                torch.amp.GradScaler(device.type, enabled=settings.amp == "fp16"),
+                nn.CrossEntropyLoss(label_smoothing=settings.label_smoothing),
+                train_batches, val_batches, generators)
 
 
 def train(settings: TrainSettings, *,
@@ -85,30 +190,22 @@ def train(settings: TrainSettings, *,
 
     Raises:
         TrainingDiverged: the training loss became NaN or infinite.
+        SettingsError: a setting cannot be used here (device missing, data missing: DataError).
         checkpoint.CheckpointError: the checkpoint there was written for other settings.
     """
     device = resolve_device(settings.device)
-    data = load_dataset(settings.dataset).to(device)
+    set_determinism(settings.deterministic)
+    data = load_data(settings)
     started = time.perf_counter()
     hook_seconds = 0.0
-    seed_everything(settings.seed)
-    model = build_model(settings.model, data.num_classes, data.in_channels,
-                        tuple(data.x_train.shape[2:])).to(device)
-    optimizer = build_optimizer(model, settings)
-    steps_per_epoch = math.ceil(len(data.y_train) / settings.batch_size)
-    scheduler = build_scheduler(optimizer, settings, steps_per_epoch)
-    loss_fn = nn.CrossEntropyLoss(label_smoothing=settings.label_smoothing)
-    shuffle = torch.Generator().manual_seed(settings.seed)
-    _check_one_device(model, data)
+    run = _build(settings, device, data)
+    steps_per_epoch = run.train_batches.steps_per_epoch
 
     reports: list[EpochReport] = []
     if checkpoint_dir is not None:
         state = checkpoint.load(checkpoint_dir, settings.to_dict())
         if state is not None:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            checkpoint.restore_rng(state["rng"], shuffle)
+            run.restore(state)
             reports = [EpochReport(i + 1, m, [tuple(x) for x in lr], resumed=True)
                        for i, (m, lr) in enumerate(zip(state["history"], state["lr_steps"]))]
     resumed_from = len(reports)
@@ -127,70 +224,142 @@ def train(settings: TrainSettings, *,
         if stopped:
             break
         t0 = time.perf_counter()
-        metrics, lr_steps = train_one_epoch(model, optimizer, scheduler, loss_fn, data, settings,
-                                            shuffle, first_step=(epoch - 1) * steps_per_epoch + 1)
-        metrics.update(evaluate(model, data))
+        metrics, lr_steps = train_one_epoch(run, first_step=(epoch - 1) * steps_per_epoch + 1)
+        metrics.update(evaluate(run.model, run.val_batches, settings, device))
         metrics["epoch_seconds"] = time.perf_counter() - t0
         reports.append(EpochReport(epoch, metrics, lr_steps))
         if checkpoint_dir is not None:  # before reporting: a kill during the report loses nothing
             checkpoint.save(checkpoint_dir, {
-                "settings": settings.to_dict(), "epoch": epoch, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "rng": checkpoint.rng_state(shuffle),
+                "settings": settings.to_dict(), "epoch": epoch, **run.state(),
                 "history": [r.metrics for r in reports],
                 "lr_steps": [r.lr_steps for r in reports]})
         stopped = report(EpochReport(epoch, dict(metrics), lr_steps))
     return TrainResult(epochs_run=len(reports), stopped=stopped,
                        history=[r.metrics for r in reports],
                        train_seconds=time.perf_counter() - started - hook_seconds,
-                       device=str(device), model=model, resumed_from=resumed_from)
+                       device=str(device), model=run.model, resumed_from=resumed_from)
 
 
-def train_one_epoch(model, optimizer, scheduler, loss_fn, data: Splits, s: TrainSettings,
-                    shuffle: torch.Generator, first_step: int):
-    """One pass over the shuffled training set; returns (metrics, [(global_step, lr), ...])."""
+def train_one_epoch(run: _Run, first_step: int) -> tuple[dict[str, float], list]:
+    """One pass over the shuffled training set; returns (metrics, [(global_step, lr), ...]).
+
+    Each optimizer step sums the gradients of its micro-batches, each loss weighted by its share
+    of the step's samples (1 / grad_accum_steps for equal micro-batches), so accumulation gives
+    the gradient of one big batch.
+    """
+    model, optimizer = run.model, run.optimizer
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    n = len(data.y_train)
-    order = torch.randperm(n, generator=shuffle).to(data.x_train.device)
-    loss_sum = torch.zeros((), device=data.x_train.device)
-    norms, lr_steps = [], []
-    check_each_step = data.x_train.device.type == "cpu"  # free on CPU, a sync per step on GPU
-    for i, start in enumerate(range(0, n, s.batch_size)):
-        batch = order[start:start + s.batch_size]
+    loss_sum = torch.zeros((), device=run.device)
+    correct = torch.zeros((), dtype=torch.int64, device=run.device)
+    seen, norms, lr_steps = 0, [], []
+    if run.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(run.device)
+    t0 = time.perf_counter()
+    for i, step in enumerate(run.train_batches.epoch(run.generators["shuffle"])):
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(data.x_train[batch]), data.y_train[batch])
-        if check_each_step and not math.isfinite(loss.item()):
-            raise TrainingDiverged(f"training loss is {loss.item()} at step {first_step + i}")
-        loss.backward()
-        if s.clip_grad_norm is not None:
-            norms.append(nn.utils.clip_grad_norm_(params, max_norm=s.clip_grad_norm))
-        else:
-            norms.append(nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
+        n = sum(len(y) for _, y in step)
+        for x, y in step:
+            loss, logits = _forward_backward(run, x, y, len(y) / n, first_step + i)
+            loss_sum += loss * len(y)
+            correct += (logits.argmax(1) == y).sum()
+        seen += n
+        norms.append(_unscale_and_clip(run, params))
         lr_steps.append((first_step + i, optimizer.param_groups[0]["lr"]))
-        optimizer.step()
-        scheduler.step()
-        loss_sum += loss.detach() * len(batch)
-    train_loss = float(loss_sum) / n
+        run.scaler.step(optimizer)  # skips the step when fp16 gradients overflowed
+        run.scaler.update()
+        run.scheduler.step()
+    train_loss = float(loss_sum) / seen
+    train_seconds = time.perf_counter() - t0
     if not math.isfinite(train_loss):
         raise TrainingDiverged(f"training loss is {train_loss} in the epoch ending at step "
                                f"{lr_steps[-1][0]}")
-    norm = torch.stack(norms)
-    clipped = float((norm > s.clip_grad_norm).float().mean()) if s.clip_grad_norm else 0.0
-    return ({"train_loss": train_loss, "grad_norm": float(norm.mean()),
-             "clipped_fraction": clipped}, lr_steps)
+    return _epoch_metrics(run, train_loss, float(correct) / seen, seen / train_seconds,
+                          torch.stack(norms)), lr_steps
+
+
+def _forward_backward(run: _Run, x, y, weight: float, step: int):
+    """Forward and backward of one micro-batch; returns its (detached) loss and logits."""
+    if not run.checked_devices:
+        _check_one_device(run.model, x, y)
+        run.checked_devices = True
+    if run.settings.augment != "none":
+        x = AUGMENTATIONS[run.settings.augment](x, run.generators["augment"])
+    with autocast(run.settings, run.device):
+        logits = run.model(prepare(run.settings, x))
+        loss = run.loss_fn(logits, y)
+    if run.device.type == "cpu" and not math.isfinite(loss.item()):  # a free check on CPU only
+        raise TrainingDiverged(f"training loss is {loss.item()} at step {step}")
+    run.scaler.scale(loss if weight == 1 else loss * weight).backward()
+    return loss.detach().float(), logits.detach()
+
+
+def _unscale_and_clip(run: _Run, params) -> torch.Tensor:
+    """The step's global gradient norm (unscaled first under fp16), clipped if asked."""
+    if run.scaler.is_enabled():
+        run.scaler.unscale_(run.optimizer)
+    if run.settings.clip_grad_norm is not None:
+        return nn.utils.clip_grad_norm_(params, max_norm=run.settings.clip_grad_norm)
+    return nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+
+
+def _epoch_metrics(run: _Run, train_loss: float, train_acc: float, samples_per_second: float,
+                   norm: torch.Tensor) -> dict[str, float]:
+    clip = run.settings.clip_grad_norm
+    finite = norm[torch.isfinite(norm)]  # fp16: overflowed steps were skipped, not taken
+    metrics = {"train_loss": train_loss, "train_acc": train_acc,
+               "grad_norm": float(finite.mean()) if len(finite) else math.nan,
+               "clipped_fraction": float((norm > clip).float().mean()) if clip else 0.0,
+               "samples_per_second": samples_per_second}
+    if run.device.type == "cuda":
+        metrics["peak_memory_mb"] = torch.cuda.max_memory_allocated(run.device) / 2**20
+    return metrics
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: Splits) -> dict[str, float]:
-    """Validation loss (plain cross-entropy, no label smoothing) and accuracy over the whole
-    validation split, in eval mode."""
+def evaluate(model: nn.Module, batches, settings: TrainSettings, device: torch.device,
+             prefix: str = "val") -> dict[str, float]:
+    """Loss (plain cross-entropy, no label smoothing) and accuracy over a whole split, in eval
+    mode, as ``{prefix}_loss`` and ``{prefix}_acc``."""
     model.eval()
-    logits = model(data.x_val)
-    return {"val_loss": float(nn.functional.cross_entropy(logits, data.y_val)),
-            "val_acc": float((logits.argmax(1) == data.y_val).float().mean())}
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    n = 0
+    for x, y in batches.eval_batches():
+        with autocast(settings, device):
+            logits = model(prepare(settings, x))
+        loss_sum += F.cross_entropy(logits.float(), y, reduction="sum")
+        correct += (logits.argmax(1) == y).sum()
+        n += len(y)
+    return {f"{prefix}_loss": float(loss_sum) / n, f"{prefix}_acc": float(correct) / n}
 
 
-def _check_one_device(model: nn.Module, data: Splits) -> None:
-    devices = {p.device for p in model.parameters()} | {data.x_train.device, data.y_train.device}
-    assert len(devices) == 1, f"model, inputs and labels on different devices: {devices}"
+def evaluate_test(settings: TrainSettings, weights: str | os.PathLike) -> dict[str, float] | None:
+    """``test_loss`` and ``test_acc`` of the weights saved by a run of ``settings`` on the
+    dataset's test split, or None when the dataset has none. Never use it for selection.
+
+    Raises:
+        checkpoint.CheckpointError: the weights cannot be read or do not fit the model.
+    """
+    device = resolve_device(settings.device)
+    data = load_data(settings)
+    if data.test is None:
+        return None
+    model = build_model(settings.model, data.num_classes, data.in_channels, data.image_size,
+                        settings.weights, settings.download)
+    try:
+        model.load_state_dict(checkpoint.load_weights(weights))
+    except RuntimeError as e:  # missing or unexpected keys, wrong shapes
+        raise checkpoint.CheckpointError(f"weights {weights} do not fit model "
+                                         f"{settings.model}: {str(e).splitlines()[0]}") from None
+    model = model.to(device)
+    if settings.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    test = make_batches(data, "test", settings, device, torch.Generator().manual_seed(0))
+    return evaluate(model, test, settings, device, prefix="test")
+
+
+def _check_one_device(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
+    params = {p.device for p in model.parameters()}
+    assert params == {x.device} == {y.device}, (
+        f"model on {sorted(map(str, params))}, inputs on {x.device}, labels on {y.device}")

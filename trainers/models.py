@@ -1,9 +1,19 @@
-"""Models by name: each builder takes ``num_classes`` and ``in_channels`` and the input's size."""
+"""Models by name: each builder takes ``num_classes``, ``in_channels`` and the input's size.
+
+``model:`` is one of :data:`MODELS`, ``torchvision:NAME`` (any torchvision classification model,
+random weights unless ``weights`` names pretrained ones), or a user's ``module:function`` called
+with ``num_classes`` and ``in_channels``.
+"""
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 from torch import nn
+
+from .settings import TORCHVISION, SettingsError
+
+CIFAR_STEM_BELOW = 64  # resnet18: inputs smaller than this get the 3x3, stride-1 stem
 
 
 def small_cnn(num_classes: int, in_channels: int, image_size: tuple[int, int]) -> nn.Module:
@@ -27,17 +37,116 @@ def mlp(num_classes: int, in_channels: int, image_size: tuple[int, int]) -> nn.M
         nn.Linear(128, num_classes))
 
 
-MODELS = {"small_cnn": small_cnn, "mlp": mlp}
+def resnet18(num_classes: int, in_channels: int, image_size: tuple[int, int]) -> nn.Module:
+    """Torchvision's ResNet-18; for inputs under 64 pixels the CIFAR stem (3x3 stride-1
+    convolution, no max-pool) so that 32x32 images are not shrunk to 8x8 before the first block."""
+    from torchvision.models import resnet18 as build
+
+    model = build(num_classes=num_classes)
+    if min(image_size) < CIFAR_STEM_BELOW:
+        model.conv1 = nn.Conv2d(in_channels, 64, 3, stride=1, padding=1, bias=False)
+        model.maxpool = nn.Identity()
+    elif in_channels != 3:
+        model.conv1 = nn.Conv2d(in_channels, 64, 7, stride=2, padding=3, bias=False)
+    return model
 
 
-def build_model(name: str, num_classes: int, in_channels: int,
-                image_size: tuple[int, int]) -> nn.Module:
-    """A model by name, or ``module:function`` called with ``num_classes`` and ``in_channels``."""
+MODELS = {"small_cnn": small_cnn, "mlp": mlp, "resnet18": resnet18}
+
+
+def build_model(name: str, num_classes: int, in_channels: int, image_size: tuple[int, int],
+                weights: str | None = None, download: bool = False) -> nn.Module:
+    """A model by name, ``torchvision:NAME``, or ``module:function`` (called with
+    ``num_classes`` and ``in_channels``).
+
+    Raises:
+        SettingsError: an unknown torchvision model, or weights that are not available.
+        TypeError: a user's function did not return an ``nn.Module``.
+    """
     if name in MODELS:
         return MODELS[name](num_classes, in_channels, image_size)
+    if name.startswith(TORCHVISION):
+        return torchvision_model(name[len(TORCHVISION):], num_classes, in_channels, weights,
+                                 download)
     module, _, function = name.partition(":")
     model = getattr(importlib.import_module(module), function)(num_classes=num_classes,
                                                                in_channels=in_channels)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model {name} returned {type(model).__name__}, not a torch.nn.Module")
     return model
+
+
+def torchvision_model(arch: str, num_classes: int, in_channels: int, weights: str | None,
+                      download: bool) -> nn.Module:
+    """``torchvision.models.get_model(arch)`` for ``num_classes`` classes and ``in_channels``
+    input channels. With pretrained ``weights`` the classifier's last linear layer is replaced
+    for ``num_classes`` and a first convolution for other channel counts gets the mean filter."""
+    import torchvision.models as tvm
+
+    known = tvm.list_models(module=tvm)
+    if arch not in known:
+        from difflib import get_close_matches
+
+        close = get_close_matches(arch, known, n=1)
+        hint = f" (did you mean torchvision:{close[0]}?)" if close else ""
+        raise SettingsError("model", TORCHVISION + arch,
+                            f"is not a torchvision classification model{hint}")
+    if weights is None:
+        model = tvm.get_model(arch, weights=None, num_classes=num_classes)
+    else:
+        model = tvm.get_model(arch, weights=_pretrained(arch, weights, download))
+        _replace_head(model, num_classes)
+    _adapt_first_conv(model, in_channels, keep_weights=weights is not None)
+    return model
+
+
+def _pretrained(arch: str, weights: str, download: bool):
+    """The torchvision weights enum member, refusing a download that was not asked for."""
+    import torch.hub
+    import torchvision.models as tvm
+
+    enum = tvm.get_model_weights(arch)
+    try:
+        member = enum.DEFAULT if weights == "DEFAULT" else enum[weights]
+    except KeyError:
+        names = ", ".join(["DEFAULT", *(m.name for m in enum)])
+        raise SettingsError("weights", weights, f"must be one of {names}") from None
+    cached = Path(torch.hub.get_dir()) / "checkpoints" / Path(member.url).name
+    if not download and not cached.is_file():
+        raise SettingsError("weights", weights, f"are not in {cached.parent}; set download: "
+                                                f"true to fetch them")
+    return member
+
+
+def _replace_head(model: nn.Module, num_classes: int) -> None:
+    last = None
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            last = name
+    if last is None:
+        raise SettingsError("weights", "pretrained", "need a model whose classifier ends in a "
+                                                     "linear layer")
+    parent_name, _, attr = last.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    old = getattr(parent, attr)
+    if old.out_features != num_classes:
+        setattr(parent, attr, nn.Linear(old.in_features, num_classes))
+
+
+def _adapt_first_conv(model: nn.Module, in_channels: int, keep_weights: bool) -> None:
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Conv2d):
+            if module.in_channels == in_channels:
+                return
+            new = nn.Conv2d(in_channels, module.out_channels, module.kernel_size, module.stride,
+                            module.padding, module.dilation, module.groups,
+                            module.bias is not None)
+            if keep_weights:  # pretrained filters, averaged over the input channels
+                new.weight.data.copy_(module.weight.detach().mean(1, keepdim=True)
+                                      .expand(-1, in_channels, -1, -1))
+                if module.bias is not None:
+                    new.bias.data.copy_(module.bias.detach())
+            parent_name, _, attr = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            setattr(parent, attr, new)
+            return

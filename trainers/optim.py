@@ -26,12 +26,30 @@ def _adamw(params, s: TrainSettings, lr: float) -> torch.optim.Optimizer:
 OPTIMIZERS = {"sgd": _sgd, "adam": _adam, "adamw": _adamw}
 
 
+NORMS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, nn.LocalResponseNorm)
+
+
+def parameter_groups(model: nn.Module, s: TrainSettings) -> list[dict]:
+    """Parameters with weight decay (weights of linear and convolution layers) and without it
+    (biases and normalization parameters), unless ``decay_bias_and_norm`` decays them all."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if s.weight_decay == 0 or s.decay_bias_and_norm:
+        return [{"params": params}]
+    no_decay = set()
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            if name.endswith("bias") or isinstance(module, NORMS) or p.ndim <= 1:
+                no_decay.add(id(p))
+    return [{"params": [p for p in params if id(p) not in no_decay]},
+            {"params": [p for p in params if id(p) in no_decay], "weight_decay": 0.0}]
+
+
 def build_optimizer(model: nn.Module, s: TrainSettings) -> torch.optim.Optimizer:
     """The optimizer of ``s.optimizer`` at the scaled learning rate ``s.lr_effective``.
 
     Build it after ``model.to(device)`` so that its state lives next to the parameters.
     """
-    return OPTIMIZERS[s.optimizer](model.parameters(), s, s.lr_effective)
+    return OPTIMIZERS[s.optimizer](parameter_groups(model, s), s, s.lr_effective)
 
 
 def _constant(step: int, warmup_steps: int, total_steps: int) -> float:

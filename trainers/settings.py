@@ -14,11 +14,17 @@ from typing import Any
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("constant", "warmup_cosine")
 LR_SCALINGS = ("none", "linear", "sqrt")
-DATASETS = ("digits",)
-MODELS = ("small_cnn", "mlp")
+DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "image_folder", "fake")
+MODELS = ("small_cnn", "mlp", "resnet18")
+AUGMENTS = ("none", "flip_crop")
+AMPS = ("none", "bf16", "fp16")
+LOADERS = ("auto", "tensors", "dataloader")
 # what train() reports after every epoch (the lr is reported per optimizer step instead)
-EPOCH_METRICS = ("train_loss", "val_loss", "val_acc", "grad_norm", "clipped_fraction",
-                 "epoch_seconds")
+EPOCH_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "grad_norm",
+                 "clipped_fraction", "epoch_seconds", "samples_per_second")
+# reported only where it exists (a CUDA device): not an objective
+CUDA_METRICS = ("peak_memory_mb",)
+DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
 class SettingsError(ValueError):
@@ -34,7 +40,17 @@ class SettingsError(ValueError):
         super().__init__(f"{field_name} {fix}, got {value!r}")
 
 
+class TrainerWarning(UserWarning):
+    """Training runs, but not quite as asked (e.g. BatchNorm under gradient accumulation)."""
+
+
+class DataError(SettingsError):
+    """The dataset cannot be read as the settings say: files missing, classes that disagree,
+    labels of the wrong kind. Deterministic: not worth a retry."""
+
+
 USER_CODE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # module.path:function
+TORCHVISION = "torchvision:"  # model: torchvision:NAME, any torchvision classification model
 
 
 def _knob(default, help: str, *, choices=None, fixed_only: bool = False, unit: str = "",
@@ -48,16 +64,43 @@ def _knob(default, help: str, *, choices=None, fixed_only: bool = False, unit: s
 class TrainSettings:
     """All settings of one training run. Every field has a default; see ``help`` in its metadata."""
 
-    dataset: str = _knob("digits", "dataset name", choices=DATASETS)
-    model: str = _knob("small_cnn", "model name, or module:function(num_classes, in_channels)",
+    dataset: str = _knob("digits", "dataset name, or module:function() -> (train_dataset, "
+                         "val_dataset, num_classes)", choices=DATASETS, user_code=True)
+    data_dir: str | None = _knob(None, "where datasets are read from (default "
+                                       "~/.cache/sweep/data; image_folder: its root, with "
+                                       "train/ and val/ class folders)", fixed_only=True)
+    download: bool = _knob(False, "allow downloading a torchvision dataset into data_dir",
+                           fixed_only=True)
+    val_fraction: float = _knob(0.1, "share of the training split held out for validation where "
+                                     "the dataset has a test split (seeded, the same for every "
+                                     "trial)", fixed_only=True)
+    image_size: int | None = _knob(None, "side of the square images the model sees; null = the "
+                                         "dataset's own (image_folder needs it)", unit="pixels")
+    augment: str = _knob("none", "training augmentation: flip_crop = random crop (padding "
+                                 "size/8) + horizontal flip", choices=AUGMENTS)
+    loader: str = _knob("auto", "tensors = whole dataset on the device, batches by indexing; "
+                                "dataloader = a DataLoader; auto = tensors for in-memory "
+                                "datasets", choices=LOADERS, fixed_only=True)
+    num_workers: int | None = _knob(None, "DataLoader processes; null = min(4, torch threads)",
+                                    fixed_only=True)
+    model: str = _knob("small_cnn", "model name, torchvision:NAME, or "
+                                    "module:function(num_classes, in_channels)",
                        choices=MODELS, user_code=True)
+    weights: str | None = _knob(None, "pretrained weights of a torchvision:NAME model (DEFAULT or "
+                                      "a weights name such as IMAGENET1K_V1); null = random init")
+    channels_last: bool = _knob(False, "channels-last memory format for model and inputs")
     epochs: int = _knob(10, "passes over the training set", unit="epochs")
     batch_size: int = _knob(64, "samples per optimizer step", unit="samples")
+    grad_accum_steps: int = _knob(1, "forward passes per optimizer step, each on "
+                                     "batch_size / grad_accum_steps samples")
     optimizer: str = _knob("adam", "optimizer", choices=OPTIMIZERS)
     lr: float = _knob(1e-3, "base learning rate, before lr_scaling")
     momentum: float = _knob(0.9, "SGD momentum (sgd only)")
     nesterov: bool = _knob(False, "Nesterov momentum (sgd only)")
-    weight_decay: float = _knob(0.0, "decoupled for adamw, L2 for sgd and adam")
+    weight_decay: float = _knob(0.0, "decoupled for adamw, L2 for sgd and adam; applied to "
+                                     "weights, not to biases and norm parameters")
+    decay_bias_and_norm: bool = _knob(False, "apply weight_decay to biases and normalization "
+                                             "parameters too")
     schedule: str = _knob("warmup_cosine", "learning-rate schedule, stepped per optimizer step",
                           choices=SCHEDULES)
     warmup_epochs: float = _knob(0.0, "linear warmup length (capped at epochs)", unit="epochs")
@@ -68,10 +111,13 @@ class TrainSettings:
                             choices=LR_SCALINGS)
     reference_batch_size: int | None = _knob(None, "batch size at which lr is used as given",
                                              unit="samples")
+    amp: str = _knob("none", "automatic mixed precision: bf16, or fp16 with a gradient scaler",
+                     choices=AMPS)
     seed: int = _knob(0, "seeds python, numpy, torch and the data shuffling")
-    device: str = _knob("auto", "auto, cpu, cuda, cuda:N or mps", fixed_only=True)
-    data_dir: str | None = _knob(None, "where datasets are read from", fixed_only=True)
-    download: bool = _knob(False, "allow downloading a dataset", fixed_only=True)
+    deterministic: bool = _knob(False, "deterministic algorithms (cuDNN deterministic, no "
+                                       "benchmark); nondeterministic ops are reported")
+    device: str = _knob("auto", "auto (the worker's GPU, else the CPU), cpu, cuda, cuda:N or mps",
+                        fixed_only=True)
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -79,7 +125,7 @@ class TrainSettings:
         self._check_values()
 
     def _check_values(self):
-        positive_ints = ("epochs", "batch_size")
+        positive_ints = ("epochs", "batch_size", "grad_accum_steps")
         for name in positive_ints:
             if getattr(self, name) < 1:
                 raise SettingsError(name, getattr(self, name), "must be >= 1")
@@ -102,9 +148,34 @@ class TrainSettings:
         if self.lr_scaling != "none" and self.reference_batch_size is None:
             raise SettingsError("reference_batch_size", None,
                                 f"is needed when lr_scaling is {self.lr_scaling} (e.g. 64)")
+        self._check_data_values()
         if self.min_lr >= self.lr_effective:
             raise SettingsError("min_lr", self.min_lr,
                                 f"must be < the lr used ({self.lr_effective:g})")
+
+    def _check_data_values(self):
+        if self.batch_size % self.grad_accum_steps:
+            raise SettingsError("grad_accum_steps", self.grad_accum_steps,
+                                f"must divide batch_size ({self.batch_size}): each forward pass "
+                                f"sees batch_size / grad_accum_steps samples")
+        if not 0 < self.val_fraction < 1:
+            raise SettingsError("val_fraction", self.val_fraction, "must be in (0, 1), e.g. 0.1")
+        if self.image_size is not None and self.image_size < 4:
+            raise SettingsError("image_size", self.image_size, "must be >= 4 (pixels)")
+        if self.dataset == "image_folder":
+            if self.data_dir is None:
+                raise SettingsError("data_dir", None, "is needed for dataset image_folder: the "
+                                                      "folder holding train/ and val/")
+            if self.image_size is None:
+                raise SettingsError("image_size", None, "is needed for dataset image_folder "
+                                                        "(its images differ in size), e.g. 64")
+        if self.num_workers is not None and self.num_workers < 0:
+            raise SettingsError("num_workers", self.num_workers, "must be >= 0, or null")
+        if not DEVICE.match(self.device):
+            raise SettingsError("device", self.device, "must be auto, cpu, cuda, cuda:N or mps")
+        if self.weights is not None and not self.model.startswith(TORCHVISION):
+            raise SettingsError("weights", self.weights, f"needs a torchvision:NAME model, got "
+                                                         f"model {self.model}")
 
     @property
     def lr_effective(self) -> float:

@@ -3,7 +3,13 @@ import pytest
 import torch
 
 from trainers import TrainingDiverged, TrainSettings, train
-from trainers.data import load_digits_splits
+from trainers.data import load_data
+
+TIMED = ("epoch_seconds", "samples_per_second")
+
+
+def _without_time(history):
+    return [{k: v for k, v in h.items() if k not in TIMED} for h in history]
 
 
 def test_digits_split_is_the_shared_benchmark_split():
@@ -11,12 +17,15 @@ def test_digits_split_is_the_shared_benchmark_split():
 
     d = load_digits()
     idx = np.random.RandomState(0).permutation(1797)
-    s = load_digits_splits()
-    assert s.x_train.shape == (1437, 1, 8, 8) and s.x_val.shape == (360, 1, 8, 8)
-    assert s.x_train.dtype == torch.float32 and s.y_train.dtype == torch.int64
+    data = load_data(TrainSettings())
+    x_train, y_train = data.train.tensors
+    x_val, y_val = data.val.tensors
+    assert x_train.shape == (1437, 1, 8, 8) and x_val.shape == (360, 1, 8, 8)
+    assert x_train.dtype == torch.float32 and y_train.dtype == torch.int64
     expected = torch.tensor(d.images[idx[:1437]] / 16.0, dtype=torch.float32).unsqueeze(1)
-    assert torch.equal(s.x_train, expected)
-    assert torch.equal(s.y_val, torch.tensor(d.target[idx[1437:]]))
+    assert torch.equal(x_train, expected)
+    assert torch.equal(y_val, torch.tensor(d.target[idx[1437:]]))
+    assert data.test is None  # digits keeps the shared two-way split
 
 
 def test_training_lowers_the_loss_and_reports_every_epoch():
@@ -35,8 +44,7 @@ def test_same_seed_gives_the_same_curve_bit_for_bit():
     s = TrainSettings(epochs=2, optimizer="sgd", lr=0.05, nesterov=True, seed=3)
     a = train(s).history
     b = train(s).history
-    strip = [{k: v for k, v in h.items() if k != "epoch_seconds"} for h in a]
-    assert strip == [{k: v for k, v in h.items() if k != "epoch_seconds"} for h in b]
+    assert _without_time(a) == _without_time(b)
     c = train(TrainSettings(epochs=2, optimizer="sgd", lr=0.05, nesterov=True, seed=4)).history
     assert c[0]["train_loss"] != a[0]["train_loss"]
 
@@ -60,10 +68,6 @@ def test_returning_true_stops_after_that_epoch():
 def test_non_finite_loss_stops_at_once():
     with pytest.raises(TrainingDiverged, match="at step"):
         train(TrainSettings(epochs=3, optimizer="sgd", lr=1e6, schedule="constant"))
-
-
-def _without_time(history):
-    return [{k: v for k, v in h.items() if k != "epoch_seconds"} for h in history]
 
 
 def test_a_run_resumed_from_its_checkpoint_matches_an_uninterrupted_one(tmp_path):
