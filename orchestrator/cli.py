@@ -19,7 +19,7 @@ from rich.table import Table
 
 from . import paths
 from .errors import SweepError
-from .spec import load_spec
+from .spec import data_problems, load_spec
 
 EXIT_BAD_INPUT = 2
 
@@ -103,8 +103,8 @@ def _positive(flag: str, value: int | None) -> None:
 
 def cmd_validate(args, console: Console) -> int:
     spec = load_spec(args.spec, args.overrides)
-    for w in spec.warnings:
-        console.print(f"warning: {w}")
+    for w in [*spec.warnings, *data_problems(spec)]:
+        console.print(f"warning: {w}", soft_wrap=True)
     kind = f"grid of {len(spec.grid())} configurations x {spec.repeats} repeats" if spec.is_grid \
         else f"{spec.sampler.name} sampler"
     console.print(f"{args.spec}: ok: sweep {spec.name!r}, {spec.trials} trials, {kind}")
@@ -116,8 +116,11 @@ def cmd_run(args, console: Console) -> int:
     _positive("--workers", args.workers)
     overrides = list(args.overrides) + ([f"trials={args.trials}"] if args.trials else [])
     spec = load_spec(args.spec, overrides)
+    missing = data_problems(spec)
+    if missing:
+        raise SweepError(*missing)
     for w in spec.warnings:
-        console.print(f"warning: {w}")
+        console.print(f"warning: {w}", soft_wrap=True)
     from .display import Progress
     from .runner import run_sweep
 

@@ -18,7 +18,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from trainers import EPOCH_METRICS, SettingsError, TrainSettings, setting_fields
+from trainers import (
+    EPOCH_METRICS,
+    SettingsError,
+    TrainSettings,
+    check_data_files,
+    setting_fields,
+)
 
 from . import space as sp
 from .errors import SpecError, did_you_mean, key_text
@@ -138,6 +144,26 @@ class SweepSpec:
         """A hash of :meth:`identity`."""
         text = json.dumps(self.identity(), sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()
+
+
+def data_problems(spec: SweepSpec) -> list[str]:
+    """Missing dataset files, one line each (``sweep run`` refuses to start on them; ``sweep
+    validate`` only warns, so that a YAML can be checked on a machine without the data)."""
+    base = {**spec.train, **sp.first_values(spec.space)}
+    datasets = {base.get("dataset", TrainSettings().dataset)}
+    for _, node in sp.walk(spec.space):
+        if isinstance(node, sp.Choice) and node.setting == "dataset":
+            datasets.update(node.choices)
+    problems = []
+    for dataset in sorted(datasets):
+        try:
+            check_data_files(TrainSettings.from_dict({**base, "dataset": dataset}))
+        except SettingsError as e:
+            where = "train" if "dataset" in spec.train or e.field != "dataset" else "space"
+            problems.append(f"{spec.source}: {where}.{e.field}: {e.value} {e.fix}"
+                            if e.field == "dataset" else
+                            f"{spec.source}: train.{e.field} {e.fix}, got {e.value!r}")
+    return problems
 
 
 def settings_of(spec: SweepSpec, sampled: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, Dataset, RandomSampler, TensorDataset
+from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
 
 from .datafiles import check_data_files, data_root
 from .settings import DataError, TrainSettings
@@ -288,8 +288,9 @@ class TensorBatches:
     """
 
     def __init__(self, split: TensorDataset, batch_size: int, micro_batches: int,
-                 device: torch.device):
-        self.x, self.y = (t.to(device) for t in split.tensors)
+                 device: torch.device, dataset: str):
+        x, y = split.tensors
+        self.x, self.y = x.to(device), labels_as_long(y, dataset).to(device)
         self.batch_size, self.micro_batches = batch_size, micro_batches
 
     @property
@@ -328,6 +329,23 @@ def _seed_loader_worker(worker_id: int) -> None:
     random.seed(seed)
 
 
+class Shuffle(Sampler[int]):
+    """One ``randperm`` per epoch from ``generator``: the order :class:`TensorBatches` uses.
+
+    (``RandomSampler`` draws a second permutation per epoch for its remainder, so its orders
+    drift from the tensor path's after the first epoch.)
+    """
+
+    def __init__(self, n: int, generator: torch.Generator):
+        self.n, self.generator = n, generator
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        return iter(torch.randperm(self.n, generator=self.generator).tolist())
+
+
 class LoaderBatches:
     """Batches from a ``DataLoader`` over any map-style dataset, moved to the device per step.
 
@@ -343,7 +361,7 @@ class LoaderBatches:
         self.device, self.dataset, self.micro_batches = device, dataset, micro_batches
         self.batch_size = batch_size
         self.shuffle = shuffle
-        self.sampler = RandomSampler(split, generator=shuffle) if shuffle is not None else None
+        self.sampler = Shuffle(len(split), shuffle) if shuffle is not None else None
         self.loader = DataLoader(
             split, batch_size=batch_size // micro_batches, sampler=self.sampler,
             num_workers=workers, pin_memory=self.pin, persistent_workers=workers > 0,
@@ -389,7 +407,7 @@ def make_batches(data: Data, split: str, s: TrainSettings, device: torch.device,
     if use_tensors:
         if not isinstance(dataset, TensorDataset):
             dataset = _materialise(dataset, s)
-        return TensorBatches(dataset, s.batch_size, micro, device)
+        return TensorBatches(dataset, s.batch_size, micro, device, s.dataset)
     return LoaderBatches(dataset, s.batch_size, micro, device, s.num_workers, s.dataset,
                          loader_generator, shuffle)
 

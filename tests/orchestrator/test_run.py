@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import SWEEPS, tiny_spec
+from tests.conftest import ROOT, SWEEPS, run_cli, tiny_spec
 from trainers import EPOCH_METRICS, TrainSettings
 from trainers.optim import lr_at
 
@@ -229,3 +229,75 @@ def test_no_run_or_trial_is_left_running(quickstart):
     stores, _ = quickstart
     assert all(r.info.status != "RUNNING" for r in stores.runs("quickstart"))
     assert all(t.state.name != "RUNNING" for t in stores.study("quickstart").trials)
+
+
+def test_every_finished_trial_logs_weights_that_load_safely(quickstart):
+    import torch
+
+    stores, _ = quickstart
+    client = stores.client()
+    for run in stores.runs("quickstart", "trial"):
+        assert [a.path for a in client.list_artifacts(run.info.run_id, "model")] == \
+            ["model/weights.pt"]
+    run = stores.runs("quickstart", "trial")[0]
+    local = client.download_artifacts(run.info.run_id, "model/weights.pt", str(stores.dir))
+    state = torch.load(local, weights_only=True)
+    assert "0.weight" in state and state["0.weight"].shape == (32, 1, 3, 3)
+    assert "test_acc" not in stores.runs("quickstart", "parent")[0].data.metrics  # digits: none
+
+
+def test_only_the_best_configuration_sees_the_test_split(tmp_path, stores, cli, write_spec):
+    from tests.datasets import write_mnist
+
+    write_mnist(tmp_path / "data", n_train=240, n_test=80)
+    spec = write_spec(tiny_spec(
+        name="mnist-tiny", trials=4, repeats=2, sampler={"name": "grid"},
+        train={"dataset": "mnist", "data_dir": str(tmp_path / "data"), "model": "small_cnn",
+               "epochs": 1, "batch_size": 32, "val_fraction": 0.25},
+        space={"lr": [3e-3, 1e-5]}))
+    out = cli(spec)
+    assert out.returncode == 0, out.stderr
+    assert "held-out test split (not used for selection)" in out.stdout
+    study = stores.study("mnist-tiny")
+    runs = {r.data.tags["sweep.trial_number"]: r for r in stores.runs("mnist-tiny", "trial")}
+    by_lr = {}
+    for t in study.trials:
+        by_lr.setdefault(t.params["lr"], []).append(t)
+    best_lr = max(by_lr, key=lambda lr: sum(t.value for t in by_lr[lr]))
+    for lr, trials in by_lr.items():
+        for t in trials:
+            metrics = runs[str(t.number)].data.metrics
+            assert ("test_acc" in metrics) == (lr == best_lr), (lr, t.number)
+    parent = stores.runs("mnist-tiny", "parent")[0]
+    tested = [runs[str(t.number)].data.metrics["test_acc"] for t in by_lr[best_lr]]
+    assert parent.data.metrics["test_acc"] == pytest.approx(sum(tested) / 2)
+    assert "test_acc_std" in parent.data.metrics
+    assert parent.data.tags["sweep.test_trials"] == ",".join(
+        str(t.number) for t in sorted(by_lr[best_lr], key=lambda t: t.number))
+
+
+def test_trainer_warnings_reach_the_trial_run(stores, write_spec):
+    spec = write_spec(tiny_spec(
+        name="warned", trials=1, workers=1,
+        train={"model": "tests.datasets:bn_cnn", "epochs": 1, "grad_accum_steps": 2},
+        space={"batch_size": [32]}))
+    # the user's model module is importable where the sweep runs
+    out = run_cli("run", str(spec), cwd=stores.dir, env={"PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    (run,) = stores.runs("warned", "trial")
+    assert "BatchNorm statistics see micro-batches of 16" in run.data.tags["sweep.warnings"]
+
+
+def test_missing_dataset_files_stop_the_run_before_anything_is_written(tmp_path, cli,
+                                                                      write_spec, stores):
+    spec = write_spec(tiny_spec(train={"dataset": "cifar10", "data_dir": str(tmp_path / "none"),
+                                       "epochs": 1}))
+    before = set(stores.dir.iterdir())
+    out = cli(spec)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert "train.dataset: cifar10 files not found" in out.stderr
+    assert "download: true" in out.stderr
+    assert set(stores.dir.iterdir()) == before
+    check = cli(spec, command="validate")
+    assert check.returncode == 0 and "warning:" in check.stdout

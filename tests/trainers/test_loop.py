@@ -98,3 +98,93 @@ def test_a_checkpoint_for_other_settings_is_refused(tmp_path):
     train(TrainSettings(epochs=1), checkpoint_dir=tmp_path)
     with pytest.raises(CheckpointError, match="lr differ"):
         train(TrainSettings(epochs=1, lr=0.01), checkpoint_dir=tmp_path)
+
+
+def _params(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+@pytest.mark.parametrize("batch_size,accum", [(64, 4), (60, 3)])
+def test_accumulation_gives_the_gradient_of_one_big_batch(batch_size, accum):
+    # plain SGD after one epoch: every step's gradient must match for the weights to match;
+    # 1437 samples leave a partial last batch, split unevenly into micro-batches
+    base = dict(epochs=1, optimizer="sgd", momentum=0.0, lr=0.05, batch_size=batch_size,
+                schedule="constant", seed=2)
+    one = train(TrainSettings(**base))
+    accumulated = train(TrainSettings(**base, grad_accum_steps=accum))
+    assert torch.allclose(_params(one.model), _params(accumulated.model), atol=1e-5)
+    assert one.history[0]["grad_norm"] == pytest.approx(accumulated.history[0]["grad_norm"],
+                                                        rel=1e-4)
+
+
+def test_accumulation_must_divide_the_batch():
+    from trainers import SettingsError
+
+    with pytest.raises(SettingsError, match="grad_accum_steps must divide batch_size"):
+        TrainSettings(batch_size=64, grad_accum_steps=3)
+
+
+def test_accumulation_with_batchnorm_warns_that_statistics_see_micro_batches():
+    from trainers import TrainerWarning
+
+    with pytest.warns(TrainerWarning, match="BatchNorm statistics see micro-batches of 16"):
+        train(TrainSettings(epochs=1, model="tests.datasets:bn_cnn", batch_size=64,
+                            grad_accum_steps=4))
+
+
+@pytest.mark.parametrize("amp", ["bf16", "fp16"])
+def test_mixed_precision_runs_on_cpu(amp):
+    full = train(TrainSettings(epochs=1, seed=1)).history[0]
+    mixed = train(TrainSettings(epochs=1, seed=1, amp=amp)).history[0]
+    assert np.isfinite(mixed["train_loss"]) and mixed["val_acc"] > 0.5
+    assert mixed["train_loss"] != full["train_loss"]  # autocast really changed the arithmetic
+    assert mixed["train_loss"] == pytest.approx(full["train_loss"], rel=0.02)
+
+
+def test_deterministic_runs_repeat_bit_for_bit_with_augmentation_and_workers():
+    s = TrainSettings(epochs=2, seed=9, deterministic=True, augment="flip_crop",
+                      loader="dataloader", num_workers=2, grad_accum_steps=2)
+    assert _without_time(train(s).history) == _without_time(train(s).history)
+    assert torch.are_deterministic_algorithms_enabled()
+    train(TrainSettings(epochs=1))  # the next run in the same process turns it off again
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_every_epoch_reports_training_accuracy_and_throughput():
+    metrics = train(TrainSettings(epochs=1)).history[0]
+    assert 0 <= metrics["train_acc"] <= 1 and metrics["samples_per_second"] > 0
+    assert "peak_memory_mb" not in metrics  # a CUDA-only figure
+
+
+def test_a_missing_device_is_a_settings_error():
+    from trainers import SettingsError
+
+    if torch.cuda.is_available():
+        name = f"cuda:{torch.cuda.device_count()}"
+    else:
+        name = "cuda"
+    with pytest.raises(SettingsError, match="is not available here"):
+        train(TrainSettings(epochs=1, device=name))
+
+
+def test_digits_has_no_test_split_to_evaluate(tmp_path):
+    from trainers import evaluate_test, save_weights
+
+    result = train(TrainSettings(epochs=1))
+    weights = save_weights(result.model, tmp_path / "w.pt")
+    assert evaluate_test(TrainSettings(epochs=1), weights) is None
+    assert set(torch.load(weights, weights_only=True)) == set(result.model.state_dict())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
+def test_cuda_path_with_fp16_channels_last_and_pinned_loader():
+    s = TrainSettings(epochs=2, seed=3, amp="fp16", channels_last=True, loader="dataloader",
+                      num_workers=2, augment="flip_crop", clip_grad_norm=1.0)
+    result = train(s)
+    metrics = result.history[-1]
+    assert result.device.startswith("cuda") and metrics["peak_memory_mb"] > 0
+    assert metrics["val_acc"] > 0.5
+    tensors = train(TrainSettings(epochs=1, seed=3, amp="bf16", deterministic=True))
+    again = train(TrainSettings(epochs=1, seed=3, amp="bf16", deterministic=True))
+    assert _without_time(tensors.history) == _without_time(again.history)

@@ -63,3 +63,17 @@ def test_optimizers_by_name(name, cls):
     assert isinstance(opt, cls)
     if name == "sgd":
         assert opt.param_groups[0]["momentum"] == 0.8 and opt.param_groups[0]["nesterov"]
+
+
+def test_weight_decay_skips_biases_and_norm_parameters_unless_asked():
+    from torch import nn
+
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.LazyLinear(2))
+    model(torch.randn(2, 1, 5, 5))
+    groups = build_optimizer(model, TrainSettings(weight_decay=0.1, optimizer="sgd")).param_groups
+    decayed = {id(p) for p in groups[0]["params"]}
+    assert groups[0]["weight_decay"] == 0.1 and groups[1]["weight_decay"] == 0.0
+    assert decayed == {id(model[0].weight), id(model[3].weight)}
+    everything = build_optimizer(model, TrainSettings(weight_decay=0.1,
+                                                      decay_bias_and_norm=True)).param_groups
+    assert len(everything) == 1 and len(everything[0]["params"]) == 6

@@ -1,0 +1,159 @@
+"""Every dataset kind loads with int64 labels and normalised float32 images, and trains."""
+import numpy as np
+import pytest
+import torch
+
+from tests.datasets import write_image_folder, write_mnist
+from trainers import DataError, SettingsError, TrainSettings, check_data_files, evaluate_test, train
+from trainers.data import STATS, carve_validation, flip_crop, load_data, raw_to_tensors
+
+
+def _one_epoch(**settings):
+    result = train(TrainSettings(epochs=1, **settings))
+    metrics = result.history[0]
+    assert np.isfinite(metrics["train_loss"]) and 0 <= metrics["val_acc"] <= 1
+    return result
+
+
+def test_fake_data_trains_one_epoch():
+    data = load_data(TrainSettings(dataset="fake", image_size=16))
+    x, y = data.train.tensors
+    assert x.shape == (1024, 3, 16, 16) and x.dtype == torch.float32 and y.dtype == torch.int64
+    assert data.test is not None and data.num_classes == 10
+    _one_epoch(dataset="fake", image_size=16, batch_size=128)
+
+
+@pytest.mark.parametrize("folder,dataset", [("MNIST", "mnist"),
+                                            ("FashionMNIST", "fashion_mnist")])
+def test_mnist_layouts_load_from_idx_files(tmp_path, folder, dataset):
+    write_mnist(tmp_path, folder, n_train=200, n_test=60)
+    s = TrainSettings(dataset=dataset, data_dir=str(tmp_path), val_fraction=0.25)
+    data = load_data(s)
+    x_train, y_train = data.train.tensors
+    x_val, _ = data.val.tensors
+    assert (len(x_train), len(x_val), len(data.test)) == (150, 50, 60)
+    assert x_train.shape[1:] == (1, 28, 28) and y_train.dtype == torch.int64
+    norm = STATS[dataset]
+    assert float(x_train.max()) == pytest.approx((1.0 - norm.mean[0]) / norm.std[0])
+    result = _one_epoch(dataset=dataset, data_dir=str(tmp_path), val_fraction=0.25, lr=3e-3,
+                        batch_size=16)
+    assert result.history[0]["val_acc"] > 0.5  # the class band is easy to see
+
+
+def test_validation_is_carved_the_same_way_for_every_trial():
+    x = torch.arange(100.0).view(100, 1, 1, 1)
+    y = torch.arange(100)
+    (xt, yt), (xv, yv) = carve_validation(x, y, 0.1)
+    (_, yt2), (_, yv2) = carve_validation(x, y, 0.1)
+    assert len(yv) == 10 and len(yt) == 90
+    assert torch.equal(yv, yv2) and torch.equal(yt, yt2)
+    assert not set(yv.tolist()) & set(yt.tolist())
+
+
+def test_cifar_arrays_become_normalised_nchw_tensors():
+    raw = np.zeros((2, 32, 32, 3), dtype=np.uint8)  # CIFAR's on-disk layout: N x H x W x C
+    raw[0, :, :, 0] = 255
+    x, y = raw_to_tensors(raw, [3, 7], STATS["cifar10"])
+    assert x.shape == (2, 3, 32, 32) and x.dtype == torch.float32 and y.dtype == torch.int64
+    mean, std = STATS["cifar10"].mean, STATS["cifar10"].std
+    assert float(x[0, 0, 0, 0]) == pytest.approx((1 - mean[0]) / std[0])
+    assert float(x[1, 2, 5, 5]) == pytest.approx(-mean[2] / std[2])
+
+
+@pytest.mark.parametrize("dataset", ["mnist", "fashion_mnist", "cifar10", "cifar100"])
+def test_torchvision_datasets_without_files_fail_with_one_clear_line(tmp_path, dataset):
+    s = TrainSettings(dataset=dataset, data_dir=str(tmp_path))
+    with pytest.raises(DataError) as e:
+        check_data_files(s)
+    message = str(e.value)
+    assert str(tmp_path) in message and "download: true" in message and "\n" not in message
+    with pytest.raises(DataError):  # the trainer refuses the same way
+        train(s)
+    assert not any(tmp_path.iterdir())  # nothing fetched, nothing half-written
+
+
+def test_download_is_opt_in_and_skips_the_file_check(tmp_path):
+    check_data_files(TrainSettings(dataset="cifar10", data_dir=str(tmp_path), download=True))
+
+
+def test_an_image_folder_of_mixed_sizes_and_modes_trains(tmp_path):
+    write_image_folder(tmp_path, splits=("train", "val", "test"))
+    s = TrainSettings(dataset="image_folder", data_dir=str(tmp_path), image_size=16,
+                      batch_size=4, num_workers=2)
+    data = load_data(s)
+    assert data.classes == ("cat", "dog") and data.in_channels == 3 and not data.in_memory
+    image, label = data.train[0]
+    assert image.shape == (3, 16, 16) and image.dtype == torch.float32
+    result = _one_epoch(dataset="image_folder", data_dir=str(tmp_path), image_size=16,
+                        batch_size=4, num_workers=2)
+    weights = tmp_path / "w.pt"
+    from trainers import save_weights
+
+    save_weights(result.model, weights)
+    test = evaluate_test(s, weights)
+    assert set(test) == {"test_loss", "test_acc"} and 0 <= test["test_acc"] <= 1
+
+
+def test_an_image_folder_can_be_materialised_as_tensors(tmp_path):
+    write_image_folder(tmp_path)
+    loader = _one_epoch(dataset="image_folder", data_dir=str(tmp_path), image_size=8,
+                        batch_size=4, num_workers=0, loader="dataloader")
+    tensors = _one_epoch(dataset="image_folder", data_dir=str(tmp_path), image_size=8,
+                         batch_size=4, num_workers=0, loader="tensors")
+    assert loader.history[0]["train_loss"] == pytest.approx(tensors.history[0]["train_loss"])
+
+
+def test_image_folders_need_matching_classes(tmp_path):
+    write_image_folder(tmp_path)
+    (tmp_path / "val" / "dog").rename(tmp_path / "val" / "wolf")
+    with pytest.raises(DataError, match="same class folders"):
+        load_data(TrainSettings(dataset="image_folder", data_dir=str(tmp_path), image_size=8))
+
+
+def test_an_image_folder_needs_its_splits_and_a_size(tmp_path):
+    with pytest.raises(DataError, match="train/"):
+        check_data_files(TrainSettings(dataset="image_folder", data_dir=str(tmp_path),
+                                       image_size=8))
+    with pytest.raises(SettingsError, match="image_size is needed"):
+        TrainSettings(dataset="image_folder", data_dir=str(tmp_path))
+
+
+def test_a_user_dataset_function_trains():
+    result = _one_epoch(dataset="tests.datasets:tensor_dataset", model="mlp", batch_size=16)
+    assert result.history[0]["train_acc"] >= 0
+    assert evaluate_test(TrainSettings(dataset="tests.datasets:tensor_dataset", model="mlp"),
+                         "unused") is None  # no test split: nothing to evaluate
+
+
+def test_float_labels_from_a_user_dataset_are_refused():
+    with pytest.raises(DataError, match="labels are torch.float32"):
+        train(TrainSettings(dataset="tests.datasets:float_label_dataset", model="mlp",
+                            epochs=1, num_workers=0))
+
+
+def test_a_missing_user_dataset_names_the_setting():
+    with pytest.raises(DataError, match="cannot be imported"):
+        load_data(TrainSettings(dataset="tests.datasets:nothing_here"))
+
+
+def test_tensor_and_dataloader_paths_see_the_same_batches():
+    a = train(TrainSettings(epochs=2, seed=5, augment="flip_crop")).history
+    b = train(TrainSettings(epochs=2, seed=5, augment="flip_crop", loader="dataloader",
+                            num_workers=2)).history
+    for ha, hb in zip(a, b):
+        for key in ("train_loss", "train_acc", "val_loss", "val_acc"):
+            assert ha[key] == pytest.approx(hb[key], rel=1e-6), key
+
+
+def test_flip_crop_keeps_the_size_and_moves_pixels_within_the_padding():
+    x = torch.arange(2 * 3 * 16 * 16, dtype=torch.float32).view(2, 3, 16, 16) + 1
+    out = flip_crop(x, torch.Generator().manual_seed(0))
+    assert out.shape == x.shape
+    again = flip_crop(x, torch.Generator().manual_seed(0))
+    assert torch.equal(out, again)
+    for i in range(2):  # every output row is a (possibly flipped) shifted input row or padding
+        values = set(out[i].flatten().tolist()) - {0.0}
+        assert values <= set(x[i].flatten().tolist())
+        assert len(values) >= 14 * 14 * 3  # a shift of at most 2 pixels each way keeps most
+    flips = [flip_crop(x, torch.Generator().manual_seed(s)) for s in range(8)]
+    assert any(not torch.equal(f, flips[0]) for f in flips)
