@@ -107,7 +107,8 @@ def cmd_validate(args, console: Console) -> int:
         console.print(f"warning: {w}", soft_wrap=True)
     kind = f"grid of {len(spec.grid())} configurations x {spec.repeats} repeats" if spec.is_grid \
         else f"{spec.sampler.name} sampler"
-    console.print(f"{args.spec}: ok: sweep {spec.name!r}, {spec.trials} trials, {kind}")
+    console.print(f"{args.spec}: ok: sweep {spec.name!r}, {spec.trials} trials, {kind}",
+                  soft_wrap=True)
     return 0
 
 

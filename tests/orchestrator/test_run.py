@@ -301,3 +301,16 @@ def test_missing_dataset_files_stop_the_run_before_anything_is_written(tmp_path,
     assert set(stores.dir.iterdir()) == before
     check = cli(spec, command="validate")
     assert check.returncode == 0 and "warning:" in check.stdout
+
+
+def test_the_cifar10_resnet18_sweep_dry_runs_on_fake_images(stores, cli):
+    # the GPU sweep as written, shrunk for a CPU: fake 8x8 images, one trial of one epoch
+    out = cli(SWEEPS / "cifar10_resnet18.yaml", "--trials", "1", "--set", "repeats=1",
+              "--set", "train.dataset=fake", "--set", "train.image_size=8",
+              "--set", "train.epochs=1", "--set", "train.batch_size=128",
+              "--set", "train.amp=none")
+    assert out.returncode == 0, out.stderr
+    (run,) = stores.runs("cifar10-resnet18", "trial")
+    assert run.data.params["model"] == "resnet18" and run.data.params["augment"] == "flip_crop"
+    assert run.data.params["channels_last"] == "True"
+    assert "test_acc" in run.data.metrics  # fake data has a test split
