@@ -33,6 +33,7 @@ EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED = 0, 1, 130
 # Epochs reach MLflow at least this often (and at every trial's end): one call per flush, not per
 # epoch, keeps this process's share of the CPU small when epochs take a fraction of a second.
 FLUSH_SECONDS = 1.0
+TEST_TRIALS = "sweep.test_trials"  # parent run tag: the trials whose weights saw the test split
 
 
 @dataclass
@@ -439,6 +440,9 @@ class _Loop:
         group = self.study.best_configuration()
         if not group or self.signals.received:
             return
+        numbers = ",".join(str(t.number) for t in group)
+        if self.tracker.tag(self.parent_id, TEST_TRIALS) == numbers:
+            return  # a rerun of a finished sweep: these weights were already tested
         worker = self._idle_worker()
         if worker is None:
             return
@@ -454,7 +458,7 @@ class _Loop:
             self.test = summarize_test(results)
             self.tracker.log_final(self.parent_id, {k: v for k, v in self.test.items()
                                                     if isinstance(v, float)},
-                                   {"sweep.test_trials": ",".join(map(str, results))})
+                                   {TEST_TRIALS: ",".join(map(str, results))})
             self._trial_line(f"held-out test split (not used for selection): test_acc "
                              f"{self.test['test_acc']:.4f} over trial(s) "
                              f"{', '.join(map(str, results))}")

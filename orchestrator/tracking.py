@@ -179,6 +179,9 @@ class Tracker:
         return self.client.download_artifacts(run_id, f"{WEIGHTS_DIR}/{WEIGHTS_FILE}",
                                               str(dst_dir))
 
+    def tag(self, run_id: str, key: str) -> str | None:
+        return self.client.get_run(run_id).data.tags.get(key)
+
     def log_final(self, run_id: str, metrics: dict[str, float],
                   tags: dict[str, str] | None = None) -> None:
         """Metrics (step 0) and tags added to a run after it ended, e.g. test-split results."""

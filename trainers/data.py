@@ -432,11 +432,12 @@ def flip_crop(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """
     n, c, h, w = x.shape
     pad = max(1, h // 8)
-    dy = torch.randint(0, 2 * pad + 1, (n, 1), generator=generator)
-    dx = torch.randint(0, 2 * pad + 1, (n, 1), generator=generator)
-    flip = torch.rand(n, 1, generator=generator) < 0.5
-    rows = (dy + torch.arange(h)).to(x.device)
-    cols = dx + torch.arange(w)
+    on = generator.device  # the training device's own generator: no host-to-device copies
+    dy = torch.randint(0, 2 * pad + 1, (n, 1), generator=generator, device=on)
+    dx = torch.randint(0, 2 * pad + 1, (n, 1), generator=generator, device=on)
+    flip = torch.rand(n, 1, generator=generator, device=on) < 0.5
+    rows = (dy + torch.arange(h, device=on)).to(x.device)
+    cols = dx + torch.arange(w, device=on)
     cols = torch.where(flip, cols.flip(1), cols).to(x.device)
     padded = F.pad(x, (pad, pad, pad, pad))
     batch = torch.arange(n, device=x.device)[:, None, None, None]

@@ -153,8 +153,10 @@ def _build(settings: TrainSettings, device: torch.device, data: Data) -> _Run:
     if settings.channels_last:
         model = model.to(memory_format=torch.channels_last)
     optimizer = build_optimizer(model, settings)
+    # augmentation draws on the training device (no copies per batch); shuffling on the CPU,
+    # where the order is the same for every device
     generators = {"shuffle": torch.Generator().manual_seed(settings.seed),
-                  "augment": torch.Generator().manual_seed(derived_seed(settings.seed, 1)),
+                  "augment": torch.Generator(device).manual_seed(derived_seed(settings.seed, 1)),
                   "loader": torch.Generator().manual_seed(derived_seed(settings.seed, 2))}
     train_batches = make_batches(data, "train", settings, device, generators["loader"],
                                  generators["shuffle"])

@@ -274,6 +274,11 @@ def test_only_the_best_configuration_sees_the_test_split(tmp_path, stores, cli, 
     assert "test_acc_std" in parent.data.metrics
     assert parent.data.tags["sweep.test_trials"] == ",".join(
         str(t.number) for t in sorted(by_lr[best_lr], key=lambda t: t.number))
+    again = cli(spec)  # a rerun of the finished sweep does not read the test split again
+    assert again.returncode == 0, again.stderr
+    assert "held-out test split" not in again.stdout
+    history = stores.client().get_metric_history(parent.info.run_id, "test_acc")
+    assert len(history) == 1
 
 
 def test_trainer_warnings_reach_the_trial_run(stores, write_spec):
