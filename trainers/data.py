@@ -294,10 +294,6 @@ class TensorBatches:
         self.batch_size, self.micro_batches = batch_size, micro_batches
 
     @property
-    def samples(self) -> int:
-        return len(self.y)
-
-    @property
     def steps_per_epoch(self) -> int:
         return math.ceil(len(self.y) / self.batch_size)
 
@@ -367,10 +363,6 @@ class LoaderBatches:
             num_workers=workers, pin_memory=self.pin, persistent_workers=workers > 0,
             generator=loader_generator, worker_init_fn=_seed_loader_worker)
         self.n = len(split)
-
-    @property
-    def samples(self) -> int:
-        return self.n
 
     @property
     def steps_per_epoch(self) -> int:
