@@ -17,6 +17,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from trainers import DEFAULT_EXPORT_FORMATS, EXPORT_FORMATS
+
 from . import paths
 from .errors import SweepError
 from .spec import data_problems, load_spec
@@ -63,6 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("spec")
     val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
 
+    exp = sub.add_parser("export", help="export a finished trial's model and check parity",
+                         description="Export a trial's final weights in the given formats, "
+                                     "check each file against the eager model, log the files "
+                                     "and figures into the trial's run and copy them to --out. "
+                                     "Example: sweep export 3f2a... --formats onnx,int8")
+    exp.add_argument("run_id", metavar="RUN_ID", help="the trial's MLflow run id")
+    exp.add_argument("--formats", type=_formats, default=list(DEFAULT_EXPORT_FORMATS),
+                     help=f"comma-separated, from {','.join(EXPORT_FORMATS)} "
+                          f"(default {','.join(DEFAULT_EXPORT_FORMATS)})")
+    exp.add_argument("--out", help="folder for the files (default: export-RUN_ID here)")
+    exp.add_argument("--tracking-uri", help="MLflow tracking URI (default: "
+                                            "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+
     ui = sub.add_parser("ui", help="open the MLflow UI on this machine's store (127.0.0.1)")
     ui.add_argument("name", nargs="?", help="sweep name: print the URL of its runs table")
     ui.add_argument("--port", type=int, default=5000)
@@ -76,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=False, highlight=False)
     try:
-        return {"run": cmd_run, "validate": cmd_validate, "ui": cmd_ui}[args.command](args, console)
+        return {"run": cmd_run, "validate": cmd_validate, "ui": cmd_ui,
+                "export": cmd_export}[args.command](args, console)
     except SweepError as e:
         for line in e.lines:
             sys.stderr.write(f"sweep: {line}\n")
@@ -94,6 +110,15 @@ def _gpu_list(text: str) -> list[int]:
     if not ids or any(i < 0 for i in ids):
         raise argparse.ArgumentTypeError(f"expected GPU ids like 0,1, got {text!r}")
     return ids
+
+
+def _formats(text: str) -> list[str]:
+    chosen = [f.strip() for f in text.split(",") if f.strip()]
+    bad = [f for f in chosen if f not in EXPORT_FORMATS]
+    if bad or not chosen:
+        raise argparse.ArgumentTypeError(f"expected formats from {','.join(EXPORT_FORMATS)}, "
+                                         f"got {text!r}")
+    return list(dict.fromkeys(chosen))
 
 
 def _positive(flag: str, value: int | None) -> None:
@@ -153,6 +178,35 @@ def _print_summary(console: Console, spec, outcome) -> None:
     if outcome.tracking_uri != paths.default_tracking_uri():
         ui += f" --tracking-uri {mask(outcome.tracking_uri)}"
     console.print(f"browse it: {ui}")
+
+
+def cmd_export(args, console: Console) -> int:
+    import shutil
+    import tempfile
+
+    from .tracking import Tracker
+
+    uri = args.tracking_uri or paths.default_tracking_uri()
+    tracker = Tracker(uri)
+    out = Path(args.out or f"export-{args.run_id}")
+    with tempfile.TemporaryDirectory(prefix="sweep-export-") as tmp:
+        settings_dict, weights = tracker.trial_files(args.run_id, tmp)
+        from trainers import TrainSettings
+        from trainers.export import export, summary_metrics
+
+        console.print(f"exporting run {args.run_id} as {', '.join(args.formats)}...")
+        report = export(TrainSettings.from_dict(settings_dict), weights, Path(tmp) / "export",
+                        tuple(args.formats)).to_dict()
+        result = {"report": report, "metrics": summary_metrics(report), "error": None,
+                  "dir": str(Path(tmp) / "export")}
+        tracker.log_export(args.run_id, result)
+        shutil.copytree(Path(tmp) / "export", out, dirs_exist_ok=True)
+    from .runner import export_line
+
+    console.print(export_line(result), soft_wrap=True)
+    console.print(f"files in {out}/ and in the run's artifacts under export/", soft_wrap=True)
+    failed = [f for f, r in report["formats"].items() if not r.get("passed")]
+    return 1 if failed else 0
 
 
 def cmd_ui(args, console: Console) -> int:

@@ -33,6 +33,7 @@ EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED = 0, 1, 130
 # Epochs reach MLflow at least this often (and at every trial's end): one call per flush, not per
 # epoch, keeps this process's share of the CPU small when epochs take a fraction of a second.
 FLUSH_SECONDS = 1.0
+EXPORTED = "sweep.exported"  # trial run tag: its weights were exported (see tracking)
 TEST_TRIALS = "sweep.test_trials"  # parent run tag: the trials whose weights saw the test split
 
 
@@ -238,6 +239,7 @@ class _Loop:
         self._show(started, force=True)
         self.mlflow()
         self._evaluate_test()
+        self._export_best()
         if self.signals.received:
             return self._interrupted(started)
         self.tracker.end_parent(self.parent_id, "FINISHED")
@@ -282,9 +284,12 @@ class _Loop:
         active = Active(pending, time.monotonic(), settings,
                         {"lr_effective": resolved.lr_effective}, {**tags, "sweep.device": device})
         self.active[worker.slot.index] = active
+        output_dir = self.outputs / f"trial-{pending.number}"
+        export = ({"formats": list(self.spec.export), "dir": str(output_dir / "export")}
+                  if self.spec.export_for == "all" and self.spec.export else None)
         if not worker.send({"op": "trial", "number": pending.number, "settings": settings,
                             "checkpoint_dir": str(self.checkpoints / f"trial-{pending.root}"),
-                            "output_dir": str(self.outputs / f"trial-{pending.number}")}):
+                            "output_dir": str(output_dir), "export": export}):
             self._worker_died(worker)
             return
         if self.mlflow(wait=False):
@@ -348,7 +353,9 @@ class _Loop:
                 **_warning_tags(active)}
         if msg.get("weights"):  # the final state dict, for export and test evaluation
             self.tracker.log_weights(active.run_id, msg["weights"])
-            shutil.rmtree(self.outputs / f"trial-{active.pending.number}", ignore_errors=True)
+        if msg.get("export"):
+            self.tracker.log_export(active.run_id, msg["export"])
+        shutil.rmtree(self.outputs / f"trial-{active.pending.number}", ignore_errors=True)
         if state == "complete" and not all(math.isfinite(v) for v in active.curve):
             state, msg = "failed", {"reason": f"objective {self.spec.objective.metric} is not "
                                               f"finite: {active.curve[-1]}", "retryable": False}
@@ -483,6 +490,34 @@ class _Loop:
         results[trial.number] = reply["metrics"]
         return True
 
+    def _export_best(self) -> None:
+        """``export_for: best``: the best trial's weights exported in ``export`` formats, checked,
+        and logged into its run (once: a rerun of a finished sweep does not export again)."""
+        best = self.study.best(1)
+        if self.spec.export_for != "best" or not self.spec.export or not best:
+            return
+        run_id = best[0].user_attrs.get(RUN_ID)
+        if not run_id or self.tracker.tag(run_id, EXPORTED):
+            return
+        scratch = self.outputs / f"export-{best[0].number}"
+        try:
+            weights = self.tracker.weights_path(run_id, scratch / "weights")
+            worker = self._idle_worker() if weights else None
+            if worker is None:
+                return
+            self._trial_line(f"exporting trial {best[0].number} as "
+                             f"{', '.join(self.spec.export)} and checking parity...")
+            reply = self._ask(worker, {"op": "export", "weights": weights,
+                                       "settings": self.study.trial_settings(best[0]),
+                                       "formats": list(self.spec.export),
+                                       "dir": str(scratch / "export")})
+            if reply is None:
+                return
+            self.tracker.log_export(run_id, reply, mlflow_model=True)
+            self._trial_line(f"trial {best[0].number} export: {export_line(reply)}")
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
     def _idle_worker(self) -> Worker | None:
         """A ready worker, waiting for one to start if none is (a rerun of a finished sweep)."""
         while not self.signals.received:
@@ -565,3 +600,15 @@ def summarize_test(results: dict[int, dict[str, float]]) -> dict[str, Any]:
             out[f"{name}_std"] = math.sqrt(sum((v - mean) ** 2 for v in values)
                                            / (len(values) - 1))
     return out
+
+
+def export_line(result: dict[str, Any]) -> str:
+    """One line on an export: each format passed / failed parity / could not export."""
+    if result.get("error"):
+        return f"failed: {result['error'].splitlines()[0]}"
+    parts = []
+    for fmt, r in result["report"]["formats"].items():
+        state = ("passed parity" if r.get("passed") else
+                 f"export failed ({r['error']})" if r.get("error") else "FAILED parity")
+        parts.append(f"{fmt} {state}")
+    return "; ".join(parts)

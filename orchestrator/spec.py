@@ -19,7 +19,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainers import (
+    DEFAULT_EXPORT_FORMATS,
     EPOCH_METRICS,
+    EXPORT_FORMATS,
     SettingsError,
     TrainSettings,
     check_data_files,
@@ -33,7 +35,8 @@ SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp", "qmc")
 NUMERIC_ONLY_SAMPLERS = ("cmaes", "gp", "qmc")
 PRUNERS = ("none", "median", "successive_halving", "hyperband")
 RESUMABLE_KEYS = ("trials", "workers", "retries", "timeout_min", "trial_timeout_min",
-                  "description", "keep_checkpoints", "gpus", "workers_per_gpu")
+                  "description", "keep_checkpoints", "gpus", "workers_per_gpu", "export",
+                  "export_for")
 MINIMIZE_HINT = {"val_loss": "minimize", "train_loss": "minimize", "val_acc": "maximize"}
 
 
@@ -87,6 +90,8 @@ class _TopLevel(_Strict):
     keep_checkpoints: bool = False
     gpus: list[int] | None = None
     workers_per_gpu: int = Field(default=1, ge=1)
+    export: list[Literal[EXPORT_FORMATS]] = list(DEFAULT_EXPORT_FORMATS)
+    export_for: Literal["best", "all", "none"] = "best"
     train: dict[str, Any] = {}
     space: dict[str, Any] = {}
 
@@ -113,6 +118,8 @@ class SweepSpec:
     keep_checkpoints: bool
     gpus: tuple[int, ...] | None
     workers_per_gpu: int
+    export: tuple[str, ...]
+    export_for: str
     train: dict[str, Any]
     space: sp.Space
     raw: dict[str, Any]
@@ -274,6 +281,8 @@ def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
         problems.append(f"workers: {len(top.gpus)} GPUs x workers_per_gpu "
                         f"{top.workers_per_gpu} give {len(top.gpus) * top.workers_per_gpu} slots, "
                         f"got workers: {top.workers}; raise workers_per_gpu or lower workers")
+    if len(set(top.export)) != len(top.export):
+        problems.append(f"export lists a format twice, got {top.export}")
     if problems:
         raise SpecError(*[f"{source}: {_one_line(p)}" for p in problems])
     return SweepSpec(name=top.name, description=top.description, objective=top.objective,
@@ -282,7 +291,8 @@ def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
                      retries=top.retries, trial_timeout_min=top.trial_timeout_min,
                      keep_checkpoints=top.keep_checkpoints,
                      gpus=tuple(top.gpus) if top.gpus is not None else None,
-                     workers_per_gpu=top.workers_per_gpu, train=fixed, space=space, raw=raw,
+                     workers_per_gpu=top.workers_per_gpu, export=tuple(top.export),
+                     export_for=top.export_for, train=fixed, space=space, raw=raw,
                      source=source, warnings=tuple(warnings))
 
 

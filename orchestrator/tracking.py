@@ -179,6 +179,68 @@ class Tracker:
         return self.client.download_artifacts(run_id, f"{WEIGHTS_DIR}/{WEIGHTS_FILE}",
                                               str(dst_dir))
 
+    def log_export(self, run_id: str, result: dict[str, Any], mlflow_model: bool = False) -> None:
+        """An export's files under ``export/``, its figures as ``export_<format>_*`` metrics, and
+        one tag per format (``sweep.export.<format>``: passed, failed or the export's error);
+        with ``mlflow_model`` the ONNX file also becomes an MLflow model (``model_onnx``)."""
+        tags = {"sweep.exported": "true"}
+        if result.get("error"):
+            tags["sweep.export_error"] = result["error"]
+        for fmt, r in ((result.get("report") or {}).get("formats") or {}).items():
+            tags[f"sweep.export.{fmt}"] = ("passed" if r.get("passed") else
+                                          f"error: {r['error']}" if r.get("error") else "failed")
+        folder = result.get("dir")
+        if folder and os.path.isdir(folder):
+            self.client.log_artifacts(run_id, folder, "export")
+        self.log_final(run_id, result.get("metrics") or {}, tags)
+        onnx_file = os.path.join(folder or "", "model.onnx")
+        if mlflow_model and tags.get("sweep.export.onnx") == "passed":
+            self.log_onnx_model(run_id, onnx_file, os.path.join(folder, "input_example.npy"))
+
+    def log_onnx_model(self, run_id: str, onnx_file: str, example_file: str) -> None:
+        """The ONNX file as an MLflow model with a signature and an input example: MLflow's
+        serving and registry load it without unpickling any Python class."""
+        import mlflow
+        import numpy as np
+        import onnx
+        import onnxruntime as ort
+        from mlflow.models import infer_signature
+
+        example = np.load(example_file, allow_pickle=False)
+        session = ort.InferenceSession(onnx_file, providers=["CPUExecutionProvider"])
+        logits, classes = session.run(["logits", "class_index"], {"pixels": example})
+        signature = infer_signature({"pixels": example},
+                                    {"logits": logits, "class_index": classes})
+        mlflow.set_tracking_uri(self.uri)
+        with mlflow.start_run(run_id=run_id):
+            mlflow.onnx.log_model(onnx.load(onnx_file), name="model_onnx", signature=signature,
+                                  input_example={"pixels": example})
+
+    def trial_files(self, run_id: str, dst_dir: str | os.PathLike) -> tuple[dict, str]:
+        """A finished trial's settings (its ``settings.yaml``) and a local copy of its weights.
+
+        Raises:
+            SweepError: no such run, not a trial run, or a run without weights.
+        """
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException:
+            raise SweepError(f"RUN_ID {run_id}: no such run in {mask(self.uri)}; copy the id "
+                             f"from the UI or the end of `sweep run`, or pass --tracking-uri"
+                             ) from None
+        if run.data.tags.get(PARENT_ROLE) != "trial":
+            raise SweepError(f"RUN_ID {run_id}: is not a trial run (it is the sweep's parent "
+                             f"run or another run); pick one of its trials")
+        weights = self.weights_path(run_id, dst_dir)
+        if weights is None:
+            raise SweepError(f"RUN_ID {run_id}: has no {WEIGHTS_DIR}/{WEIGHTS_FILE} (the trial "
+                             f"failed, or ran before weights were logged); export another")
+        settings = yaml.safe_load(open(self.client.download_artifacts(run_id, "settings.yaml",
+                                                                      str(dst_dir))))
+        return settings, weights
+
     def tag(self, run_id: str, key: str) -> str | None:
         return self.client.get_run(run_id).data.tags.get(key)
 

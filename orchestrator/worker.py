@@ -68,6 +68,8 @@ def main(fd: int, threads: int) -> int:
             os._exit(0)
         if msg["op"] == "test":
             conn.send(run_test(msg, trainers))
+        elif msg["op"] == "export":
+            conn.send({"op": "exported", **run_export(msg, trainers)})
         else:
             conn.send(run_trial(conn, msg, trainers, deterministic_errors))
 
@@ -134,10 +136,29 @@ def _train(msg: dict, trainers, on_epoch_end, deterministic_errors) -> dict:
         retryable = isinstance(e, OSError)
         return {"op": "done", "state": "failed", "reason": f"{type(e).__name__}: {e}\n{tb}",
                 "retryable": retryable}
-    return {"op": "done", "state": "pruned" if result.stopped else "complete",
+    done = {"op": "done", "state": "pruned" if result.stopped else "complete",
             "epochs": result.epochs_run, "train_seconds": result.train_seconds,
             "device": result.device, "resumed_from": result.resumed_from,
             "weights": str(weights)}
+    if msg.get("export") and not result.stopped:  # export_for: all
+        done["export"] = run_export({**msg["export"], "settings": msg["settings"]}, trainers,
+                                    result.model)
+    return done
+
+
+def run_export(msg: dict, trainers, model=None) -> dict:
+    """Export a model (given, or from ``msg["weights"]``) into ``msg["dir"]``: {"report",
+    "metrics", "error", "dir"}; a failed export never fails the trial."""
+    try:
+        from trainers.export import export, summary_metrics
+
+        settings = trainers.TrainSettings.from_dict(msg["settings"])
+        report = export(settings, model if model is not None else msg["weights"], msg["dir"],
+                        tuple(msg["formats"])).to_dict()
+        result = {"report": report, "metrics": summary_metrics(report), "error": None}
+    except Exception as e:  # reported on the run; the trial's result stands
+        result = {"report": None, "metrics": {}, "error": f"{type(e).__name__}: {e}"}
+    return {**result, "dir": msg["dir"]}
 
 
 def run_test(msg: dict, trainers) -> dict:

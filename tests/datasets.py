@@ -103,3 +103,22 @@ def linear_model(num_classes: int, in_channels: int):
 def not_a_model(num_classes: int, in_channels: int):
     """A broken user model function: returns the layer sizes, not a module."""
     return {"num_classes": num_classes, "in_channels": in_channels}
+
+
+def batch_dependent(num_classes: int, in_channels: int):
+    """A model whose output for one image depends on the batch size: it centres its logits
+    over the batch when the batch has more than one image (a trace records only one branch)."""
+    from torch import nn
+
+    class BatchDependent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes))
+
+        def forward(self, x):
+            out = self.net(x)
+            if x.shape[0] > 1:
+                out = out - out.mean(dim=0, keepdim=True)
+            return out
+
+    return BatchDependent()

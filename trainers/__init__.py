@@ -6,7 +6,9 @@ user would. The settings are importable without torch (a sweep is validated with
 """
 from .datafiles import check_data_files
 from .settings import (
+    DEFAULT_EXPORT_FORMATS,
     EPOCH_METRICS,
+    EXPORT_FORMATS,
     DataError,
     SettingsError,
     TrainerWarning,
@@ -18,8 +20,9 @@ from .settings import (
 _LAZY = ("EpochReport", "TrainResult", "TrainingDiverged", "evaluate_test", "load_weights",
          "save_weights", "train")
 
-__all__ = ["EPOCH_METRICS", "DataError", "SettingsError", "TrainSettings", "TrainerWarning",
-           "check_data_files", "setting_fields", "setting_kind", *_LAZY]
+__all__ = ["DEFAULT_EXPORT_FORMATS", "EPOCH_METRICS", "EXPORT_FORMATS", "DataError",
+           "SettingsError", "TrainSettings", "TrainerWarning", "check_data_files",
+           "setting_fields", "setting_kind", *_LAZY]
 
 
 def __getattr__(name):

@@ -32,10 +32,10 @@ import torch
 from torch import nn
 
 from .data import Data, Normalization, load_data
-from .settings import TrainerWarning, TrainSettings
+from .settings import DEFAULT_EXPORT_FORMATS, EXPORT_FORMATS, TrainerWarning, TrainSettings
 
-FORMATS = ("torch_export", "onnx", "torchscript", "int8")
-DEFAULT_FORMATS = ("torch_export", "onnx")
+FORMATS = EXPORT_FORMATS
+DEFAULT_FORMATS = DEFAULT_EXPORT_FORMATS
 FILES = {"torch_export": "model.pt2", "onnx": "model.onnx", "torchscript": "model.ts",
          "int8": "model.int8.onnx"}
 ONNX_OPSET = 18  # supported by every ONNX Runtime since 1.14 and by torch's dynamo exporter
@@ -323,6 +323,8 @@ def export(settings: TrainSettings, weights: str | os.PathLike | nn.Module,
                                           torchscript_method)
         if report.formats[fmt].get("file"):
             report.files[fmt] = Path(report.formats[fmt]["file"])
+    # what MLflow's model signature and a serving client need to see: two images, raw
+    np.save(out_dir / "input_example.npy", pixels[:2].numpy())
     (out_dir / "export.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
     return report
 
@@ -344,6 +346,8 @@ def _one_format(fmt, wrapper, example, out_dir, meta, eager, pixels, labels, cal
                     source = out_dir / ".float.onnx"
                     export_onnx(wrapper, example, source, meta)
                 details = export_int8(source, path, calibration)
+                if source != onnx_file:
+                    source.unlink()
         run = LOADERS[fmt](path)
     except Exception as e:  # a model the exporter cannot handle: reported, the trial stands
         return {"file": None, "passed": False,

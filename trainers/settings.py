@@ -19,6 +19,8 @@ MODELS = ("small_cnn", "mlp", "resnet18")
 AUGMENTS = ("none", "flip_crop")
 AMPS = ("none", "bf16", "fp16")
 LOADERS = ("auto", "tensors", "dataloader")
+EXPORT_FORMATS = ("torch_export", "onnx", "torchscript", "int8")
+DEFAULT_EXPORT_FORMATS = ("torch_export", "onnx")
 # what train() reports after every epoch (the lr is reported per optimizer step instead)
 EPOCH_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "grad_norm",
                  "clipped_fraction", "epoch_seconds", "samples_per_second")
