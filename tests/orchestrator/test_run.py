@@ -319,3 +319,64 @@ def test_the_cifar10_resnet18_sweep_dry_runs_on_fake_images(stores, cli):
     assert run.data.params["model"] == "resnet18" and run.data.params["augment"] == "flip_crop"
     assert run.data.params["channels_last"] == "True"
     assert "test_acc" in run.data.metrics  # fake data has a test split
+
+
+def _artifacts(client, run_id, folder=""):
+    return {a.path for a in client.list_artifacts(run_id, folder)}
+
+
+def test_the_best_trial_is_exported_checked_and_logged_as_a_model(quickstart):
+    stores, out = quickstart
+    client = stores.client()
+    parent = stores.runs("quickstart", "parent")[0]
+    best_id = parent.data.tags["sweep.best_run_id"]
+    assert "torch_export passed parity; onnx passed parity" in out.stdout
+    for run in stores.runs("quickstart", "trial"):
+        exported = _artifacts(client, run.info.run_id, "export")
+        if run.info.run_id != best_id:
+            assert not exported and "sweep.exported" not in run.data.tags
+            continue
+        assert {"export/model.pt2", "export/model.onnx", "export/export.json"} <= exported
+        assert run.data.tags["sweep.export.torch_export"] == "passed"
+        assert run.data.tags["sweep.export.onnx"] == "passed"
+        assert run.data.metrics["export_onnx_top1_agreement"] == 1.0
+        assert run.data.metrics["export_onnx_ms_per_image_b1"] > 0
+    exp = client.get_experiment_by_name("quickstart")
+    models = client.search_logged_models([exp.experiment_id])
+    assert [m.source_run_id for m in models] == [best_id]
+    import mlflow
+
+    mlflow.set_tracking_uri(stores.tracking_uri)
+    served = mlflow.pyfunc.load_model(models[0].model_uri)
+    import numpy as np
+
+    example = np.zeros((3, 1, 8, 8), dtype=np.uint8)
+    prediction = served.predict({"pixels": example})
+    assert prediction["logits"].shape == (3, 10)
+
+
+def test_export_for_all_exports_every_trial_and_none_exports_nothing(stores, cli, write_spec):
+    spec = write_spec(tiny_spec(name="every", export=["onnx"], export_for="all",
+                                train={"epochs": 1}))
+    assert cli(spec).returncode == 0
+    client = stores.client()
+    for run in stores.runs("every", "trial"):
+        assert "export/model.onnx" in _artifacts(client, run.info.run_id, "export")
+        assert run.data.tags["sweep.export.onnx"] == "passed"
+    none = write_spec(tiny_spec(name="nothing", export_for="none", train={"epochs": 1}),
+                      "none.yaml")
+    assert cli(none).returncode == 0
+    runs = stores.runs("nothing", "trial")
+    assert all(not _artifacts(client, r.info.run_id, "export") for r in runs)
+    # any finished trial can still be exported later, from its run alone
+    run_id = runs[0].info.run_id
+    out = run_cli("export", run_id, "--formats", "torchscript,int8", "--out", "files",
+                  "--tracking-uri", stores.tracking_uri, cwd=stores.dir)
+    assert out.returncode == 0, out.stderr
+    assert "torchscript passed parity; int8 passed parity" in out.stdout
+    assert {p.name for p in (stores.dir / "files").iterdir()} >= {"model.ts", "model.int8.onnx"}
+    assert {"export/model.ts", "export/model.int8.onnx"} <= _artifacts(client, run_id, "export")
+    bad = run_cli("export", runs[0].data.tags["mlflow.parentRunId"], "--tracking-uri",
+                  stores.tracking_uri, cwd=stores.dir)
+    assert bad.returncode == 2 and "is not a trial run" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
