@@ -189,6 +189,8 @@ class Tracker:
         for fmt, r in ((result.get("report") or {}).get("formats") or {}).items():
             tags[f"sweep.export.{fmt}"] = ("passed" if r.get("passed") else
                                           f"error: {r['error']}" if r.get("error") else "failed")
+            if r.get("method"):  # torchscript: script or trace; int8: static or dynamic
+                tags[f"sweep.export.{fmt}.method"] = r["method"]
         folder = result.get("dir")
         if folder and os.path.isdir(folder):
             self.client.log_artifacts(run_id, folder, "export")

@@ -82,9 +82,11 @@ def write_spec(tmp_path):
 
 
 def tiny_spec(**overrides) -> dict:
-    """A 2-trial digits sweep of 2 epochs, as a mapping to tweak."""
+    """A 2-trial digits sweep of 2 epochs, as a mapping to tweak (no export: the tests of
+    export ask for it)."""
     spec = {"name": "tiny", "objective": {"metric": "val_acc", "direction": "maximize"},
             "trials": 2, "workers": 2, "sampler": {"name": "random", "seed": 0},
+            "export_for": "none",
             "train": {"dataset": "digits", "model": "small_cnn", "epochs": 2},
             "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}, "batch_size": [64, 128]}}
     spec.update(overrides)

@@ -325,6 +325,8 @@ def export(settings: TrainSettings, weights: str | os.PathLike | nn.Module,
             report.files[fmt] = Path(report.formats[fmt]["file"])
     # what MLflow's model signature and a serving client need to see: two images, raw
     np.save(out_dir / "input_example.npy", pixels[:2].numpy())
+    for fmt, result in report.formats.items():  # a small parity file per format
+        (out_dir / f"parity_{fmt}.json").write_text(json.dumps(result, indent=2, default=str))
     (out_dir / "export.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
     return report
 
@@ -379,7 +381,7 @@ def summary_metrics(report: dict[str, Any]) -> dict[str, float]:
     for fmt, r in report.get("formats", {}).items():
         out[f"export_{fmt}_passed"] = float(bool(r.get("passed")))
         for key in ("max_abs_diff", "top1_agreement", "accuracy", "accuracy_delta",
-                    "size_bytes"):
+                    "size_bytes", "size_bytes_float", "size_bytes_int8", "opset"):
             if isinstance(r.get(key), (int, float)) and math.isfinite(r[key]):
                 out[f"export_{fmt}_{key}"] = float(r[key])
         for name, value in r.get("latency", {}).items():
