@@ -78,6 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--tracking-uri", help="MLflow tracking URI (default: "
                                             "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
 
+    rep = sub.add_parser("report", help="the sweep's answer: statistics per setting, plots",
+                         description="Write an HTML report (plots embedded), a Markdown "
+                                     "summary and the trial table (CSV, Parquet) of a sweep, "
+                                     "and log them on its parent run. Example: sweep report "
+                                     "sweeps/adam_vs_sgd.yaml --out report/")
+    rep.add_argument("spec", metavar="SPEC_OR_NAME", help="the sweep's YAML file or its name")
+    rep.add_argument("--out", help="folder for the report (default: report-NAME here)")
+    rep.add_argument("--by", help="setting whose levels colour the curves (default: optimizer)")
+    _store_flags(rep)
+
     ui = sub.add_parser("ui", help="open the MLflow UI on this machine's store (127.0.0.1)")
     ui.add_argument("name", nargs="?", help="sweep name: print the URL of its runs table")
     ui.add_argument("--port", type=int, default=5000)
@@ -92,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=False, highlight=False)
     try:
         return {"run": cmd_run, "validate": cmd_validate, "ui": cmd_ui,
-                "export": cmd_export}[args.command](args, console)
+                "export": cmd_export, "report": cmd_report}[args.command](args, console)
     except SweepError as e:
         for line in e.lines:
             sys.stderr.write(f"sweep: {line}\n")
@@ -178,6 +188,30 @@ def _print_summary(console: Console, spec, outcome) -> None:
     if outcome.tracking_uri != paths.default_tracking_uri():
         ui += f" --tracking-uri {mask(outcome.tracking_uri)}"
     console.print(f"browse it: {ui}")
+
+
+def cmd_report(args, console: Console) -> int:
+    from .report import build_report, load_sweep, log_report
+
+    uri = args.tracking_uri or paths.default_tracking_uri()
+    data = load_sweep(args.spec, uri, args.storage)
+    if args.by and args.by not in data.factors:
+        raise SweepError(f"--by {args.by}: not a searched setting of this sweep; searched: "
+                         f"{', '.join(data.factors) or 'none'}")
+    out = Path(args.out or f"report-{data.study_name}")
+    with console.status("building the report..."):
+        report = build_report(data, out, args.by)
+        log_report(data, report, uri)
+    for line in report.missing:
+        console.print(f"incomplete: {line}", soft_wrap=True)
+    console.print(report.factors.to_string(index=False), soft_wrap=True)
+    if len(report.paired):
+        console.print(report.paired[["factor", "a", "b", "pairs", "mean_diff_b_minus_a",
+                                     "ci95_low", "ci95_high", "verdict"]].to_string(index=False),
+                      soft_wrap=True)
+    console.print(f"report: {out / 'report.html'} (also on the parent run under report/)",
+                  soft_wrap=True)
+    return 0
 
 
 def cmd_export(args, console: Console) -> int:
