@@ -190,7 +190,7 @@ def factor_table(trials: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
         col = f"params.{factor}"
         if col not in done or done[col].nunique(dropna=False) > MAX_LEVELS:
             continue
-        for level, group in done.groupby(done[col].astype(str), sort=True):
+        for level, group in done.groupby(done[col].map(str), sort=True):
             mean, std, low, high = mean_ci(group["value"].to_numpy())
             rows.append({"factor": factor, "level": level, "mean": mean, "std": std,
                          "ci95_low": low, "ci95_high": high, "n": len(group)})
@@ -209,13 +209,13 @@ def paired_differences(trials: pd.DataFrame, factors: list[str]) -> pd.DataFrame
         col = f"params.{factor}"
         if col not in done:
             continue
-        levels = sorted(done[col].astype(str).unique())
+        levels = sorted(done[col].map(str).unique())
         if len(levels) != 2:
             continue
         others = [f"params.{f}" for f in factors if f != factor and f"params.{f}" in done]
         keys = [*others, "repeat"]
-        done["_level"] = done[col].astype(str)
-        wide = done.pivot_table(index=[done[k].astype(str) for k in keys], columns="_level",
+        done["_level"] = done[col].map(str)
+        wide = done.pivot_table(index=[done[k].map(str) for k in keys], columns="_level",
                                 values="value", aggfunc="first").dropna()
         diff = (wide[levels[1]] - wide[levels[0]]).to_numpy() if len(wide) else np.array([])
         row = {"factor": factor, "a": levels[0], "b": levels[1], "pairs": len(diff),
@@ -311,7 +311,8 @@ def _plot_curves(data: SweepData, by: str | None, metric: str) -> bytes:
     t = data.trials.set_index("trial")
     curves = data.curves[data.curves["metric"] == metric]
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    levels = sorted(t[f"params.{by}"].astype(str).unique()) if by else [""]
+    ran = t[t["state"].isin(["COMPLETE", "PRUNED"])]
+    levels = sorted(ran[f"params.{by}"].map(str).unique()) if by else [""]
     colors = {lvl: plt.cm.tab10(i % 10) for i, lvl in enumerate(levels)}
     configs: dict[str, list[int]] = {}
     for number, row in t.iterrows():
@@ -427,7 +428,7 @@ def _complete_study(data: SweepData):
                     float(done[f"params.{f}"].min()), float(done[f"params.{f}"].max()))
                 params[f] = float(v)
             else:
-                choices = tuple(sorted(done[f"params.{f}"].astype(str).unique()))
+                choices = tuple(sorted(done[f"params.{f}"].map(str).unique()))
                 dists[f] = optuna.distributions.CategoricalDistribution(choices)
                 params[f] = str(v)
         study.add_trial(optuna.trial.create_trial(params=params, distributions=dists,

@@ -1,0 +1,117 @@
+"""`sweep report` on a real grid sweep with repeats, checked against a hand computation."""
+import math
+from html.parser import HTMLParser
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from tests.conftest import run_cli, tiny_spec
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    from tests.conftest import Stores
+
+    d = tmp_path_factory.mktemp("report")
+    spec = tiny_spec(name="grid", sampler={"name": "grid"}, repeats=3, trials=None,
+                     train={"epochs": 1, "lr": 3e-3},
+                     space={"optimizer": ["adam", "sgd"], "clip_grad_norm": [None, 1.0]})
+    spec.pop("trials")
+    path = d / "grid.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(spec))
+    out = run_cli("run", str(path), cwd=d)
+    assert out.returncode == 0, out.stderr
+    rep = run_cli("report", str(path), "--out", "rep", cwd=d)
+    assert rep.returncode == 0, rep.stderr
+    return Stores(d), d / "rep", rep
+
+
+def _runs(stores):
+    rows = []
+    for r in stores.runs("grid", "trial"):
+        rows.append({"optimizer": r.data.params["optimizer"],
+                     "clip": r.data.params["clip_grad_norm"],
+                     "repeat": int(r.data.tags["sweep.repeat"]),
+                     "value": r.data.metrics["val_acc"]})
+    return pd.DataFrame(rows)
+
+
+def test_factor_table_matches_a_hand_computation(grid):
+    stores, out, _ = grid
+    runs = _runs(stores)
+    table = pd.read_csv(out / "trials.csv")
+    assert len(table) == 12 and (table["state"] == "COMPLETE").all()
+    md = (out / "report.md").read_text()
+    for level, group in runs.groupby("optimizer"):
+        values = group["value"].to_numpy()
+        mean, std = values.mean(), values.std(ddof=1)
+        half = stats.t.ppf(0.975, len(values) - 1) * std / math.sqrt(len(values))
+        row = f"| optimizer | {level} | {mean:.4g} | {std:.4g} | {mean - half:.4g} | " \
+              f"{mean + half:.4g} | 6 |"
+        assert row in md
+
+
+def test_paired_difference_and_tests_match_scipy(grid):
+    stores, out, _ = grid
+    runs = _runs(stores)
+    wide = runs.pivot_table(index=["clip", "repeat"], columns="optimizer", values="value")
+    diff = (wide["sgd"] - wide["adam"]).to_numpy()
+    assert len(diff) == 6
+    from orchestrator.report import load_sweep, paired_differences
+
+    data = load_sweep("grid", stores.tracking_uri, str(stores.journal))
+    paired = paired_differences(data.trials, data.factors).set_index("factor")
+    row = paired.loc["optimizer"]
+    assert row["pairs"] == 6 and row["mean_diff_b_minus_a"] == pytest.approx(diff.mean())
+    if not np.allclose(diff, diff[0]):
+        assert row["t_test_p"] == pytest.approx(stats.ttest_rel(wide["sgd"], wide["adam"]).pvalue)
+        assert row["wilcoxon_p"] == pytest.approx(stats.wilcoxon(diff).pvalue)
+    half = stats.t.ppf(0.975, 5) * diff.std(ddof=1) / math.sqrt(6)
+    assert row["ci95_low"] == pytest.approx(diff.mean() - half)
+
+
+def test_html_opens_with_every_plot_embedded_and_is_logged(grid):
+    stores, out, rep = grid
+
+    class Images(HTMLParser):
+        srcs: list = []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "img":
+                self.srcs.append(dict(attrs)["src"])
+
+    parser = Images()
+    parser.feed((out / "report.html").read_text())
+    pngs = sorted(p.name for p in (out / "plots").iterdir())
+    assert {"curves.png", "history.png", "lr_schedule.png"} <= set(pngs)
+    assert len(parser.srcs) == len(pngs)
+    assert all(s.startswith("data:image/png;base64,") for s in parser.srcs)
+    assert pd.read_parquet(out / "trials.parquet").shape[0] == 12
+    parent = stores.runs("grid", "parent")[0]
+    logged = {a.path for a in stores.client().list_artifacts(parent.info.run_id, "report")}
+    assert {"report/report.html", "report/report.md", "report/trials.csv"} <= logged
+    assert "optimizer" in rep.stdout
+
+
+def test_too_few_pairs_is_insufficient_evidence_and_a_partial_sweep_says_so(tmp_path):
+    import yaml
+
+    spec = tiny_spec(name="few", sampler={"name": "grid"}, trials=2, train={"epochs": 1},
+                     space={"optimizer": ["adam", "sgd"]})
+    path = tmp_path / "few.yaml"
+    path.write_text(yaml.safe_dump({**spec, "repeats": 2, "trials": 2}))
+    assert run_cli("run", str(path), cwd=tmp_path).returncode == 0
+    rep = run_cli("report", "few", "--out", "rep", cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "insufficient evidence (1 pairs, need 3)" in md
+    assert "t_test_p" in md and "| adam | sgd | 1 |" in md
+    # the grid holds 4 trials (2 configurations x 2 repeats); trials: 2 stopped half way
+    assert "**Incomplete:** 2 of 4 trials finished: 2 missing" in md
+    assert "incomplete:" in rep.stdout
+    bad = run_cli("report", "nope", cwd=tmp_path)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
