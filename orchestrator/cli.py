@@ -88,6 +88,16 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--by", help="setting whose levels colour the curves (default: optimizer)")
     _store_flags(rep)
 
+    rp = sub.add_parser("reproduce", help="train a trial again from its run and compare curves",
+                        description="Rebuild a trial from its MLflow run alone (settings, seed, "
+                                    "thread count), train it again in a run tagged as its "
+                                    "reproduction, and compare the per-epoch curves. Exit 0 "
+                                    "when they match, 1 when they differ (with what differs in "
+                                    "the environment). Example: sweep reproduce 3f2a...")
+    rp.add_argument("run_id", metavar="RUN_ID")
+    rp.add_argument("--tracking-uri", help="MLflow tracking URI (default: "
+                                           "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+
     ui = sub.add_parser("ui", help="open the MLflow UI on this machine's store (127.0.0.1)")
     ui.add_argument("name", nargs="?", help="sweep name: print the URL of its runs table")
     ui.add_argument("--port", type=int, default=5000)
@@ -102,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=False, highlight=False)
     try:
         return {"run": cmd_run, "validate": cmd_validate, "ui": cmd_ui,
-                "export": cmd_export, "report": cmd_report}[args.command](args, console)
+                "export": cmd_export, "report": cmd_report,
+                "reproduce": cmd_reproduce}[args.command](args, console)
     except SweepError as e:
         for line in e.lines:
             sys.stderr.write(f"sweep: {line}\n")
@@ -188,6 +199,31 @@ def _print_summary(console: Console, spec, outcome) -> None:
     if outcome.tracking_uri != paths.default_tracking_uri():
         ui += f" --tracking-uri {mask(outcome.tracking_uri)}"
     console.print(f"browse it: {ui}")
+
+
+def cmd_reproduce(args, console: Console) -> int:
+    from .reproduce import reproduce
+
+    uri = args.tracking_uri or paths.default_tracking_uri()
+    verdict = reproduce(args.run_id, uri, progress=lambda e, n: console.print(
+        f"  epoch {e}/{n}", soft_wrap=True))
+    table = Table(title=f"reproduction {verdict.reproduction_id} of {args.run_id}")
+    for col in ("metric", "epoch", "original", "reproduced", "difference"):
+        table.add_column(col)
+    for metric, epoch, old, new, diff in verdict.rows:
+        if not verdict.identical and diff == 0:
+            continue  # show what differs
+        table.add_row(metric, str(epoch), f"{old:.9g}", f"{new:.9g}", f"{diff:.3g}")
+    console.print(table)
+    rule = "bit for bit" if verdict.tolerance == 0 else f"within rel. {verdict.tolerance:g}"
+    if verdict.identical:
+        console.print(f"reproduced: every curve matches {rule}", soft_wrap=True)
+        return 0
+    console.print(f"NOT reproduced ({rule} expected)", soft_wrap=True)
+    for reason in verdict.reasons or ["nothing recorded differs: the training is not "
+                                      "deterministic here (GPU kernels, data order)"]:
+        console.print(f"  differs: {reason}", soft_wrap=True)
+    return 1
 
 
 def cmd_report(args, console: Console) -> int:

@@ -143,16 +143,18 @@ def check_tracking_uri(uri: str) -> None:
 
 
 def _open_tracking(tracking_uri, spec, study_name, spec_text, storage):
-    """The MLflow side of a sweep: (tracker, experiment id, parent run id, environment tags)."""
-    from .tracking import Tracker, environment_tags
+    """The MLflow side of a sweep: (tracker, experiment id, parent run id, environment tags,
+    installed packages)."""
+    from .tracking import Tracker, environment_tags, installed_packages
 
     tracker = Tracker(tracking_uri)
     experiment_id = tracker.experiment(spec.name, spec.description)
     env_tags = environment_tags()
+    packages = installed_packages()
     parent_id, _ = tracker.parent_run(
         experiment_id, study_name, spec_text, spec.raw,
         {**env_tags, "sweep.storage": mask(storage), "sweep.fingerprint": spec.fingerprint()})
-    return tracker, experiment_id, parent_id, env_tags
+    return tracker, experiment_id, parent_id, env_tags, packages
 
 
 class _Loop:
@@ -170,6 +172,7 @@ class _Loop:
         self.tracker = None
         self.experiment_id = self.parent_id = None
         self.env_tags: dict[str, str] = {}
+        self.packages: str | None = None  # `name==version` lines, an artifact of every trial run
         self.checkpoints = paths.work_dir(tracking_uri, self.study.name) / "checkpoints"
         self.outputs = paths.work_dir(tracking_uri, self.study.name) / "trials"
         self.test: dict[str, Any] | None = None
@@ -194,7 +197,7 @@ class _Loop:
             return True
         if not wait and not self._mlflow_setup.done():
             return False
-        self.tracker, self.experiment_id, self.parent_id, self.env_tags = \
+        self.tracker, self.experiment_id, self.parent_id, self.env_tags, self.packages = \
             self._mlflow_setup.result()
         for run_id, reason in self._orphan_runs:
             self.tracker.fail_run(run_id, reason)
@@ -270,7 +273,10 @@ class _Loop:
                 "sweep.worker": str(worker.slot.index),
                 "sweep.cuda_visible_devices": worker.info.get("cuda_visible_devices", ""),
                 "sweep.torch_threads": str(worker.info.get("torch_threads")),
-                "sweep.torch_version": str(worker.info.get("torch_version"))}
+                "sweep.torch_version": str(worker.info.get("torch_version")),
+                "sweep.cuda_version": worker.info.get("cuda_version", ""),
+                "sweep.cudnn_version": worker.info.get("cudnn_version", ""),
+                "sweep.device_name": worker.info.get("device_name", "")}
         if pending.retry_of is not None:
             tags["sweep.retry_of"] = str(pending.retry_of)
         try:
@@ -299,7 +305,8 @@ class _Loop:
         if active.run_id is None:
             active.run_id = self.tracker.start_trial(
                 self.experiment_id, self.parent_id, active.pending.number, active.settings,
-                active.params, {**self.env_tags, **active.tags}, start_time=active.started_ms)
+                active.params, {**self.env_tags, **active.tags}, start_time=active.started_ms,
+                packages=self.packages)
             self.study.set_attr(active.pending, RUN_ID, active.run_id)
 
     def _trial_line(self, line: str) -> None:

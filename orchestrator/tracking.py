@@ -37,6 +37,26 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def git_diff_hash(directory: str | os.PathLike = ".") -> str | None:
+    """SHA-256 of ``git diff HEAD`` (tracked files): which uncommitted changes a run saw."""
+    import hashlib
+
+    try:
+        diff = subprocess.run(["git", "diff", "HEAD"], cwd=directory, capture_output=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return hashlib.sha256(diff.stdout).hexdigest() if diff.returncode == 0 else None
+
+
+def installed_packages() -> str:
+    """``name==version`` of every installed distribution, sorted (a run's package list)."""
+    from importlib.metadata import distributions
+
+    names = {f"{d.metadata['Name']}=={d.version}" for d in distributions() if d.metadata["Name"]}
+    return "\n".join(sorted(names, key=str.lower)) + "\n"
+
+
 def git_commit(directory: str | os.PathLike = ".") -> tuple[str, bool] | None:
     """(commit, dirty) of the git checkout holding ``directory``, or None if it is not one."""
     try:
@@ -132,7 +152,8 @@ class Tracker:
 
     def start_trial(self, experiment_id: str, parent_id: str, number: int,
                     settings: dict[str, Any], extra_params: dict[str, Any],
-                    tags: dict[str, str], start_time: int | None = None) -> str:
+                    tags: dict[str, str], start_time: int | None = None,
+                    packages: str | None = None) -> str:
         """A nested run for trial ``number`` with every setting as a param."""
         run = self.client.create_run(
             experiment_id, run_name=f"trial-{number}", start_time=start_time,
@@ -142,6 +163,8 @@ class Tracker:
         params = [Param(k, _param(v)) for k, v in {**settings, **extra_params}.items()]
         self.client.log_batch(run_id, params=params)
         self.client.log_text(run_id, yaml.safe_dump(settings, sort_keys=False), "settings.yaml")
+        if packages:
+            self.client.log_text(run_id, packages, "environment/packages.txt")
         return run_id
 
     def log_epochs(self, run_id: str, epochs: list[tuple[int, dict[str, float], list]]) -> None:
@@ -292,5 +315,7 @@ def environment_tags() -> dict[str, str]:
     if git:
         tags["sweep.git_commit"], dirty = git[0], git[1]
         tags["sweep.git_dirty"] = str(dirty).lower()
+        if dirty:
+            tags["sweep.git_diff_sha256"] = git_diff_hash() or ""
     return tags
 

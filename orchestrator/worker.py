@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import signal
 import sys
 import traceback
@@ -55,7 +56,11 @@ def main(fd: int, threads: int) -> int:
     conn.send({"op": "ready", "pid": os.getpid(), "torch_version": str(torch.__version__),
                "torch_threads": torch.get_num_threads(),
                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-               "cuda_available": torch.cuda.is_available()})
+               "cuda_available": torch.cuda.is_available(),
+               "cuda_version": str(torch.version.cuda or ""),
+               "cudnn_version": str(torch.backends.cudnn.version() or ""),
+               "device_name": (torch.cuda.get_device_name(0) if torch.cuda.is_available()
+                               else platform.processor() or platform.machine())})
     while True:
         try:
             msg = conn.recv()
