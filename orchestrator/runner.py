@@ -201,10 +201,23 @@ class _Loop:
             self._mlflow_setup.result()
         for run_id, reason in self._orphan_runs:
             self.tracker.fail_run(run_id, reason)
+        self._close_stray_runs()
         for active in self.active.values():
             self._create_run(active)
             self._flush(active)
         return True
+
+    def _close_stray_runs(self) -> None:
+        """Close trial runs left RUNNING whose trial is no longer running.
+
+        A process killed between creating a trial's run and recording its id on the trial leaves
+        a run that no trial points at; the run's ``sweep.trial_number`` tag finds it.
+        """
+        running = {t.number for t in self.study.trials() if t.state.name == "RUNNING"}
+        for run_id, number in self.tracker.running_trial_runs(self.experiment_id, self.parent_id):
+            if number not in running:
+                self.tracker.fail_run(run_id, "the sweep run process that owned it was gone "
+                                      "before the run was linked to its trial")
 
     def _recover_orphans(self) -> None:
         """Fail (and retry) the trials a dead ``sweep run`` left RUNNING; their runs are closed

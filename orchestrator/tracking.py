@@ -286,6 +286,14 @@ class Tracker:
     def end_parent(self, parent_id: str, status: str) -> None:
         self.client.set_terminated(parent_id, status)
 
+    def running_trial_runs(self, experiment_id: str, parent_id: str) -> list[tuple[str, int]]:
+        """``(run_id, trial number)`` of the sweep's trial runs still marked RUNNING."""
+        query = (f"tags.`mlflow.parentRunId` = '{parent_id}' and tags.`{PARENT_ROLE}` = 'trial' "
+                 "and attributes.status = 'RUNNING'")
+        runs = self.client.search_runs([experiment_id], filter_string=query, max_results=1000)
+        return [(r.info.run_id, int(r.data.tags["sweep.trial_number"])) for r in runs
+                if r.data.tags.get("sweep.trial_number", "").isdigit()]
+
     def fail_run(self, run_id: str, reason: str, status: str = "FAILED") -> None:
         """Mark a run left RUNNING by a dead process as ended, with the reason."""
         run = self.client.get_run(run_id)

@@ -140,6 +140,25 @@ def test_kill_9_of_the_cli_takes_its_workers_along_and_a_rerun_recovers(stores, 
     assert all(r.info.status != "RUNNING" for r in stores.runs("tiny"))
 
 
+def test_a_run_created_but_never_linked_to_its_trial_is_closed_on_rerun(cli, stores, write_spec):
+    """A kill between creating a trial's run and recording its id on the trial leaves a RUNNING
+    run no trial points at; the next ``sweep run`` finds it by its trial number tag."""
+    path = write_spec(tiny_spec(trials=2))
+    assert cli(str(path)).returncode == 0
+    client = stores.client()
+    parent = stores.runs("tiny", "parent")[0]
+    linked = {t.user_attrs["sweep.mlflow_run_id"] for t in stores.study("tiny").trials}
+    stray = client.create_run(parent.info.experiment_id, run_name="trial-0", tags={
+        "mlflow.parentRunId": parent.info.run_id, "sweep.role": "trial",
+        "sweep.trial_number": "0"}).info.run_id
+    assert stray not in linked
+    assert cli(str(path)).returncode == 0
+    closed = client.get_run(stray)
+    assert closed.info.status == "FAILED"
+    assert "before the run was linked to its trial" in closed.data.tags["sweep.fail_reason"]
+    assert all(client.get_run(r).info.status == "FINISHED" for r in linked)  # untouched
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
