@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,7 +60,25 @@ def build_parser() -> argparse.ArgumentParser:
                           "resuming")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override any YAML value, e.g. --set train.epochs=1 (repeatable)")
+    run.add_argument("--force", action="store_true",
+                     help="start the trials even when a preflight check FAILs")
     _store_flags(run)
+
+    doc = sub.add_parser("doctor", help="check data, devices, model and loss before a sweep",
+                         description="Run the preflight checks of a sweep without running it: "
+                                     "data (shapes, dtypes, ranges, labels, class balance, a "
+                                     "sample grid), devices, parameter registration, gradients, "
+                                     "loss wiring, overfitting one batch and gradient health. "
+                                     "Exit 2 when a check FAILs. "
+                                     "Example: sweep doctor sweeps/quickstart.yaml")
+    doc.add_argument("spec", help="sweep YAML file")
+    doc.add_argument("--lr-range-test", action="store_true",
+                     help="also sweep the lr exponentially and suggest a search range")
+    doc.add_argument("--out", metavar="DIR",
+                     help="where preflight.json, preflight.md and the images go (default "
+                          ".sweep/NAME/preflight next to the MLflow database)")
+    doc.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override any YAML value, e.g. --set train.model=mlp (repeatable)")
 
     val = sub.add_parser("validate", help="check a sweep YAML without running it")
     val.add_argument("spec")
@@ -111,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=False, highlight=False)
     try:
-        return {"run": cmd_run, "validate": cmd_validate, "ui": cmd_ui,
+        return {"run": cmd_run, "validate": cmd_validate, "ui": cmd_ui, "doctor": cmd_doctor,
                 "export": cmd_export, "report": cmd_report,
                 "reproduce": cmd_reproduce}[args.command](args, console)
     except SweepError as e:
@@ -174,7 +193,8 @@ def cmd_run(args, console: Console) -> int:
     with Progress(console, spec.name) as progress:
         outcome = run_sweep(spec, spec_text=Path(args.spec).read_text(), storage=args.storage,
                             tracking_uri=args.tracking_uri, workers=args.workers,
-                            gpus=args.gpus, new=args.new, progress=progress)
+                            gpus=args.gpus, new=args.new, force=args.force,
+                            progress=progress)
     _print_summary(console, spec, outcome)
     return outcome.exit_code
 
@@ -199,6 +219,33 @@ def _print_summary(console: Console, spec, outcome) -> None:
     if outcome.tracking_uri != paths.default_tracking_uri():
         ui += f" --tracking-uri {mask(outcome.tracking_uri)}"
     console.print(f"browse it: {ui}")
+
+
+def cmd_doctor(args, console: Console) -> int:
+    from dataclasses import replace
+
+    from . import preflight as pf
+    from .spec import PreflightSpec
+
+    spec = load_spec(args.spec, args.overrides)
+    missing = data_problems(spec)
+    if missing:
+        raise SweepError(*missing)
+    options = spec.preflight or PreflightSpec()
+    if args.lr_range_test:
+        options = options.model_copy(update={"lr_range_test": True})
+    spec = replace(spec, preflight=options)
+    out = Path(args.out) if args.out else \
+        paths.work_dir(paths.default_tracking_uri(), spec.name) / "preflight"
+    shutil.rmtree(out, ignore_errors=True)
+    with console.status(f"preflight of {spec.name!r}: data, devices, model, loss, one batch..."):
+        results = pf.check_all(spec, out, pf.run_checks)
+    pf.show(console, results)
+    pf.write(out, results)
+    console.print(f"evidence: {out}/preflight.md (and .json, sample images)", soft_wrap=True)
+    if pf.status_of(results) == "FAIL":
+        raise SweepError(*pf.failures(results))
+    return 0
 
 
 def cmd_reproduce(args, console: Console) -> int:

@@ -56,6 +56,10 @@ class Progress:
     def trial_done(self, line: str) -> None:
         self.console.print(line, highlight=False)
 
+    def show(self, renderable) -> None:
+        """A table (or any rich renderable) above the live panel."""
+        self.console.print(renderable)
+
     def _render(self) -> Table:
         table = Table.grid(padding=(0, 2))
         s = self.snapshot

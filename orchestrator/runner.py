@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import paths
+from . import preflight as pf
 from . import space as sp
 from .errors import SweepError
 from .spec import SweepSpec
@@ -34,6 +35,7 @@ EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED = 0, 1, 130
 # epoch, keeps this process's share of the CPU small when epochs take a fraction of a second.
 FLUSH_SECONDS = 1.0
 EXPORTED = "sweep.exported"  # trial run tag: its weights were exported (see tracking)
+PREFLIGHT = "sweep.preflight"  # parent run tag: PASS, WARN, FAIL or FAIL (forced)
 TEST_TRIALS = "sweep.test_trials"  # parent run tag: the trials whose weights saw the test split
 
 
@@ -93,7 +95,8 @@ class _Signals:
 
 def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
               tracking_uri: str | None = None, workers: int | None = None,
-              gpus: list[int] | None = None, new: bool = False, progress=None) -> Outcome:
+              gpus: list[int] | None = None, new: bool = False, force: bool = False,
+              progress=None) -> Outcome:
     """Run (or resume) ``spec`` until the study holds ``spec.trials`` finished trials.
 
     Args:
@@ -104,11 +107,12 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
         workers: overrides ``spec.workers``.
         gpus: overrides ``spec.gpus`` (and the GPUs found on the machine).
         new: start a fresh study (and parent run) instead of resuming.
+        force: run the trials even when the preflight checks FAIL.
         progress: a display with ``update(snapshot)`` and ``trial_done(line)``; optional.
 
     Raises:
-        SweepError: a store cannot be opened, the study belongs to another sweep, or workers
-            cannot start.
+        SweepError: a store cannot be opened, the study belongs to another sweep, workers
+            cannot start, or a preflight check failed (without ``force``).
     """
     started = time.monotonic()
     tracking_uri = tracking_uri or paths.default_tracking_uri()
@@ -121,7 +125,8 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
     pool.start()
     try:
         with _Signals() as signals:
-            loop = _Loop(spec, spec_text, storage, tracking_uri, pool, signals, progress, new)
+            loop = _Loop(spec, spec_text, storage, tracking_uri, pool, signals, progress, new,
+                         force)
             try:
                 return loop.run(started)
             except KeyboardInterrupt:  # a second Ctrl-C: stop now, runs end KILLED
@@ -158,8 +163,10 @@ def _open_tracking(tracking_uri, spec, study_name, spec_text, storage):
 
 
 class _Loop:
-    def __init__(self, spec, spec_text, storage, tracking_uri, pool, signals, progress, new):
+    def __init__(self, spec, spec_text, storage, tracking_uri, pool, signals, progress, new,
+                 force=False):
         self.spec, self.pool, self.signals, self.progress = spec, pool, signals, progress
+        self.force = force
         self.storage, self.tracking_uri = storage, tracking_uri
         check_tracking_uri(tracking_uri)  # bad input fails here, before anything is written
         self.study = SweepStudy.open(spec, storage, new=new)
@@ -237,6 +244,7 @@ class _Loop:
     # ------------------------------------------------------------------------------- loop
 
     def run(self, started: float) -> Outcome:
+        self._preflight()
         deadline = started + self.spec.timeout_min * 60 if self.spec.timeout_min else None
         exhausted = False
         while True:
@@ -260,6 +268,43 @@ class _Loop:
             return self._interrupted(started)
         self.tracker.end_parent(self.parent_id, "FINISHED")
         return self._outcome(started, interrupted=False)
+
+    def _preflight(self) -> None:
+        """Before the first trial: the trainer's checks on each dataset and model of the sweep,
+        in a worker, logged on the parent run. A FAIL stops the sweep unless ``force``; a sweep
+        whose checks passed on an earlier run does not repeat them."""
+        if self.spec.preflight is None:
+            return
+        self.mlflow()
+        if self.tracker.tag(self.parent_id, PREFLIGHT) in ("PASS", "WARN", "FAIL (forced)"):
+            return
+        worker = self._idle_worker()
+        if worker is None:  # no worker could start: the loop says why
+            return
+        out = self.outputs.parent / "preflight"
+        shutil.rmtree(out, ignore_errors=True)
+        self._trial_line("preflight: checking data, devices, model and loss before the first "
+                         "trial (preflight: false skips it)")
+
+        def ask(req):
+            reply = self._ask(worker, {"op": "preflight", **req})
+            return reply["report"] if reply else None
+
+        results = pf.check_all(self.spec, out, ask)
+        if self.signals.received or not results:
+            return
+        if self.progress:
+            for r in results:
+                self.progress.show(pf.table(r["label"], r["report"]))
+        status = pf.status_of(results)
+        pf.write(out, results)
+        forced = status == "FAIL" and self.force
+        self.tracker.log_preflight(self.parent_id, out, status + (" (forced)" if forced else ""))
+        if status == "FAIL" and not forced:
+            raise SweepError(*pf.failures(results),
+                             "preflight failed: no trial was started; fix the cause above and "
+                             "run again (sweep doctor SPEC checks without running), or pass "
+                             "--force to run anyway")
 
     def _done(self) -> bool:
         return self.study.counts()["finished"] >= self.spec.trials

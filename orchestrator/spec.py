@@ -36,7 +36,7 @@ NUMERIC_ONLY_SAMPLERS = ("cmaes", "gp", "qmc")
 PRUNERS = ("none", "median", "successive_halving", "hyperband")
 RESUMABLE_KEYS = ("trials", "workers", "retries", "timeout_min", "trial_timeout_min",
                   "description", "keep_checkpoints", "gpus", "workers_per_gpu", "export",
-                  "export_for")
+                  "export_for", "preflight")
 MINIMIZE_HINT = {"val_loss": "minimize", "train_loss": "minimize", "val_acc": "maximize"}
 
 
@@ -74,6 +74,13 @@ class PrunerSpec(BaseModel):
         return dict(self.model_extra or {})
 
 
+class PreflightSpec(_Strict):
+    """``preflight:`` as a mapping; ``preflight: true`` is these defaults, ``false`` skips it."""
+
+    lr_range_test: bool = False
+    overfit_steps: int = Field(default=300, ge=1, le=10000)
+
+
 class _TopLevel(_Strict):
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
     description: str = ""
@@ -92,6 +99,7 @@ class _TopLevel(_Strict):
     workers_per_gpu: int = Field(default=1, ge=1)
     export: list[Literal[EXPORT_FORMATS]] = list(DEFAULT_EXPORT_FORMATS)
     export_for: Literal["best", "all", "none"] = "best"
+    preflight: bool | PreflightSpec = True
     train: dict[str, Any] = {}
     space: dict[str, Any] = {}
 
@@ -120,6 +128,7 @@ class SweepSpec:
     workers_per_gpu: int
     export: tuple[str, ...]
     export_for: str
+    preflight: PreflightSpec | None  # None: preflight: false
     train: dict[str, Any]
     space: sp.Space
     raw: dict[str, Any]
@@ -292,7 +301,10 @@ def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
                      keep_checkpoints=top.keep_checkpoints,
                      gpus=tuple(top.gpus) if top.gpus is not None else None,
                      workers_per_gpu=top.workers_per_gpu, export=tuple(top.export),
-                     export_for=top.export_for, train=fixed, space=space, raw=raw,
+                     export_for=top.export_for,
+                     preflight=(PreflightSpec() if top.preflight is True
+                                else top.preflight or None),
+                     train=fixed, space=space, raw=raw,
                      source=source, warnings=tuple(warnings))
 
 

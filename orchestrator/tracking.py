@@ -266,6 +266,12 @@ class Tracker:
                                                                       str(dst_dir))))
         return settings, weights
 
+    def log_preflight(self, parent_id: str, folder: str | os.PathLike, status: str) -> None:
+        """The preflight's JSON, Markdown and images under ``preflight/``, its status as the
+        tag ``sweep.preflight``."""
+        self.client.log_artifacts(parent_id, str(folder), "preflight")
+        self.client.set_tag(parent_id, "sweep.preflight", status)
+
     def tag(self, run_id: str, key: str) -> str | None:
         return self.client.get_run(run_id).data.tags.get(key)
 

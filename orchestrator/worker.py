@@ -7,11 +7,13 @@ with its parent (``PR_SET_PDEATHSIG``, and an end-of-file on the connection).
 Protocol (pickled dicts of plain types):
   parent -> worker: {"op": "trial", "number", "settings", "checkpoint_dir", "output_dir"}
                     | {"op": "test", "settings", "weights"} | {"op": "stop"}
+                    | {"op": "preflight", "settings", "dir", ...} (see orchestrator.preflight)
   worker -> parent: {"op": "ready", ...environment} once, then per trial
                     {"op": "epoch", "epoch", "metrics", "lr_steps", "warnings"} (answered by
                     {"stop": bool}) and {"op": "done", "state": complete|pruned|failed,
                     "weights": path of the final state dict, "warnings", ...};
-                    per test {"op": "tested", "metrics": dict | None, "error": str | None}
+                    per test {"op": "tested", "metrics": dict | None, "error": str | None},
+                    per preflight {"op": "checked", "report": dict}
 """
 from __future__ import annotations
 
@@ -75,6 +77,8 @@ def main(fd: int, threads: int) -> int:
             conn.send(run_test(msg, trainers))
         elif msg["op"] == "export":
             conn.send({"op": "exported", **run_export(msg, trainers)})
+        elif msg["op"] == "preflight":
+            conn.send({"op": "checked", "report": run_preflight(msg)})
         else:
             conn.send(run_trial(conn, msg, trainers, deterministic_errors))
 
@@ -164,6 +168,21 @@ def run_export(msg: dict, trainers, model=None) -> dict:
     except Exception as e:  # reported on the run; the trial's result stands
         result = {"report": None, "metrics": {}, "error": f"{type(e).__name__}: {e}"}
     return {**result, "dir": msg["dir"]}
+
+
+def run_preflight(msg: dict) -> dict:
+    """The preflight checks of one configuration, as a report dict (a crash of the checks
+    themselves is a FAIL of the configuration, not of the worker)."""
+    from .preflight import run_checks
+
+    try:
+        return run_checks(msg)
+    except Exception as e:  # noqa: BLE001 - reported as the finding it is
+        return {"status": "FAIL", "files": {}, "seconds": 0.0, "suggested_lr": None,
+                "checks": [{"name": "preflight", "status": "FAIL",
+                            "evidence": f"{type(e).__name__}: {e}"[:500],
+                            "cause": "the checks themselves crashed", "fix": "see the worker "
+                                                                             "log"}]}
 
 
 def run_test(msg: dict, trainers) -> dict:

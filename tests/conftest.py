@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -48,10 +49,23 @@ class Stores:
         return client.search_runs([exp.experiment_id], filter_string=flt, max_results=1000)
 
 
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory) -> Path:
+    """An empty MLflow database, migrated once per session: creating one costs more than a
+    second of schema migrations, copying it nothing. (Tests that run the quickstart in a bare
+    folder still cover a store created from scratch.)"""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
 @pytest.fixture
-def stores(tmp_path) -> Stores:
+def stores(tmp_path, mlflow_template) -> Stores:
     d = tmp_path / "stores"
     d.mkdir()
+    shutil.copyfile(mlflow_template, d / "mlflow.db")
     return Stores(d)
 
 
@@ -82,11 +96,11 @@ def write_spec(tmp_path):
 
 
 def tiny_spec(**overrides) -> dict:
-    """A 2-trial digits sweep of 2 epochs, as a mapping to tweak (no export: the tests of
-    export ask for it)."""
+    """A 2-trial digits sweep of 2 epochs, as a mapping to tweak (no export and no preflight:
+    the tests of those ask for them)."""
     spec = {"name": "tiny", "objective": {"metric": "val_acc", "direction": "maximize"},
             "trials": 2, "workers": 2, "sampler": {"name": "random", "seed": 0},
-            "export_for": "none",
+            "export_for": "none", "preflight": False,
             "train": {"dataset": "digits", "model": "small_cnn", "epochs": 2},
             "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}, "batch_size": [64, 128]}}
     spec.update(overrides)

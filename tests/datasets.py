@@ -122,3 +122,117 @@ def batch_dependent(num_classes: int, in_channels: int):
             return out
 
     return BatchDependent()
+
+
+# ------------------------------------------- planted bugs, one each, for the preflight checks
+
+def _images(n: int = 96):
+    import torch
+
+    return torch.randn(n, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+
+
+def one_based_label_dataset():
+    """Labels 1..4 for num_classes 4: one label is out of range."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    x = _images()
+    y = torch.arange(96) % 4 + 1
+    return TensorDataset(x[:64], y[:64]), TensorDataset(x[64:], y[64:]), 4
+
+
+def uint8_image_dataset():
+    """Raw image bytes reach the model: uint8 0..255, not normalised floats."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    images, labels = patterned_images(96, 8, 4, seed=0)
+    x = torch.from_numpy(images).unsqueeze(1)
+    y = torch.from_numpy(labels.astype(np.int64))
+    return TensorDataset(x[:64], y[:64]), TensorDataset(x[64:], y[64:]), 4
+
+
+class _RandomLabels:
+    """Fixed images whose label is drawn again at every access: nothing can be memorised."""
+
+    def __init__(self, x):
+        import torch
+
+        self.x, self.g = x, torch.Generator().manual_seed(1)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        import torch
+
+        return self.x[i], int(torch.randint(0, 4, (), generator=self.g))
+
+
+def random_label_dataset():
+    x = _images()
+    return _RandomLabels(x[:64]), _RandomLabels(x[64:]), 4
+
+
+def fixed_random_label_dataset():
+    """Random labels drawn once: a network memorises them (the control for the one above)."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    x = _images()
+    y = torch.randint(0, 4, (96,), generator=torch.Generator().manual_seed(1))
+    return TensorDataset(x[:64], y[:64]), TensorDataset(x[64:], y[64:]), 4
+
+
+def plain_list_model(num_classes: int, in_channels: int):
+    """Hidden layers kept in a Python list: invisible to parameters() and the optimizer."""
+    from torch import nn
+
+    class PlainList(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = [nn.Linear(in_channels * 64, 64), nn.Linear(64, 64)]
+            self.head = nn.Linear(64, num_classes)
+
+        def forward(self, x):
+            x = x.flatten(1)
+            for layer in self.layers:
+                x = layer(x).relu()
+            return self.head(x)
+
+    return PlainList()
+
+
+def softmax_model(num_classes: int, in_channels: int):
+    """Ends in a softmax, then trained with CrossEntropyLoss."""
+    from torch import nn
+
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 64, 64), nn.ReLU(),
+                         nn.Linear(64, num_classes), nn.Softmax(dim=1))
+
+
+def detached_model(num_classes: int, in_channels: int):
+    """Returns its logits detached from the graph: nothing can learn."""
+    from torch import nn
+
+    class Detached(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 64, num_classes))
+
+        def forward(self, x):
+            return self.net(x).detach()
+
+    return Detached()
+
+
+def dead_relu_model(num_classes: int, in_channels: int):
+    """A hidden layer whose ReLU never fires (bias -100): every one of its channels is dead."""
+    import torch
+    from torch import nn
+
+    hidden = nn.Linear(in_channels * 64, 32)
+    with torch.no_grad():
+        hidden.bias.fill_(-100.0)
+    return nn.Sequential(nn.Flatten(), hidden, nn.ReLU(), nn.Linear(32, num_classes))

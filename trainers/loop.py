@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from . import checkpoint
+from . import activations, checkpoint
 from .data import AUGMENTATIONS, Data, load_data, make_batches
 from .models import build_model
 from .optim import build_optimizer, build_scheduler
@@ -227,7 +227,7 @@ def train(settings: TrainSettings, *,
             break
         t0 = time.perf_counter()
         metrics, lr_steps = train_one_epoch(run, first_step=(epoch - 1) * steps_per_epoch + 1)
-        metrics.update(evaluate(run.model, run.val_batches, settings, device))
+        metrics.update(_validate(run))
         metrics["epoch_seconds"] = time.perf_counter() - t0
         reports.append(EpochReport(epoch, metrics, lr_steps))
         if checkpoint_dir is not None:  # before reporting: a kill during the report loses nothing
@@ -319,6 +319,16 @@ def _epoch_metrics(run: _Run, train_loss: float, train_acc: float, samples_per_s
 
 
 @torch.no_grad()
+def _validate(run: _Run) -> dict[str, float]:
+    """The epoch's validation metrics (with the activation statistics, when asked)."""
+    if not run.settings.activation_stats:
+        return evaluate(run.model, run.val_batches, run.settings, run.device)
+    stats: dict[str, float] = {}
+    with activations.recording(run.model, stats):
+        metrics = evaluate(run.model, run.val_batches, run.settings, run.device)
+    return {**metrics, **stats}
+
+
 def evaluate(model: nn.Module, batches, settings: TrainSettings, device: torch.device,
              prefix: str = "val") -> dict[str, float]:
     """Loss (plain cross-entropy, no label smoothing) and accuracy over a whole split, in eval

@@ -118,6 +118,8 @@ class TrainSettings:
     seed: int = _knob(0, "seeds python, numpy, torch and the data shuffling")
     deterministic: bool = _knob(False, "deterministic algorithms (cuDNN deterministic, no "
                                        "benchmark); nondeterministic ops are reported")
+    activation_stats: bool = _knob(False, "log per-epoch mean, std and dead-channel fraction of "
+                                          "each main block's output (validation pass)")
     device: str = _knob("auto", "auto (the worker's GPU, else the CPU), cpu, cuda, cuda:N or mps",
                         fixed_only=True)
 

@@ -4,7 +4,7 @@ import signal
 import time
 from collections import Counter
 
-from tests.conftest import run_cli, tiny_spec
+from tests.conftest import Stores, run_cli, tiny_spec
 from tests.orchestrator.test_signals import start, wait_for_epoch, worker_pids
 
 FAULTY = '''
@@ -167,9 +167,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_eight_workers_on_one_fresh_store(cli, stores, write_spec):
+def test_eight_workers_on_one_fresh_store(tmp_path, write_spec):
+    stores = Stores(tmp_path / "bare")  # no template database: the sweep creates its stores
+    stores.dir.mkdir()
     spec = tiny_spec(trials=16, workers=8, train={"dataset": "digits", "epochs": 1})
-    out = cli(write_spec(spec), timeout=300)
+    out = run_cli("run", str(write_spec(spec)), cwd=stores.dir, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "locked" not in out.stderr.lower()
     trials = stores.study("tiny").trials
@@ -209,8 +211,9 @@ def test_gpu_slots_pin_each_trial_to_one_device(stores, write_spec):
 
 
 def test_more_workers_than_gpu_slots_is_refused(stores, write_spec):
+    before = set(stores.dir.iterdir())
     out = run_cli("run", str(write_spec(tiny_spec(workers=3))), "--gpus", "0", cwd=stores.dir)
     assert out.returncode == 2
     assert out.stderr.strip() == ("sweep: workers: 1 GPUs x workers_per_gpu 1 give 1 slots, "
                                   "got 3 workers; raise workers_per_gpu or lower workers")
-    assert not (stores.dir / "mlflow.db").exists()
+    assert set(stores.dir.iterdir()) == before  # nothing written

@@ -188,3 +188,18 @@ def test_cuda_path_with_fp16_channels_last_and_pinned_loader():
     tensors = train(TrainSettings(epochs=1, seed=3, amp="bf16", deterministic=True))
     again = train(TrainSettings(epochs=1, seed=3, amp="bf16", deterministic=True))
     assert _without_time(tensors.history) == _without_time(again.history)
+
+
+def test_activation_stats_show_dead_channels_and_leave_no_hook_behind():
+    result = train(TrainSettings(model="tests.datasets:dead_relu_model", epochs=2,
+                                 activation_stats=True))
+    last = result.history[-1]
+    assert last["act/2.ReLU/dead"] == 1.0 and last["act/2.ReLU/mean"] == 0.0
+    assert 0.0 < last["act/1.Linear/std"]
+    assert last["act/1.Linear/dead"] == 0.0  # pre-activation values are never exactly zero
+    assert all(not m._forward_hooks for m in result.model.modules())
+
+
+def test_activation_stats_are_off_by_default():
+    result = train(TrainSettings(epochs=1))
+    assert not any(k.startswith("act/") for k in result.history[0])

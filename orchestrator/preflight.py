@@ -1,0 +1,167 @@
+"""The preflight of a sweep: which configurations to check, how to show and log the verdicts.
+
+The checks themselves are the trainer's (:func:`trainers.preflight.preflight`); they run in a
+worker before the first trial of ``sweep run``, or in the CLI process for ``sweep doctor``.
+Results travel as plain dicts (``PreflightReport.to_dict()``), so this module never imports torch.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from trainers import TrainSettings
+
+from . import space as sp
+from .spec import SweepSpec, settings_of
+
+STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
+VARIES = ("dataset", "model")  # a check per distinct pair: that is where the bugs live
+
+
+def configurations(spec: SweepSpec) -> list[dict[str, Any]]:
+    """The trainer settings to check: the sweep's first configuration, once per distinct
+    dataset and model the space can choose."""
+    base = {**settings_of(spec, sp.first_values(spec.space)), "seed": spec.seed}
+    choices = {name: [base.get(name, getattr(TrainSettings(), name))] for name in VARIES}
+    for _, node in sp.walk(spec.space):
+        if node.setting in VARIES:
+            values = node.choices if isinstance(node, sp.Choice) else \
+                [o for o, _ in node.options] if isinstance(node, sp.Options) else [node.value]
+            choices[node.setting] += [v for v in values if v not in choices[node.setting]]
+    out = []
+    for dataset in choices["dataset"]:
+        for model in choices["model"]:
+            out.append({**base, "dataset": dataset, "model": model})
+    return out
+
+
+def lr_search(spec: SweepSpec) -> tuple[float, float] | None:
+    """The lowest and highest ``lr`` the space can give (None when lr is not searched)."""
+    values = []
+    for _, node in sp.walk(spec.space):
+        if node.setting != "lr":
+            continue
+        if isinstance(node, sp.Range):
+            values += [node.low, node.high]
+        elif isinstance(node, sp.Choice):
+            values += [float(v) for v in node.choices]
+    return (min(values), max(values)) if values else None
+
+
+def label(settings: dict[str, Any]) -> str:
+    return f"{settings['dataset']} / {settings['model']}"
+
+
+def request(spec: SweepSpec, settings: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """What a worker (or ``sweep doctor``) needs to run the checks of one configuration."""
+    options = spec.preflight
+    return {"settings": settings, "dir": str(out_dir),
+            "overfit_steps": options.overfit_steps if options else 300,
+            "lr_range_test": bool(options and options.lr_range_test),
+            "lr_search": lr_search(spec)}
+
+
+def run_checks(req: dict[str, Any]) -> dict[str, Any]:
+    """Run the trainer's checks for one :func:`request`: the report as a dict, or a FAIL of the
+    ``settings`` check when the settings themselves are unusable."""
+    import trainers
+    from trainers.preflight import preflight
+
+    try:
+        settings = trainers.TrainSettings.from_dict(req["settings"])
+    except trainers.SettingsError as e:
+        return {"status": "FAIL", "files": {}, "seconds": 0.0, "suggested_lr": None,
+                "checks": [{"name": "settings", "status": "FAIL", "evidence": str(e),
+                            "cause": "a setting cannot be used", "fix": e.fix}]}
+    lr_search_range = tuple(req["lr_search"]) if req.get("lr_search") else None
+    return preflight(settings, out_dir=req["dir"], overfit_steps=req["overfit_steps"],
+                     lr_range_test=req["lr_range_test"], lr_search=lr_search_range).to_dict()
+
+
+def check_all(spec: SweepSpec, out_dir: Path,
+              ask: Callable[[dict[str, Any]], dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """Every configuration's checks, asked of ``ask`` (a worker, or :func:`run_checks` in
+    process); stops early when ``ask`` returns None (the worker died, a signal came).
+
+    Returns:
+        One ``{"label", "folder", "settings", "report"}`` per configuration checked; the images
+        of each are in ``out_dir / folder``.
+    """
+    results = []
+    for i, settings in enumerate(configurations(spec)):
+        folder = f"{i}-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{settings['dataset']}-"
+                                                               f"{settings['model']}")
+        report = ask(request(spec, settings, out_dir / folder))
+        if report is None:
+            break
+        results.append({"label": label(settings), "folder": folder, "settings": settings,
+                        "report": report})
+    return results
+
+
+def status_of(results: list[dict[str, Any]]) -> str:
+    order = ["PASS", "WARN", "FAIL"]
+    return max((r["report"]["status"] for r in results), key=order.index, default="PASS")
+
+
+def table(name: str, report: dict[str, Any]) -> Table:
+    """One configuration's checks, one row each."""
+    t = Table(title=f"preflight {name}: {report['status']} ({report['seconds']:.1f} s)",
+              title_justify="left", show_lines=False)
+    for col in ("check", "status", "evidence", "cause / fix"):
+        t.add_column(col, overflow="fold")
+    for c in report["checks"]:
+        advice = " -> ".join(x for x in (c["cause"], c["fix"]) if x)
+        t.add_row(c["name"], f"[{STYLE[c['status']]}]{c['status']}[/]", c["evidence"], advice)
+    return t
+
+
+def show(console: Console, results: list[dict[str, Any]]) -> None:
+    for r in results:
+        console.print(table(r["label"], r["report"]))
+        if r["report"].get("suggested_lr"):
+            low, high = r["report"]["suggested_lr"]
+            console.print(f"lr range test: search lr in [{low:.2g}, {high:.2g}]")
+
+
+def failures(results: list[dict[str, Any]]) -> list[str]:
+    """One line per FAIL: configuration, check, cause."""
+    return [f"preflight {r['label']}: {c['name']} FAIL: {c['evidence']} ({c['cause']}; fix: "
+            f"{c['fix']})" for r in results for c in r["report"]["checks"]
+            if c["status"] == "FAIL"]
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    lines = [f"# Preflight: {status_of(results)}", ""]
+    for r in results:
+        rep = r["report"]
+        lines += [f"## {r['label']}: {rep['status']}", "",
+                  "| check | status | evidence | cause | fix |", "|---|---|---|---|---|"]
+        for c in rep["checks"]:
+            cells = [c[k].replace("|", "\\|") for k in ("name", "status", "evidence", "cause",
+                                                         "fix")]
+            lines.append("| " + " | ".join(cells) + " |")
+        if rep.get("suggested_lr"):
+            lines += ["", f"Suggested lr range: [{rep['suggested_lr'][0]:.2g}, "
+                          f"{rep['suggested_lr'][1]:.2g}]"]
+        for kind, path in rep.get("files", {}).items():
+            lines += ["", f"![{kind}]({r['folder']}/{Path(path).name})"]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write(out_dir: Path, results: list[dict[str, Any]]) -> tuple[Path, Path]:
+    """``preflight.json`` and ``preflight.md`` in ``out_dir`` (next to the per-configuration
+    folders holding the images)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    js = out_dir / "preflight.json"
+    js.write_text(json.dumps({"status": status_of(results), "configurations": results},
+                             indent=2))
+    md = out_dir / "preflight.md"
+    md.write_text(markdown(results))
+    return js, md

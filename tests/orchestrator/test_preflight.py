@@ -1,0 +1,84 @@
+"""Preflight in the CLI: `sweep doctor`, and the checks `sweep run` makes before its first trial."""
+import json
+
+from orchestrator import preflight as pf
+from orchestrator.spec import load_spec, validate
+from tests.conftest import ROOT, SWEEPS, run_cli, tiny_spec
+
+SOFTMAX = {"dataset": "digits", "model": "tests.datasets:softmax_model", "epochs": 1}
+USER_CODE = {"PYTHONPATH": str(ROOT)}  # the planted bugs live in tests/datasets.py
+
+
+def test_doctor_passes_the_quickstart_and_writes_its_evidence(tmp_path):
+    out = tmp_path / "evidence"
+    done = run_cli("doctor", str(SWEEPS / "quickstart.yaml"), "--out", str(out),
+                   "--lr-range-test", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "preflight digits / small_cnn: PASS" in done.stdout
+    report = json.loads((out / "preflight.json").read_text())
+    assert report["status"] == "PASS"
+    checks = report["configurations"][0]["report"]["checks"]
+    assert [c["name"] for c in checks][-3:] == ["overfit", "gradient_health", "lr_range"]
+    assert all(c["status"] == "PASS" for c in checks)
+    assert (out / "0-digits-small_cnn" / "samples.png").is_file()
+    assert (out / "0-digits-small_cnn" / "lr_range.png").is_file()
+    assert "![samples](0-digits-small_cnn/samples.png)" in (out / "preflight.md").read_text()
+
+
+def test_doctor_exits_2_naming_the_failed_check(tmp_path, write_spec):
+    path = write_spec(tiny_spec(train=SOFTMAX))
+    done = run_cli("doctor", str(path), "--out", str(tmp_path / "e"), cwd=tmp_path,
+                   env=USER_CODE)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert any(line.startswith("sweep: preflight digits / tests.datasets:softmax_model: "
+                               "loss_wiring FAIL") and "softmax" in line for line in lines)
+    assert "Traceback" not in done.stderr
+
+
+def test_a_failed_preflight_stops_sweep_run_before_any_trial(stores, write_spec):
+    path = write_spec(tiny_spec(train=SOFTMAX, preflight=True))
+    done = run_cli("run", str(path), cwd=stores.dir, env=USER_CODE)
+    assert done.returncode == 2
+    assert "loss_wiring FAIL" in done.stderr and "--force" in done.stderr
+    assert stores.study("tiny").trials == []
+    (parent,) = stores.runs("tiny", "parent")
+    assert parent.info.status == "FAILED"
+    assert parent.data.tags["sweep.preflight"] == "FAIL"
+    names = {a.path for a in stores.client().list_artifacts(parent.info.run_id, "preflight")}
+    assert {"preflight/preflight.json", "preflight/preflight.md"} <= names
+
+    forced = run_cli("run", str(path), "--force", cwd=stores.dir, env=USER_CODE)  # the user's call: run anyway, and the tag says so
+    assert forced.returncode == 0, forced.stderr
+    assert len([t for t in stores.study("tiny").trials if t.state.name == "COMPLETE"]) == 2
+    (parent,) = stores.runs("tiny", "parent")
+    assert parent.data.tags["sweep.preflight"] == "FAIL (forced)"
+    assert parent.info.status == "FINISHED"
+
+
+def test_sweep_run_logs_the_passed_preflight_on_the_parent_run(quickstart):
+    stores, out = quickstart
+    assert "preflight: checking data" in out.stdout
+    (parent,) = stores.runs("quickstart", "parent")
+    assert parent.data.tags["sweep.preflight"] == "PASS"
+    folder = "preflight/0-digits-small_cnn"
+    found = {a.path for a in stores.client().list_artifacts(parent.info.run_id, folder)}
+    assert "preflight/0-digits-small_cnn/samples.png" in found
+
+
+def test_each_dataset_and_model_of_the_space_is_checked_once():
+    spec = validate(tiny_spec(train={"epochs": 1}, space={
+        "model": ["small_cnn", "mlp"], "lr": {"low": 1e-4, "high": 1e-2, "log": True},
+        "optimizer": {"adam": {}, "sgd": {"lr": [0.05, 0.5]}}}))
+    configs = pf.configurations(spec)
+    assert [(c["dataset"], c["model"]) for c in configs] == [("digits", "small_cnn"),
+                                                             ("digits", "mlp")]
+    assert all(c["epochs"] == 1 and c["seed"] == 0 for c in configs)
+    assert pf.lr_search(spec) == (1e-4, 0.5)
+
+
+def test_preflight_false_and_its_options_validate():
+    assert validate(tiny_spec(preflight=False)).preflight is None
+    spec = validate(tiny_spec(preflight={"lr_range_test": True, "overfit_steps": 50}))
+    assert spec.preflight.lr_range_test and spec.preflight.overfit_steps == 50
+    assert load_spec(SWEEPS / "quickstart.yaml").preflight.overfit_steps == 300

@@ -1,0 +1,97 @@
+"""Preflight: each classic bug, planted in a small model or dataset, is caught by its check."""
+import json
+
+import pytest
+
+from trainers import TrainSettings
+from trainers.preflight import FAIL, PASS, SKIP, WARN, preflight, to_markdown
+
+
+def run(tmp_path=None, **settings):
+    return preflight(TrainSettings(**settings), out_dir=tmp_path, overfit_steps=300)
+
+
+def test_the_healthy_default_passes_every_check_and_leaves_its_evidence(tmp_path):
+    report = preflight(TrainSettings(), out_dir=tmp_path, lr_range_test=True,
+                       lr_search=(1e-4, 1e-1))
+    assert [(c.name, c.status) for c in report.checks if c.status != PASS] == []
+    assert len(report.checks) == 11
+    assert report.status == PASS
+    assert (tmp_path / "samples.png").stat().st_size > 1000
+    assert (tmp_path / "lr_range.png").stat().st_size > 1000
+    low, high = report.suggested_lr
+    assert 1e-6 <= low < high <= 1.0
+    assert "1437 training and 360 validation items" in report.check("data").evidence
+    assert "model cpu float32 | inputs cpu float32 | labels cpu int64" == \
+        report.check("devices").evidence
+    json.dumps(report.to_dict())  # what the orchestrator logs
+    assert "| overfit | PASS |" in to_markdown(report)
+
+
+def test_float_labels_fail_the_labels_check_and_stop_the_training_checks():
+    report = run(dataset="tests.datasets:float_label_dataset")
+    labels = report.check("labels")
+    assert labels.status == FAIL and "float32" in labels.evidence
+    assert "torch.long" in labels.fix
+    assert report.check("overfit").status == SKIP
+    assert report.status == FAIL
+
+
+def test_labels_out_of_range_fail_naming_the_range():
+    labels = run(dataset="tests.datasets:one_based_label_dataset").check("labels")
+    assert labels.status == FAIL
+    assert "values 1..4, num_classes 4" in labels.evidence
+    assert "outside [0, 4)" in labels.cause
+
+
+def test_uint8_pixels_reaching_the_model_fail_the_inputs_check():
+    inputs = run(dataset="tests.datasets:uint8_image_dataset").check("inputs")
+    assert inputs.status == FAIL
+    assert "torch.uint8" in inputs.evidence and "normalise" in inputs.fix
+
+
+def test_layers_in_a_plain_list_fail_registration():
+    report = run(model="tests.datasets:plain_list_model")
+    check = report.check("registration")
+    assert check.status == FAIL
+    assert check.evidence.startswith("layers (a plain list of 2 module(s)")
+    assert "nn.ModuleList" in check.fix
+
+
+def test_a_softmax_before_cross_entropy_fails_the_loss_wiring():
+    report = run(model="tests.datasets:softmax_model")
+    check = report.check("loss_wiring")
+    assert check.status == FAIL and "softmax" in check.cause
+    assert report.check("overfit").status in (WARN, FAIL)  # it also cannot memorise a batch
+
+
+def test_a_detached_output_fails_the_gradient_check():
+    check = run(model="tests.datasets:detached_model").check("gradients")
+    assert check.status == FAIL and "detached" in check.cause
+
+
+def test_labels_drawn_again_on_every_access_make_one_batch_impossible_to_overfit():
+    report = run(dataset="tests.datasets:random_label_dataset", num_workers=0)
+    assert report.check("labels").status == WARN
+    overfit = report.check("overfit")
+    assert overfit.status == FAIL
+    assert "labels changed between two reads" in overfit.cause
+
+
+def test_random_labels_drawn_once_are_memorised_so_they_pass():
+    report = run(dataset="tests.datasets:fixed_random_label_dataset")
+    assert report.check("overfit").status == PASS
+    assert report.check("labels").status == PASS
+
+
+def test_an_lr_search_range_that_misses_the_learning_range_is_flagged():
+    report = preflight(TrainSettings(), lr_range_test=True, lr_search=(1e-9, 1e-8),
+                       overfit_steps=5)
+    check = report.check("lr_range")
+    assert check.status == WARN and "search lr in [" in check.fix
+
+
+@pytest.mark.parametrize("value", [0, -1])
+def test_overfit_steps_must_be_positive(value):
+    with pytest.raises(ValueError, match="overfit_steps"):
+        preflight(TrainSettings(), overfit_steps=value)

@@ -1,0 +1,574 @@
+"""Preflight: the classic PyTorch training bugs, checked before a sweep spends hours on them.
+
+The checks follow the order in which an experienced engineer debugs a training that does not
+converge: the data first, then devices and dtypes, then whether every parameter is registered and
+reached by the gradient, then the loss wiring, then whether one small batch can be overfit (if
+not, the model or the loss is broken, not the hyperparameters), then the gradients of that run.
+An optional learning-rate range test suggests where to search ``lr``.
+
+:func:`preflight` is a plain function of the trainer settings, like :func:`trainers.train`.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import Dataset, TensorDataset, default_collate
+
+from .data import Data, load_data
+from .loop import _build, resolve_device, seed_everything
+from .settings import TrainSettings
+
+PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
+SEVERITY = {SKIP: 0, PASS: 0, WARN: 1, FAIL: 2}
+SAMPLE = 64          # items read for the data checks
+BALANCE_ITEMS = 5000  # at most this many labels counted per split for the class balance
+OVERFIT_BATCH = 32
+OVERFIT_LR = 1e-3    # Adam at its default: a healthy model overfits one batch with it
+OVERFIT_TARGET = 0.1  # cross-entropy a memorised batch gets under (2.3 = chance on 10 classes)
+GRID = 16            # images in the sample grid
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's verdict: ``status`` PASS / WARN / FAIL (or SKIP when an earlier FAIL made it
+    meaningless), one line of evidence, and for WARN/FAIL the likely cause and the fix."""
+
+    name: str
+    status: str
+    evidence: str
+    cause: str = ""
+    fix: str = ""
+
+
+@dataclass
+class PreflightReport:
+    """Every check in the order run, the files written (sample grid, lr range plot) and the lr
+    range suggested by the range test, when it ran."""
+
+    checks: list[Check] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+    suggested_lr: tuple[float, float] | None = None
+    seconds: float = 0.0
+
+    @property
+    def status(self) -> str:
+        worst = max((SEVERITY[c.status] for c in self.checks), default=0)
+        return {0: PASS, 1: WARN, 2: FAIL}[worst]
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "checks": [asdict(c) for c in self.checks],
+                "files": dict(self.files), "seconds": round(self.seconds, 2),
+                "suggested_lr": list(self.suggested_lr) if self.suggested_lr else None}
+
+
+class _Stop(Exception):
+    """An earlier check failed in a way that makes the later ones meaningless."""
+
+
+def preflight(settings: TrainSettings, *, out_dir: str | Path | None = None,
+              overfit_steps: int = 300, lr_range_test: bool = False,
+              lr_search: tuple[float, float] | None = None) -> PreflightReport:
+    """Run the preflight checks on the model and data of ``settings``.
+
+    Args:
+        settings: the run to check (its dataset, model, device and optimizer).
+        out_dir: where the sample grid (and the lr range plot) are written; None writes none.
+        overfit_steps: most Adam steps spent on one fixed batch of 32 items.
+        lr_range_test: also sweep the lr exponentially with ``settings.optimizer``.
+        lr_search: the sweep's lr search range, compared with the range test's suggestion.
+
+    Returns:
+        A :class:`PreflightReport`; ``report.status`` is FAIL when a sweep should not start.
+    """
+    if overfit_steps < 1:
+        raise ValueError(f"overfit_steps must be >= 1, got {overfit_steps}")
+    started = time.perf_counter()
+    report = PreflightReport()
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    steps = [_data_checks, _device_check, _registration_check, _gradient_check,
+             _loss_wiring_check, _overfit_checks]
+    if lr_range_test:
+        steps.append(lambda ctx: _lr_range_check(ctx, lr_search))
+    ctx = _Context(settings, report, out, overfit_steps)
+    for step in steps:
+        try:
+            step(ctx)
+        except _Stop:
+            break
+    names = ["data", "inputs", "labels", "class_balance", "devices", "registration",
+             "gradients", "loss_wiring", "overfit", "gradient_health"]
+    if lr_range_test:
+        names.append("lr_range")
+    done = {c.name for c in report.checks}
+    report.checks += [Check(n, SKIP, "not run: an earlier check failed") for n in names
+                      if n not in done]
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+@dataclass
+class _Context:
+    settings: TrainSettings
+    report: PreflightReport
+    out: Path | None
+    overfit_steps: int
+    data: Data | None = None
+    device: torch.device | None = None
+    run: Any = None
+    batch: tuple[torch.Tensor, torch.Tensor] | None = None
+    labels_change: str = ""
+
+    def add(self, name: str, status: str, evidence: str, cause: str = "", fix: str = "") -> None:
+        self.report.checks.append(Check(name, status, evidence, cause, fix))
+
+    def guarded(self, name: str, fn) -> Any:
+        """``fn()``, turning an exception into a FAIL of check ``name`` that stops the rest."""
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - any error here is the finding
+            self.add(name, FAIL, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                     "the code under test raised", "fix the error above, then run sweep doctor "
+                                                   "again")
+            raise _Stop from e
+
+
+# ----------------------------------------------------------------------------------- data
+
+def _read(dataset: Dataset, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Items ``indices`` of ``dataset`` read one by one (as a DataLoader worker would) and
+    collated."""
+    if isinstance(dataset, TensorDataset):
+        x, y = dataset.tensors
+        idx = torch.tensor(indices)
+        return x[idx], y[idx]
+    xs, ys = zip(*(dataset[i] for i in indices))
+    return default_collate(list(xs)), default_collate(list(ys))
+
+
+def _data_checks(ctx: _Context) -> None:
+    s = ctx.settings
+    data = ctx.data = ctx.guarded("data", lambda: load_data(s))
+    n_train, n_val = len(data.train), len(data.val)
+    order = torch.randperm(n_train, generator=torch.Generator().manual_seed(0)).tolist()
+    sample = order[:SAMPLE]
+    x, y = ctx.guarded("data", lambda: _read(data.train, sample))
+    ctx.add("data", PASS, f"{n_train} training and {n_val} validation items, "
+                          f"{data.num_classes} classes, images {data.in_channels}x"
+                          f"{data.image_size[0]}x{data.image_size[1]}")
+    inputs_ok = _inputs_check(ctx, x, data)
+    labels_ok = _labels_check(ctx, y, data, sample)
+    _class_balance_check(ctx, data)
+    if ctx.out is not None and inputs_ok:
+        ctx.report.files["samples"] = str(_sample_grid(x[:GRID], y[:GRID], data,
+                                                       ctx.out / "samples.png"))
+    if not (inputs_ok and labels_ok):
+        raise _Stop
+
+
+def _inputs_check(ctx: _Context, x: torch.Tensor, data: Data) -> bool:
+    shape = "x".join(map(str, x.shape))
+    if not x.is_floating_point():
+        lo, hi = int(x.min()), int(x.max())
+        ctx.add("inputs", FAIL, f"a batch is {x.dtype} {shape}, values {lo}..{hi}",
+                f"{x.dtype} pixels reach the model (raw image bytes, not normalised floats)",
+                "convert to float32 and normalise in the dataset (e.g. transforms.ToTensor() "
+                "then transforms.Normalize(mean, std))")
+        return False
+    xf = x.float()
+    lo, hi, mean, std = float(xf.min()), float(xf.max()), float(xf.mean()), float(xf.std())
+    evidence = (f"a batch is {x.dtype} {shape}, range [{lo:.3g}, {hi:.3g}], mean {mean:.3g}, "
+                f"std {std:.3g}")
+    if not all(map(math.isfinite, (lo, hi))):
+        ctx.add("inputs", FAIL, evidence, "the images hold NaN or infinite values",
+                "find the broken files or the division by zero in the dataset")
+        return False
+    if hi > 20 or abs(mean) > 5 or std > 10:
+        ctx.add("inputs", WARN, evidence, "inputs are not normalised (pixel values around "
+                                          f"0..{hi:.0f} reach the model)",
+                "divide by 255 and normalise per channel (transforms.Normalize)")
+    elif std < 1e-6:
+        ctx.add("inputs", WARN, evidence, "every input value is the same",
+                "check the image loading and the normalisation statistics")
+    else:
+        ctx.add("inputs", PASS, evidence)
+    return True
+
+
+def _labels_check(ctx: _Context, y: torch.Tensor, data: Data, sample: list[int]) -> bool:
+    k = data.num_classes
+    if not isinstance(y, torch.Tensor) or y.is_floating_point() or y.dtype == torch.bool:
+        dtype = y.dtype if isinstance(y, torch.Tensor) else type(y).__name__
+        ctx.add("labels", FAIL, f"labels are {dtype}",
+                "CrossEntropyLoss reads float labels as class probabilities, not class indices",
+                "return integer class indices (torch.long) from the dataset")
+        return False
+    lo, hi = int(y.min()), int(y.max())
+    evidence = f"labels are {y.dtype}, values {lo}..{hi}, num_classes {k}"
+    if lo < 0 or hi >= k:
+        ctx.add("labels", FAIL, evidence, f"labels fall outside [0, {k}) (1-based class ids, "
+                                          f"or a num_classes too small)",
+                f"map labels to 0..{k - 1}, or return num_classes {hi + 1}")
+        return False
+    _, again = _read(data.train, sample)
+    changed = int((torch.as_tensor(again) != y).sum())
+    if changed:
+        ctx.labels_change = (f"{changed} of {len(sample)} labels changed between two reads of "
+                             f"the same items")
+        ctx.add("labels", WARN, f"{evidence}; {ctx.labels_change}",
+                "labels are not a fixed function of the item (drawn at random on access?)",
+                "make __getitem__ return the item's stored label")
+    else:
+        ctx.add("labels", PASS, evidence)
+    return True
+
+
+def _split_labels(split: Dataset) -> torch.Tensor:
+    if isinstance(split, TensorDataset):
+        return split.tensors[1]
+    n = min(len(split), BALANCE_ITEMS)
+    return torch.as_tensor([int(split[i][1]) for i in range(n)])
+
+
+def _class_balance_check(ctx: _Context, data: Data) -> None:
+    k = data.num_classes
+    parts, problems = [], []
+    for name in ("train", "val"):
+        y = _split_labels(getattr(data, name)).long()
+        counts = torch.bincount(y.clamp(0, k - 1), minlength=k)
+        parts.append(f"{name} {len(y)}: {int(counts.min())}..{int(counts.max())} per class")
+        if int(counts.min()) == 0:
+            missing = [data.classes[i] for i in (counts == 0).nonzero().flatten().tolist()][:5]
+            problems.append(f"{name} has no items of class(es) {', '.join(missing)}")
+        elif counts.max() > 10 * counts.min():
+            problems.append(f"{name} classes differ more than tenfold in size")
+    if problems:
+        ctx.add("class_balance", WARN, "; ".join(parts), "; ".join(problems),
+                "check the split; for real imbalance weigh the loss or resample, and read "
+                "per-class accuracy rather than val_acc alone")
+    else:
+        ctx.add("class_balance", PASS, "; ".join(parts))
+
+
+def _sample_grid(x: torch.Tensor, y: torch.Tensor, data: Data, path: Path) -> Path:
+    """A PNG of the first images with their class names, for a human to spot swapped labels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = x.float()
+    if data.normalization is not None:
+        mean = torch.tensor(data.normalization.mean).view(1, -1, 1, 1)
+        std = torch.tensor(data.normalization.std).view(1, -1, 1, 1)
+        x = x * std + mean
+    else:
+        flat = x.flatten(1)
+        lo, hi = flat.min(1).values.view(-1, 1, 1, 1), flat.max(1).values.view(-1, 1, 1, 1)
+        x = (x - lo) / (hi - lo).clamp_min(1e-8)
+    x = x.clamp(0, 1)
+    cols = 8
+    rows = math.ceil(len(x) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * 1.3, rows * 1.5), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, img, label in zip(axes.flat, x, y.tolist()):
+        img = img[0] if img.shape[0] != 3 else img.permute(1, 2, 0)
+        ax.imshow(img.numpy(), cmap="gray" if img.ndim == 2 else None, vmin=0, vmax=1)
+        ax.set_title(data.classes[label] if 0 <= label < len(data.classes) else str(label),
+                     fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------- the model
+
+def _device_check(ctx: _Context) -> None:
+    s = ctx.settings
+    ctx.device = ctx.guarded("devices", lambda: resolve_device(s.device))
+    ctx.run = ctx.guarded("model", lambda: _build(s, ctx.device, ctx.data))
+    step = ctx.guarded("devices", lambda: next(iter(
+        ctx.run.train_batches.epoch(ctx.run.generators["shuffle"]))))
+    x, y = step[0]
+    ctx.batch = (x, y)
+    params = sorted({f"{p.device} {p.dtype}".replace("torch.", "")
+                     for p in ctx.run.model.parameters()})
+    evidence = (f"model {', '.join(params) or 'no parameters'} | inputs {x.device} "
+                f"{x.dtype} | labels {y.device} {y.dtype}".replace("torch.", ""))
+    devices = {p.device for p in ctx.run.model.parameters()} | {x.device, y.device}
+    if len(devices) > 1:
+        ctx.add("devices", FAIL, evidence, "model, inputs and labels are not on one device",
+                "move the model with model.to(device) and every batch's inputs and labels too")
+        raise _Stop
+    if y.dtype != torch.int64:
+        ctx.add("devices", FAIL, evidence, "labels reach the loss as a non-long dtype",
+                "labels must be torch.long class indices")
+        raise _Stop
+    ctx.add("devices", PASS, evidence)
+
+
+def _registration_check(ctx: _Context) -> None:
+    hidden = []
+    for owner, module in ctx.run.model.named_modules():
+        for attr, value in vars(module).items():
+            if attr.startswith("_"):
+                continue
+            items = (value.values() if isinstance(value, dict) else
+                     value if isinstance(value, (list, tuple, set)) else ())
+            found = [v for v in items if isinstance(v, (nn.Module, nn.Parameter))]
+            if found:
+                n = sum(p.numel() for v in found for p in
+                        (v.parameters() if isinstance(v, nn.Module) else [v]))
+                kind = "dict" if isinstance(value, dict) else type(value).__name__
+                hidden.append(f"{owner + '.' if owner else ''}{attr} (a plain {kind} of "
+                              f"{len(found)} module(s), {n} parameters)")
+    if hidden:
+        ctx.add("registration", FAIL, "; ".join(hidden[:3]),
+                "layers kept in a plain Python list or dict are invisible to "
+                "model.parameters(): the optimizer never updates them and .to(device) never "
+                "moves them", "use nn.ModuleList / nn.ModuleDict (nn.ParameterList for "
+                              "parameters)")
+    else:
+        total = sum(p.numel() for p in ctx.run.model.parameters())
+        ctx.add("registration", PASS, f"{total} parameters, all registered")
+
+
+def _gradient_check(ctx: _Context) -> None:
+    model, (x, y) = ctx.run.model, ctx.batch
+    model.train()
+    model.zero_grad(set_to_none=True)
+    logits = ctx.guarded("gradients", lambda: model(x))
+    if not isinstance(logits, torch.Tensor):
+        ctx.add("gradients", FAIL, f"the model returned a {type(logits).__name__}",
+                "the model must return one logits tensor", "return logits (N x num_classes)")
+        raise _Stop
+    loss = F.cross_entropy(logits.float(), y) if logits.shape[-1:] == (ctx.data.num_classes,) \
+        else logits.float().sum()
+    if not loss.requires_grad:
+        ctx.add("gradients", FAIL, "the loss has no grad_fn",
+                "the model's output is detached from its parameters (.detach(), .item(), "
+                "torch.no_grad() or .data inside forward)",
+                "keep the forward pass differentiable from input to logits")
+        raise _Stop
+    loss.backward()
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    dead = [n for n, p in named if p.grad is None or not bool(p.grad.ne(0).any())]
+    if len(dead) == len(named):
+        ctx.add("gradients", FAIL, f"none of {len(named)} parameter tensors got a gradient",
+                "the output is detached from the parameters", "remove the detach in forward")
+    elif dead:
+        ctx.add("gradients", WARN, f"{len(dead)} of {len(named)} parameter tensors got no "
+                                   f"gradient: {', '.join(dead[:4])}",
+                "those layers are unused, frozen by a detach, or behind a dead ReLU",
+                "remove unused layers, or the detach that cuts them off")
+    else:
+        ctx.add("gradients", PASS, f"all {len(named)} parameter tensors got a gradient")
+    model.zero_grad(set_to_none=True)
+
+
+def _loss_wiring_check(ctx: _Context) -> None:
+    model, (x, _) = ctx.run.model, ctx.batch
+    model.eval()
+    with torch.no_grad():
+        out = model(x).float()
+    k = ctx.data.num_classes
+    if out.ndim != 2 or out.shape[1] != k:
+        ctx.add("loss_wiring", FAIL, f"logits shape {tuple(out.shape)}, expected "
+                                     f"({len(x)}, {k})",
+                "the model's head does not produce one logit per class",
+                f"end the model with a layer of {k} outputs")
+        raise _Stop
+    sums = out.sum(1)
+    if bool((out >= 0).all()) and torch.allclose(sums, torch.ones_like(sums), atol=1e-3):
+        ctx.add("loss_wiring", FAIL, "every output row is non-negative and sums to 1",
+                "the model ends in a softmax; CrossEntropyLoss applies log-softmax itself, so "
+                "gradients shrink and training stalls", "return raw logits (drop the softmax)")
+    elif bool((out <= 0).all()) and torch.allclose(out.logsumexp(1), torch.zeros_like(sums),
+                                                   atol=1e-3):
+        ctx.add("loss_wiring", FAIL, "every output row is a log-probability distribution",
+                "the model ends in a log_softmax before CrossEntropyLoss (a double softmax)",
+                "return raw logits (drop the log_softmax)")
+    else:
+        ctx.add("loss_wiring", PASS, f"logits {tuple(out.shape)}, values in "
+                                     f"[{float(out.min()):.3g}, {float(out.max()):.3g}]")
+
+
+# ------------------------------------------------------------------------- overfit one batch
+
+def _overfit_checks(ctx: _Context) -> None:
+    """Adam on one fixed batch, re-read from the dataset at every step (so labels that change
+    between reads show up as a batch that cannot be learnt)."""
+    s, data, device = ctx.settings, ctx.data, ctx.device
+    seed_everything(s.seed)
+    model = ctx.guarded("overfit", lambda: _build(s, device, data).model)
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=OVERFIT_LR)
+    n = min(OVERFIT_BATCH, len(data.train))
+    indices = list(range(n))
+    losses, norms = [], []
+    for _ in range(ctx.overfit_steps):
+        x, y = _read(data.train, indices)
+        x, y = x.to(device, torch.float32), torch.as_tensor(y).long().to(device)
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x).float(), y)
+        loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)))
+        losses.append(float(loss.detach()))
+        if not math.isfinite(losses[-1]) or losses[-1] < OVERFIT_TARGET / 2:
+            break
+        optimizer.step()
+    _judge_overfit(ctx, losses, n)
+    _gradient_health(ctx, norms)
+
+
+def _judge_overfit(ctx: _Context, losses: list[float], n: int) -> None:
+    first, last, best = losses[0], losses[-1], min(losses)
+    evidence = (f"loss {first:.3f} -> {last:.3f} (lowest {best:.3f}) in {len(losses)} Adam "
+                f"steps (lr {OVERFIT_LR:g}) on one batch of {n}")
+    if not math.isfinite(last):
+        ctx.add("overfit", FAIL, evidence, "the loss became NaN/inf on a single batch",
+                "look for log(0), division by zero or unnormalised inputs")
+    elif best <= OVERFIT_TARGET:
+        ctx.add("overfit", PASS, evidence)
+    elif ctx.labels_change:
+        ctx.add("overfit", FAIL, evidence, f"no batch can be memorised: {ctx.labels_change}",
+                "make __getitem__ return the item's stored label")
+    elif best <= 0.5 * first:
+        ctx.add("overfit", WARN, evidence, "the loss falls but slowly for a single batch",
+                "check the loss wiring and the model's capacity before tuning the lr")
+    else:
+        ctx.add("overfit", FAIL, evidence, "the model cannot memorise one small batch: the "
+                                           "model or the loss is broken, not the hyperparameters",
+                "check the checks above (softmax, detach, registration) and the model's forward")
+
+
+def _gradient_health(ctx: _Context, norms: list[float]) -> None:
+    finite = [g for g in norms if math.isfinite(g)]
+    if len(finite) < len(norms):
+        bad = next(i for i, g in enumerate(norms) if not math.isfinite(g))
+        ctx.add("gradient_health", FAIL, f"gradient norm {norms[bad]} at step {bad + 1}",
+                "non-finite gradients", "find the op producing inf/NaN (log of 0, division), "
+                                        "or lower the lr")
+        return
+    ordered = sorted(finite)
+    median = ordered[len(ordered) // 2]
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    top = ordered[-1]
+    evidence = f"global gradient norm median {median:.3g}, max {top:.3g} over {len(norms)} steps"
+    clip = ctx.settings.clip_grad_norm
+    if top > 1e3 or (median > 0 and top > 50 * median):
+        bounded = f" (clip_grad_norm {clip:g} bounds them)" if clip else ""
+        ctx.add("gradient_health", WARN, evidence + bounded, "gradient norms spike",
+                f"clip_grad_norm: {p90:.3g} (the 90th percentile) would bound the spikes"
+                if not clip else "keep the clipping; check the lr warmup")
+    else:
+        ctx.add("gradient_health", PASS, evidence)
+
+
+# -------------------------------------------------------------------------- lr range test
+
+def _lr_range_check(ctx: _Context, lr_search: tuple[float, float] | None,
+                    lo: float = 1e-6, hi: float = 1.0, steps: int = 100) -> None:
+    """An exponential lr sweep with the run's optimizer; stops once the loss explodes."""
+    s, device = ctx.settings, ctx.device
+    seed_everything(s.seed)
+    run = ctx.guarded("lr_range", lambda: _build(replace(s, lr_scaling="none", min_lr=0.0,
+                                                         lr=lo), device, ctx.data))
+    model, optimizer = run.model, run.optimizer  # the lr is set by hand below, no scheduler
+    model.train()
+    lrs, losses, smooth, best = [], [], None, math.inf
+    batches = _cycle(run)
+    for i in range(steps):
+        lr = lo * (hi / lo) ** (i / (steps - 1))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y = next(batches)
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x).float(), y)
+        loss.backward()
+        optimizer.step()
+        value = float(loss.detach())
+        smooth = value if smooth is None else 0.8 * smooth + 0.2 * value
+        lrs.append(lr)
+        losses.append(smooth)
+        best = min(best, smooth)
+        if not math.isfinite(value) or smooth > 4 * best:
+            break
+    low, high = _suggest(lrs, losses)
+    ctx.report.suggested_lr = (low, high)
+    if ctx.out is not None:
+        ctx.report.files["lr_range"] = str(_plot_lr_range(lrs, losses, (low, high),
+                                                          ctx.out / "lr_range.png"))
+    evidence = (f"{s.optimizer}: loss falls fastest near lr {math.sqrt(low * high):.2g}; "
+                f"suggested lr range [{low:.2g}, {high:.2g}]")
+    if lr_search and (lr_search[1] < low or lr_search[0] > high):
+        ctx.add("lr_range", WARN, f"{evidence}; the sweep searches [{lr_search[0]:.2g}, "
+                                  f"{lr_search[1]:.2g}]",
+                "the lr search range misses the range where this model learns",
+                f"search lr in [{low:.2g}, {high:.2g}]")
+    else:
+        ctx.add("lr_range", PASS, evidence)
+
+
+def _cycle(run):
+    while True:
+        for step in run.train_batches.epoch(run.generators["shuffle"]):
+            yield step[0]
+
+
+def _suggest(lrs: list[float], losses: list[float]) -> tuple[float, float]:
+    """A range around the steepest descent of the smoothed loss, capped below the lr of the
+    lowest loss (past it the loss climbs)."""
+    if len(lrs) < 5:
+        return lrs[0], lrs[-1]
+    logs = [math.log10(v) for v in lrs]
+    slopes = [(losses[i + 1] - losses[i]) / (logs[i + 1] - logs[i]) for i in range(len(lrs) - 1)]
+    stop = losses.index(min(losses))
+    steepest = min(range(max(1, stop)), key=lambda i: slopes[i])
+    center = lrs[steepest]
+    return center / 3, min(center * 3, lrs[stop])
+
+
+def _plot_lr_range(lrs, losses, suggested, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(lrs, losses)
+    ax.axvspan(*suggested, alpha=0.2, label="suggested lr range")
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("training loss (smoothed)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+def to_markdown(report: PreflightReport, title: str = "Preflight") -> str:
+    """The report as a Markdown section: one table row per check."""
+    lines = [f"## {title}: {report.status}", "", "| check | status | evidence | cause | fix |",
+             "|---|---|---|---|---|"]
+    for c in report.checks:
+        cells = [c.name, c.status, c.evidence, c.cause, c.fix]
+        lines.append("| " + " | ".join(v.replace("|", "\\|") for v in cells) + " |")
+    if report.suggested_lr:
+        lines += ["", f"Suggested lr range: [{report.suggested_lr[0]:.2g}, "
+                      f"{report.suggested_lr[1]:.2g}]"]
+    return "\n".join(lines) + "\n"
