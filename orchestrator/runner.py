@@ -35,7 +35,6 @@ EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED = 0, 1, 130
 # epoch, keeps this process's share of the CPU small when epochs take a fraction of a second.
 FLUSH_SECONDS = 1.0
 EXPORTED = "sweep.exported"  # trial run tag: its weights were exported (see tracking)
-PREFLIGHT = "sweep.preflight"  # parent run tag: PASS, WARN, FAIL or FAIL (forced)
 TEST_TRIALS = "sweep.test_trials"  # parent run tag: the trials whose weights saw the test split
 
 
@@ -271,13 +270,10 @@ class _Loop:
 
     def _preflight(self) -> None:
         """Before the first trial: the trainer's checks on each dataset and model of the sweep,
-        in a worker, logged on the parent run. A FAIL stops the sweep unless ``force``; a sweep
-        whose checks passed on an earlier run does not repeat them."""
-        if self.spec.preflight is None:
-            return
-        self.mlflow()
-        if self.tracker.tag(self.parent_id, PREFLIGHT) in ("PASS", "WARN", "FAIL (forced)"):
-            return
+        in a worker (while MLflow opens its store), logged on the parent run. A FAIL stops the
+        sweep unless ``force``; a resumed sweep does not repeat them."""
+        if self.spec.preflight is None or self.study.trials():
+            return  # off, or checked by the run that started these trials
         worker = self._idle_worker()
         if worker is None:  # no worker could start: the loop says why
             return
@@ -298,6 +294,7 @@ class _Loop:
                 self.progress.show(pf.table(r["label"], r["report"]))
         status = pf.status_of(results)
         pf.write(out, results)
+        self.mlflow()
         forced = status == "FAIL" and self.force
         self.tracker.log_preflight(self.parent_id, out, status + (" (forced)" if forced else ""))
         if status == "FAIL" and not forced:

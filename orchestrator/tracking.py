@@ -28,6 +28,7 @@ for _name in ("mlflow", "alembic"):
     logging.getLogger(_name).setLevel(logging.WARNING)
 
 PARENT_ROLE = "sweep.role"
+PREFLIGHT = "sweep.preflight"  # parent run tag: PASS, WARN, FAIL or FAIL (forced)
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 WEIGHTS_DIR, WEIGHTS_FILE = "model", "weights.pt"
 STATUS = {"complete": "FINISHED", "pruned": "KILLED", "failed": "FAILED", "interrupted": "KILLED"}
@@ -237,9 +238,17 @@ class Tracker:
         signature = infer_signature({"pixels": example},
                                     {"logits": logits, "class_index": classes})
         mlflow.set_tracking_uri(self.uri)
-        with mlflow.start_run(run_id=run_id):
-            mlflow.onnx.log_model(onnx.load(onnx_file), name="model_onnx", signature=signature,
-                                  input_example={"pixels": example})
+        # mlflow.onnx warns on a CPU-only machine that the model declares CUDA first: meant for
+        # the serving machine (onnxruntime falls back to the CPU), not news to this one
+        quiet = logging.getLogger("mlflow.onnx")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            with mlflow.start_run(run_id=run_id):
+                mlflow.onnx.log_model(onnx.load(onnx_file), name="model_onnx",
+                                      signature=signature, input_example={"pixels": example})
+        finally:
+            quiet.setLevel(level)
 
     def trial_files(self, run_id: str, dst_dir: str | os.PathLike) -> tuple[dict, str]:
         """A finished trial's settings (its ``settings.yaml``) and a local copy of its weights.
@@ -270,7 +279,7 @@ class Tracker:
         """The preflight's JSON, Markdown and images under ``preflight/``, its status as the
         tag ``sweep.preflight``."""
         self.client.log_artifacts(parent_id, str(folder), "preflight")
-        self.client.set_tag(parent_id, "sweep.preflight", status)
+        self.client.set_tag(parent_id, PREFLIGHT, status)
 
     def tag(self, run_id: str, key: str) -> str | None:
         return self.client.get_run(run_id).data.tags.get(key)

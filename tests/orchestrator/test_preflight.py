@@ -48,7 +48,8 @@ def test_a_failed_preflight_stops_sweep_run_before_any_trial(stores, write_spec)
     names = {a.path for a in stores.client().list_artifacts(parent.info.run_id, "preflight")}
     assert {"preflight/preflight.json", "preflight/preflight.md"} <= names
 
-    forced = run_cli("run", str(path), "--force", cwd=stores.dir, env=USER_CODE)  # the user's call: run anyway, and the tag says so
+    # the user's call: run anyway, and the tag says so
+    forced = run_cli("run", str(path), "--force", cwd=stores.dir, env=USER_CODE)
     assert forced.returncode == 0, forced.stderr
     assert len([t for t in stores.study("tiny").trials if t.state.name == "COMPLETE"]) == 2
     (parent,) = stores.runs("tiny", "parent")

@@ -1,16 +1,29 @@
 """`sweep reproduce` trains a trial again from its run alone and compares the curves."""
+import shutil
 from pathlib import Path
 from urllib.parse import urlparse
 
+import pytest
 import yaml
 
-from tests.conftest import run_cli, tiny_spec
+from tests.conftest import Stores, run_cli, tiny_spec
 
 
-def test_a_trial_reproduces_bit_for_bit_and_an_edited_record_does_not(stores, cli,
-                                                                       write_spec):
-    spec = write_spec(tiny_spec(name="again", trials=1, workers=1, train={"epochs": 2}))
-    assert cli(spec).returncode == 0
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory, mlflow_template) -> Stores:
+    """One finished 1-trial sweep named ``again`` for the tests of this module."""
+    stores = Stores(tmp_path_factory.mktemp("reproduce"))
+    shutil.copyfile(mlflow_template, stores.dir / "mlflow.db")
+    spec = stores.dir / "s.yaml"
+    spec.write_text(yaml.safe_dump(tiny_spec(name="again", trials=1, workers=1,
+                                             train={"epochs": 2})))
+    done = run_cli("run", str(spec), cwd=stores.dir)
+    assert done.returncode == 0, done.stderr
+    return stores
+
+
+def test_a_trial_reproduces_bit_for_bit_and_an_edited_record_does_not(swept):
+    stores = swept
     (run,) = stores.runs("again", "trial")
     assert run.data.tags["sweep.torch_threads"] and run.data.tags["sweep.device_name"]
     client = stores.client()
@@ -38,11 +51,9 @@ def test_a_trial_reproduces_bit_for_bit_and_an_edited_record_does_not(stores, cl
     assert "settings.yaml differs from the run's logged params: lr" in bad.stdout
 
 
-def test_reproduce_refuses_a_run_that_is_not_a_trial(stores, cli, write_spec):
-    assert cli(write_spec(tiny_spec(name="p", trials=1, workers=1,
-                                    train={"epochs": 1}))).returncode == 0
-    parent = stores.runs("p", "parent")[0]
-    out = run_cli("reproduce", parent.info.run_id, "--tracking-uri", stores.tracking_uri,
-                  cwd=stores.dir)
+def test_reproduce_refuses_a_run_that_is_not_a_trial(swept):
+    parent = swept.runs("again", "parent")[0]
+    out = run_cli("reproduce", parent.info.run_id, "--tracking-uri", swept.tracking_uri,
+                  cwd=swept.dir)
     assert out.returncode == 2 and "is not a trial run" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
