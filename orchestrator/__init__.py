@@ -5,6 +5,8 @@ import os
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # artifact downloads (test evaluation) would draw progress bars through the sweep's own display
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+# with a tracking server MLflow prints a "View run" line per ended run: the sweep prints its own
+os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 from .errors import SpecError, SweepError  # noqa: E402
 from .spec import SweepSpec, load_spec  # noqa: E402
 

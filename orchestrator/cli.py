@@ -123,6 +123,26 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--host", default="127.0.0.1",
                     help="address to bind (default 127.0.0.1: this machine only)")
     _store_flags(ui)
+
+    srv = sub.add_parser("server", help="an MLflow tracking server for several machines",
+                         description="Start an MLflow tracking server with artifact proxying "
+                                     "for a team or several machines, bound to 127.0.0.1 unless "
+                                     "--host says otherwise. Example: sweep server "
+                                     "--backend-store-uri postgresql://mlflow@db/mlflow "
+                                     "--host 0.0.0.0 --allowed-hosts 'box1:5000,box2:5000'")
+    srv.add_argument("--backend-store-uri", metavar="URI",
+                     help="where runs are kept: postgresql://..., mysql://... or sqlite:///FILE "
+                          "(default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    srv.add_argument("--artifacts-destination", default="mlartifacts", metavar="DIR",
+                     help="where the server stores artifacts it receives (default ./mlartifacts)")
+    srv.add_argument("--host", default="127.0.0.1",
+                     help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 for "
+                          "every interface, behind your firewall)")
+    srv.add_argument("--port", type=int, default=5000)
+    srv.add_argument("--workers", type=int, default=2, help="server worker processes")
+    srv.add_argument("--allowed-hosts", metavar="HOSTS",
+                     help="Host headers the server accepts besides localhost (MLflow's DNS "
+                          "rebinding protection), e.g. 'trainbox:5000,10.0.0.5:5000'")
     return parser
 
 
@@ -131,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=False, highlight=False)
     try:
         return {"run": cmd_run, "validate": cmd_validate, "ui": cmd_ui, "doctor": cmd_doctor,
+                "server": cmd_server,
                 "export": cmd_export, "report": cmd_report,
                 "reproduce": cmd_reproduce}[args.command](args, console)
     except SweepError as e:
@@ -340,12 +361,35 @@ def cmd_ui(args, console: Console) -> int:
         path = f"/#/experiments/{exp.experiment_id}/runs"
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
            "--host", args.host, "--port", str(args.port), "--workers", "2"]
+    return _serve(console, cmd, paths.work_dir(uri) / "mlflow-ui.log", "MLflow UI",
+                  f"http://{args.host}:{args.port}", path)
+
+
+def cmd_server(args, console: Console) -> int:
+    backend = args.backend_store_uri or paths.default_tracking_uri()
+    artifacts = Path(args.artifacts_destination).resolve()
+    artifacts.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
+           "--artifacts-destination", str(artifacts), "--serve-artifacts",
+           "--host", args.host, "--port", str(args.port), "--workers", str(args.workers)]
+    if args.allowed_hosts:
+        cmd += ["--allowed-hosts", args.allowed_hosts]
+    from .study import mask
+
+    console.print(f"backend store {mask(backend)}, artifacts in {artifacts}", soft_wrap=True)
+    return _serve(console, cmd, Path.cwd() / ".sweep" / "mlflow-server.log",
+                  "MLflow tracking server", f"http://{args.host}:{args.port}", "",
+                  hint="   (sweep run ... --tracking-uri this URL on every machine)")
+
+
+def _serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str, path: str,
+           hint: str = "") -> int:
+    """Start an MLflow server, print its URL once it answers, and stop it with its helper
+    processes on Ctrl-C (or when it exits)."""
     # MLflow's job consumers serve GenAI features, not training runs: six helper processes of
-    # ~240 MB each that a sweep's UI does not need (set the variable to keep them).
+    # ~240 MB each that a sweep's server does not need (set the variable to keep them).
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
-    log_path = paths.work_dir(uri) / "mlflow-ui.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    base = f"http://{args.host}:{args.port}"
     with open(log_path, "ab") as log:
         # its own process group: the MLflow server's helpers outlive a server killed alone
         proc = subprocess.Popen(cmd, start_new_session=True, env=env, stdin=subprocess.DEVNULL,
@@ -354,10 +398,11 @@ def cmd_ui(args, console: Console) -> int:
         if not _wait_http(f"{base}/health", proc, timeout=120):
             from .workers import tail_lines
 
-            raise SweepError(f"the MLflow UI did not start on {base} (port taken? try --port); "
+            raise SweepError(f"the {what} did not start on {base} (port taken? try --port); "
                              f"its log {log_path} ends: "
                              f"{' | '.join(tail_lines(log_path, 3).splitlines())}")
-        console.print(f"MLflow UI: {base}{path}   (Ctrl-C stops it; server log: {log_path})")
+        console.print(f"{what}: {base}{path}{hint}   (Ctrl-C stops it; server log: {log_path})",
+                      soft_wrap=True)
         console.file.flush()
         proc.wait()
     except KeyboardInterrupt:

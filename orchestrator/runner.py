@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import shutil
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -146,19 +147,52 @@ def check_tracking_uri(uri: str) -> None:
                          f"first")
 
 
-def _open_tracking(tracking_uri, spec, study_name, spec_text, storage):
+def _open_tracking(tracking_uri, spec, study: SweepStudy, spec_text, storage):
     """The MLflow side of a sweep: (tracker, experiment id, parent run id, environment tags,
-    installed packages)."""
+    installed packages).
+
+    Several machines share one parent run: MLflow has no uniqueness rule to lean on, so the
+    machine that created the study creates the parent run and stores its id in the study; the
+    others read it from there (waiting for it when they join at the same moment).
+    """
     from .tracking import Tracker, environment_tags, installed_packages
 
     tracker = Tracker(tracking_uri)
     experiment_id = tracker.experiment(spec.name, spec.description)
     env_tags = environment_tags()
     packages = installed_packages()
+    shared = study.shared_parent()
+    if shared is None and not study.created:
+        shared = tracker.find_parent(experiment_id, study.name) or study.wait_for_shared_parent()
+    if shared is not None:
+        tracker.resume_parent(shared)
+        return tracker, experiment_id, shared, env_tags, packages
     parent_id, _ = tracker.parent_run(
-        experiment_id, study_name, spec_text, spec.raw,
+        experiment_id, study.name, spec_text, spec.raw,
         {**env_tags, "sweep.storage": mask(storage), "sweep.fingerprint": spec.fingerprint()})
+    study.set_shared_parent(parent_id)
     return tracker, experiment_id, parent_id, env_tags, packages
+
+
+class _Heartbeat:
+    """A thread recording the heartbeat of every trial this process runs, every ``interval``
+    seconds (Optuna beats only inside ``study.optimize``, which a sweep does not use)."""
+
+    def __init__(self, study: SweepStudy, active: dict, interval: float):
+        self.study, self.active, self.interval = study, active, interval
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, name="sweep-heartbeat", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            for a in list(self.active.values()):
+                try:
+                    self.study.beat(a.pending)
+                except Exception:  # noqa: BLE001 - finished meanwhile, or the database blinked
+                    pass
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 class _Loop:
@@ -174,7 +208,7 @@ class _Loop:
         # Importing MLflow and creating its store take seconds: done in a thread while the first
         # trials already train; their runs are created (with their true start times) once ready.
         self._mlflow_setup = ThreadPoolExecutor(1).submit(
-            _open_tracking, tracking_uri, spec, self.study.name, spec_text, storage)
+            _open_tracking, tracking_uri, spec, self.study, spec_text, storage)
         self.tracker = None
         self.experiment_id = self.parent_id = None
         self.env_tags: dict[str, str] = {}
@@ -188,6 +222,9 @@ class _Loop:
         self.best_value: float | None = None
         self._orphan_runs: list[tuple[str, str]] = []
         self._recover_orphans()
+        self._next_stale_check = 0.0
+        self._heartbeat = _Heartbeat(self.study, self.active, spec.heartbeat_seconds) \
+            if self.study.heartbeat else None
         c = self.study.counts()
         if c["finished"] or c["retried"]:
             self._trial_line(f"resuming sweep {self.study.name!r}: {c['finished']} of "
@@ -258,6 +295,7 @@ class _Loop:
                 self._handle(worker, msg)
             self.mlflow(wait=False)
             self._enforce_trial_timeout()
+            self._fail_stale_trials()
             self._show(started)
         self._show(started, force=True)
         self.mlflow()
@@ -265,8 +303,33 @@ class _Loop:
         self._export_best()
         if self.signals.received:
             return self._interrupted(started)
-        self.tracker.end_parent(self.parent_id, "FINISHED")
+        if self.study.running():  # another machine's trials: the last machine ends the run
+            self._trial_line(f"{self.study.running()} trial(s) still run on other machines; "
+                             f"the parent run ends with the last of them")
+        else:
+            self.tracker.end_parent(self.parent_id, "FINISHED")
         return self._outcome(started, interrupted=False)
+
+    def _fail_stale_trials(self) -> None:
+        """With heartbeats (an RDB storage shared by machines): fail the trials of machines that
+        stopped beating, retry them here, close their runs."""
+        if self._heartbeat is None or time.monotonic() < self._next_stale_check:
+            return
+        self._next_stale_check = time.monotonic() + self.spec.heartbeat_seconds
+        for t in self.study.fail_stale():
+            reason = (f"no heartbeat for {2 * self.spec.heartbeat_seconds} s: the machine or "
+                      f"process running it is gone")
+            root = t.user_attrs.get(RETRY_ROOT, t.number)
+            retry = self.study.crashes(root) <= self.spec.retries  # this failure included
+            if retry:
+                self.study.retry(t)
+            self._trial_line(f"trial {t.number} failed: {reason}"
+                             f"{' (queued for retry)' if retry else ''}")
+            run_id = t.user_attrs.get(RUN_ID)
+            if run_id and self.mlflow(wait=False):
+                self.tracker.fail_run(run_id, reason)
+            elif run_id:
+                self._orphan_runs.append((run_id, reason))
 
     def _preflight(self) -> None:
         """Before the first trial: the trainer's checks on each dataset and model of the sweep,
@@ -308,16 +371,20 @@ class _Loop:
 
     def _launch(self) -> bool:
         """Give a trial to every idle ready worker; True when no trial is left to start."""
-        finished = self.study.counts()["finished"]  # once per pass, not once per worker
-        for worker in self.pool.workers:
-            if not worker.ready or worker.slot.index in self.active:
-                continue
-            if finished + len(self.active) >= self.spec.trials:
+        idle = [w for w in self.pool.workers if w.ready and w.slot.index not in self.active]
+        if not idle:
+            return False
+        # once per pass, not once per worker; trials running on other machines count too
+        finished = self.study.counts()["finished"]
+        running = max(self.study.running(), len(self.active))
+        for worker in idle:
+            if finished + running >= self.spec.trials:
                 return False
             pending = self.study.next_trial()
             if pending is None:
                 return True
             self._start(worker, pending)
+            running += 1
         return False
 
     def _start(self, worker: Worker, pending: PendingTrial) -> None:
@@ -345,6 +412,8 @@ class _Loop:
         active = Active(pending, time.monotonic(), settings,
                         {"lr_effective": resolved.lr_effective}, {**tags, "sweep.device": device})
         self.active[worker.slot.index] = active
+        if self._heartbeat is not None:  # beat at once: the thread's first beat comes later
+            self.study.beat(pending)
         output_dir = self.outputs / f"trial-{pending.number}"
         export = ({"formats": list(self.spec.export), "dir": str(output_dir / "export")}
                   if self.spec.export_for == "all" and self.spec.export else None)

@@ -36,7 +36,7 @@ NUMERIC_ONLY_SAMPLERS = ("cmaes", "gp", "qmc")
 PRUNERS = ("none", "median", "successive_halving", "hyperband")
 RESUMABLE_KEYS = ("trials", "workers", "retries", "timeout_min", "trial_timeout_min",
                   "description", "keep_checkpoints", "gpus", "workers_per_gpu", "export",
-                  "export_for", "preflight")
+                  "export_for", "preflight", "heartbeat_seconds")
 MINIMIZE_HINT = {"val_loss": "minimize", "train_loss": "minimize", "val_acc": "maximize"}
 
 
@@ -100,6 +100,7 @@ class _TopLevel(_Strict):
     export: list[Literal[EXPORT_FORMATS]] = list(DEFAULT_EXPORT_FORMATS)
     export_for: Literal["best", "all", "none"] = "best"
     preflight: bool | PreflightSpec = True
+    heartbeat_seconds: int = Field(default=10, ge=1, le=3600)
     train: dict[str, Any] = {}
     space: dict[str, Any] = {}
 
@@ -129,6 +130,7 @@ class SweepSpec:
     export: tuple[str, ...]
     export_for: str
     preflight: PreflightSpec | None  # None: preflight: false
+    heartbeat_seconds: int
     train: dict[str, Any]
     space: sp.Space
     raw: dict[str, Any]
@@ -304,6 +306,7 @@ def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
                      export_for=top.export_for,
                      preflight=(PreflightSpec() if top.preflight is True
                                 else top.preflight or None),
+                     heartbeat_seconds=top.heartbeat_seconds,
                      train=fixed, space=space, raw=raw,
                      source=source, warnings=tuple(warnings))
 

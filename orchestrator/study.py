@@ -6,6 +6,7 @@ SQLite storage has a single writer per machine; several ``sweep run`` processes 
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -31,6 +32,8 @@ from .spec import SweepSpec, settings_of
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+# a sweep records heartbeats itself, from a thread, since it does not use Study.optimize
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
 
 REPEAT = "sweep.repeat"
 SEED = "sweep.seed"
@@ -44,6 +47,8 @@ RETRY_OF = "sweep.retry_of"
 RETRY_ROOT = "sweep.retry_root"
 WILL_RETRY = "sweep.will_retry"
 FAIL_KIND = "sweep.fail_kind"
+PARENT_RUN = "sweep.parent_run_id"  # study attr: the MLflow parent run every machine shares
+JOIN_WAIT_S = 60  # a machine joining a study waits this long for its creator's bookkeeping
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")
 
 
@@ -52,16 +57,30 @@ def default_storage(tracking_uri: str) -> str:
     return str(paths.home(tracking_uri) / "optuna.journal")
 
 
-def open_storage(url: str):
+def open_storage(url: str, heartbeat_s: int | None = None, on_stale=None):
     """An Optuna storage for ``url``: an RDB URL (sqlite://, postgresql://, mysql://...), or a
-    journal file given as a path or ``journal:PATH``."""
+    journal file given as a path or ``journal:PATH``.
+
+    With ``heartbeat_s``, an RDB storage records the heartbeats of running trials and calls
+    ``on_stale(study, frozen_trial)`` for each trial :func:`optuna.storages.fail_stale_trials`
+    fails after two intervals without one (a journal file has no heartbeats: there, a dead
+    process's trials are found by its pid, on its own machine).
+    """
     scheme = urlsplit(url).scheme.split("+")[0]
     if scheme in RDB_SCHEMES:
-        try:
-            return RDBStorage(url, heartbeat_interval=None)
-        except Exception as e:  # the driver's own errors are many and varied
-            raise SweepError(f"--storage {mask(url)}: cannot open the Optuna storage: "
-                             f"{str(e).splitlines()[0]}") from None
+        for attempt in range(4):
+            try:
+                return RDBStorage(url, heartbeat_interval=heartbeat_s,
+                                  grace_period=2 * heartbeat_s if heartbeat_s else None,
+                                  heartbeat_stale_trial_callback=on_stale if heartbeat_s
+                                  else None)
+            except Exception as e:  # the driver's own errors are many and varied
+                error = e
+                # machines starting together on an empty database race to create its tables:
+                # the loser's CREATE fails, and the tables are there a moment later
+                time.sleep(0.5 * (attempt + 1))
+        raise SweepError(f"--storage {mask(url)}: cannot open the Optuna storage: "
+                         f"{str(error).splitlines()[0]}") from None
     path = Path(url[len("journal:"):] if url.startswith("journal:") else url)
     if scheme and not url.startswith("journal:") and len(scheme) > 1:
         raise SweepError(f"--storage {mask(url)}: unknown storage scheme {scheme!r}; use a file "
@@ -204,10 +223,13 @@ class PendingTrial:
 class SweepStudy:
     """The Optuna study of one sweep: asking, reporting and telling trials."""
 
-    def __init__(self, spec: SweepSpec, study: optuna.Study):
+    def __init__(self, spec: SweepSpec, study: optuna.Study, created: bool = True,
+                 stale: list | None = None):
         self.spec = spec
         self.study = study
+        self.created = created  # this process won the create_study race
         self.owner = Owner.me()
+        self._stale = stale if stale is not None else []  # filled by the storage's callback
 
     @classmethod
     def open(cls, spec: SweepSpec, storage_url: str, study_name: str | None = None,
@@ -224,7 +246,9 @@ class SweepStudy:
         Raises:
             SweepError: the study exists but was started from a different sweep.
         """
-        storage = open_storage(storage_url)
+        stale: list[optuna.trial.FrozenTrial] = []
+        storage = open_storage(storage_url, spec.heartbeat_seconds,
+                               on_stale=lambda _study, trial: stale.append(trial))
         name = study_name or spec.name
         if new:
             taken = set(optuna.get_all_study_names(storage))
@@ -237,14 +261,22 @@ class SweepStudy:
         except optuna.exceptions.DuplicatedStudyError:
             created = False
             existing = optuna.load_study(study_name=name, storage=storage)
+            # another machine may have created it a moment ago: its attributes come next
+            _wait_for(lambda: FINGERPRINT in existing.user_attrs)
             _check_same_sweep(spec, name, existing)
             offset = len(existing.get_trials(deepcopy=False))
+            if not offset:  # machines joining at the same moment: each draws its own trials
+                offset = 1 + int.from_bytes(
+                    hashlib.sha256(f"{socket.gethostname()}:{os.getpid()}".encode()).digest()[:3],
+                    "big")
             study = optuna.load_study(study_name=name, storage=storage,
                                       sampler=make_sampler(spec, offset), pruner=make_pruner(spec))
-        self = cls(spec, study)
+        self = cls(spec, study, created, stale)
         if created:
-            study.set_user_attr(FINGERPRINT, spec.fingerprint())
             study.set_user_attr(IDENTITY, json.dumps(spec.identity(), sort_keys=True, default=str))
+            study.set_user_attr(FINGERPRINT, spec.fingerprint())  # last: joiners wait for it
+        elif spec.is_grid:  # the creator enqueues the grid; a joiner waits for it to be done
+            _wait_for(lambda: GRID_DONE in study.user_attrs)
         if spec.is_grid and not study.user_attrs.get(GRID_DONE):
             self._enqueue_grid()
         self._enqueue_lost_retries()
@@ -274,8 +306,11 @@ class SweepStudy:
         queued does not), and ``finished`` is what the sweep's ``trials`` target counts."""
         out = {s.name.lower(): 0 for s in TrialState}
         out["retried"] = 0
-        for t in self.trials():
-            if t.state == TrialState.FAIL and t.user_attrs.get(WILL_RETRY):
+        trials = self.trials()
+        retried = {t.user_attrs.get(RETRY_OF) for t in trials}
+        for t in trials:
+            if t.state == TrialState.FAIL and (t.user_attrs.get(WILL_RETRY) or
+                                               t.number in retried):
                 out["retried"] += 1
             else:
                 out[t.state.name.lower()] += 1
@@ -358,10 +393,51 @@ class SweepStudy:
                 self._enqueue_retry(t)
 
     def crashes(self, root: int) -> int:
-        """How many attempts of the trial started as number ``root`` crashed."""
+        """How many attempts of the trial started as number ``root`` crashed (a trial failed
+        for a stale heartbeat has no kind: its machine died, a crash)."""
         return sum(1 for t in self.trials(states=(TrialState.FAIL,))
                    if t.user_attrs.get(RETRY_ROOT, t.number) == root
-                   and t.user_attrs.get(FAIL_KIND) == "crash")
+                   and t.user_attrs.get(FAIL_KIND, "crash") == "crash")
+
+    # ---------------------------------------------------------------- several machines
+
+    @property
+    def heartbeat(self) -> bool:
+        """Whether the storage keeps trial heartbeats (an RDB storage with heartbeat_seconds)."""
+        return getattr(self.study._storage, "get_heartbeat_interval", lambda: None)() is not None
+
+    def beat(self, pending: PendingTrial) -> None:
+        """Record that ``pending`` is alive (called from a thread every heartbeat interval)."""
+        self.study._storage.record_heartbeat(pending.trial._trial_id)
+
+    def fail_stale(self) -> list[optuna.trial.FrozenTrial]:
+        """Fail the trials whose heartbeat stopped (their machine died) with
+        :func:`optuna.storages.fail_stale_trials`; returns those this process failed (each
+        stale trial is failed by exactly one process), for the caller to retry and close."""
+        if not self.heartbeat:
+            return []
+        optuna.storages.fail_stale_trials(self.study)
+        failed, self._stale[:] = list(self._stale), []
+        return failed
+
+    def retry(self, failed: optuna.trial.FrozenTrial) -> None:
+        """Queue a new attempt of ``failed`` (already FAIL, e.g. by :meth:`fail_stale`)."""
+        self._enqueue_retry(failed)
+
+    def running(self) -> int:
+        """Trials RUNNING in the study, on any machine."""
+        return len(self.trials(states=(TrialState.RUNNING,)))
+
+    def shared_parent(self) -> str | None:
+        return self.study.user_attrs.get(PARENT_RUN)
+
+    def set_shared_parent(self, run_id: str) -> None:
+        self.study.set_user_attr(PARENT_RUN, run_id)
+
+    def wait_for_shared_parent(self) -> str | None:
+        """The parent run id the creating machine stores, waiting up to :data:`JOIN_WAIT_S`."""
+        found = _wait_for(lambda: self.study.user_attrs.get(PARENT_RUN))
+        return found or None
 
     def set_attr(self, pending: PendingTrial, key: str, value: Any) -> None:
         pending.trial.set_user_attr(key, value)
@@ -402,6 +478,16 @@ class SweepStudy:
         done = [t for t in self.trials(states=(TrialState.COMPLETE,)) if t.value is not None]
         sign = -1 if self.spec.objective.direction == "maximize" else 1
         return sorted(done, key=lambda t: (sign * t.value, t.number))[:n]
+
+
+def _wait_for(ready, timeout: float = JOIN_WAIT_S):
+    """Poll ``ready()`` until it is truthy or ``timeout`` passes; returns its last value."""
+    deadline = time.monotonic() + timeout
+    value = ready()
+    while not value and time.monotonic() < deadline:
+        time.sleep(0.2)
+        value = ready()
+    return value
 
 
 def _check_same_sweep(spec: SweepSpec, name: str, study: optuna.Study) -> None:

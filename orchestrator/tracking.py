@@ -126,8 +126,28 @@ class Tracker:
         tags = {"mlflow.experimentKind": "custom_model_development"}
         if description:
             tags["mlflow.note.content"] = description
-        return self.client.create_experiment(
-            name, artifact_location=f"{root}/{name}" if root else None, tags=tags)
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.client.create_experiment(
+                name, artifact_location=f"{root}/{name}" if root else None, tags=tags)
+        except MlflowException:  # another machine created it a moment ago
+            exp = self.client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+            return exp.experiment_id
+
+    def find_parent(self, experiment_id: str, study_name: str) -> str | None:
+        """The id of study ``study_name``'s parent run, if it has one (the oldest)."""
+        query = f"tags.`{PARENT_ROLE}` = 'parent' and tags.`sweep.study` = '{study_name}'"
+        found = self.client.search_runs([experiment_id], filter_string=query, max_results=1,
+                                        order_by=["attributes.start_time ASC"])
+        return found[0].info.run_id if found else None
+
+    def resume_parent(self, run_id: str) -> None:
+        """Mark the parent run RUNNING again (a rerun, or another machine joining)."""
+        if self.client.get_run(run_id).info.status != "RUNNING":
+            self.client.update_run(run_id, status="RUNNING")
 
     def parent_run(self, experiment_id: str, study_name: str, spec_text: str,
                    resolved: dict[str, Any], tags: dict[str, str]) -> tuple[str, bool]:
@@ -135,13 +155,10 @@ class Tracker:
 
         Returns (run_id, resumed).
         """
-        query = f"tags.`{PARENT_ROLE}` = 'parent' and tags.`sweep.study` = '{study_name}'"
-        found = self.client.search_runs([experiment_id], filter_string=query, max_results=1,
-                                        order_by=["attributes.start_time ASC"])
+        found = self.find_parent(experiment_id, study_name)
         if found:
-            run_id = found[0].info.run_id
-            self.client.update_run(run_id, status="RUNNING")
-            return run_id, True
+            self.resume_parent(found)
+            return found, True
         run = self.client.create_run(experiment_id, run_name=study_name,
                                      tags={PARENT_ROLE: "parent", "sweep.study": study_name,
                                            **tags})

@@ -1,0 +1,179 @@
+"""Several machines, one sweep: `sweep run` processes sharing a PostgreSQL study and an MLflow
+tracking server (`sweep server`), with heartbeats failing the trials of a machine that dies.
+
+Each test makes its own databases on the PostgreSQL server of this machine (127.0.0.1:5432,
+trust authentication) and drops them afterwards.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import tiny_spec
+from tests.orchestrator.test_ui import free_port, group_alive, process_groups_of_children
+
+PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
+
+
+def _admin():
+    import psycopg
+
+    try:
+        conn = psycopg.connect(dbname="postgres", connect_timeout=5, autocommit=True, **PG)
+    except psycopg.OperationalError as e:
+        pytest.fail(f"PostgreSQL at {PG['host']}:{PG['port']} (user {PG['user']}) is not "
+                    f"reachable: {str(e).strip().splitlines()[0]}; start it with "
+                    f"'pg_ctlcluster --skip-systemctl-redirect 15 main start'", pytrace=False)
+    return conn
+
+
+@pytest.fixture(scope="module")
+def databases():
+    """``new()`` makes a fresh database and returns its URL; all are dropped at the end."""
+    made = []
+
+    def new() -> str:
+        name = f"sweep_test_{uuid.uuid4().hex[:10]}"
+        conn = _admin()
+        with conn.cursor() as cur:
+            cur.execute(f'CREATE DATABASE "{name}"')
+        conn.close()
+        made.append(name)
+        return f"postgresql://{PG['user']}@{PG['host']}:{PG['port']}/{name}"
+
+    yield new
+    conn = _admin()
+    with conn.cursor() as cur:
+        for name in made:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    conn.close()
+
+
+@pytest.fixture(scope="module")
+def server(databases, tmp_path_factory):
+    """`sweep server` on a free 127.0.0.1 port with a PostgreSQL backend store; its URL."""
+    folder = tmp_path_factory.mktemp("server")
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "server", "--backend-store-uri", databases(),
+         "--artifacts-destination", str(folder / "artifacts"), "--port", str(port)],
+        cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    lines = []
+    while True:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if not line or line.startswith("MLflow tracking server:"):
+            break
+    assert line.startswith(f"MLflow tracking server: {url}"), "".join(lines)
+    groups = process_groups_of_children(proc.pid)
+    yield url
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 0
+    deadline = time.monotonic() + 15
+    while any(group_alive(g) for g in groups) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(group_alive(g) for g in groups)  # the server's helpers went with it
+
+
+def _machine(root: Path, name: str, spec: dict, storage: str, tracking: str,
+             extra_env=None) -> subprocess.Popen:
+    """One `sweep run` as a separate machine would start it: its own working folder."""
+    folder = root / name
+    folder.mkdir()
+    (folder / "s.yaml").write_text(yaml.safe_dump(spec))
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "run", "s.yaml", "--storage", storage,
+         "--tracking-uri", tracking], cwd=folder, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env={**env, **(extra_env or {})})
+
+
+def _study(storage: str, name: str):
+    import optuna
+
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def test_two_machines_complete_one_sweep_together(databases, server, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    storage = databases()
+    spec = tiny_spec(name="shared", trials=12, workers=1, train={"epochs": 1})
+    machines = [_machine(tmp_path, m, spec, storage, server) for m in ("a", "b")]
+    outs = [m.communicate(timeout=300) for m in machines]
+    assert [m.returncode for m in machines] == [0, 0], [o[1] for o in outs]
+
+    trials = _study(storage, "shared").trials
+    assert sorted(t.number for t in trials) == list(range(12))  # distinct, none extra
+    assert all(t.state.name == "COMPLETE" for t in trials)
+    owners = Counter(t.user_attrs["sweep.owner"]["pid"] for t in trials)
+    assert set(owners) == {m.pid for m in machines}  # both machines ran trials
+
+    client = MlflowClient(tracking_uri=server)
+    exp = client.get_experiment_by_name("shared")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    parents = [r for r in runs if r.data.tags.get("sweep.role") == "parent"]
+    children = [r for r in runs if r.data.tags.get("sweep.role") == "trial"]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(children) == 12
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    assert all(r.info.status == "FINISHED" for r in children)
+    one = children[0].info.run_id
+    assert len(client.get_metric_history(one, "val_acc")) == 1
+    weights = client.download_artifacts(one, "model/weights.pt", str(tmp_path))  # via the server
+    assert Path(weights).stat().st_size > 1000
+    assert children[0].info.artifact_uri.startswith("mlflow-artifacts:")
+
+
+def test_a_machine_killed_mid_trial_is_failed_by_heartbeat_and_retried(databases, server,
+                                                                        tmp_path):
+    storage = databases()
+    spec = tiny_spec(name="survivor", trials=6, workers=1, heartbeat_seconds=1,
+                     train={"epochs": 4})
+    survivor = _machine(tmp_path, "a", spec, storage, server)
+    doomed = _machine(tmp_path, "b", spec, storage, server)
+    deadline = time.monotonic() + 120
+    victim = None
+    while victim is None and time.monotonic() < deadline:
+        assert doomed.poll() is None, doomed.communicate()
+        try:
+            running = [t for t in _study(storage, "survivor").trials
+                       if t.state.name == "RUNNING" and
+                       t.user_attrs.get("sweep.owner", {}).get("pid") == doomed.pid]
+        except KeyError:  # the study is not created yet
+            running = []
+        victim = running[0].number if running else None
+        time.sleep(0.2)
+    assert victim is not None, "the second machine never started a trial"
+    doomed.kill()  # kill -9: no cleanup of any kind
+    doomed.wait(timeout=10)
+
+    out, err = survivor.communicate(timeout=300)
+    assert survivor.returncode == 0, out + err
+    assert f"trial {victim} failed: no heartbeat for 2 s" in out
+    trials = {t.number: t for t in _study(storage, "survivor").trials}
+    assert trials[victim].state.name == "FAIL"
+    retry = [t for t in trials.values() if t.user_attrs.get("sweep.retry_of") == victim]
+    assert len(retry) == 1 and retry[0].state.name == "COMPLETE"
+    assert retry[0].params == trials[victim].params
+    assert Counter(t.state.name for t in trials.values()) == {"COMPLETE": 6, "FAIL": 1}
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=server)
+    exp = client.get_experiment_by_name("survivor")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    dead = [r for r in runs if r.data.tags.get("sweep.trial_number") == str(victim)]
+    assert all(r.info.status == "FAILED" and "no heartbeat" in r.data.tags["sweep.fail_reason"]
+               for r in dead)
