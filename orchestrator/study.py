@@ -47,6 +47,7 @@ RETRY_OF = "sweep.retry_of"
 RETRY_ROOT = "sweep.retry_root"
 WILL_RETRY = "sweep.will_retry"
 FAIL_KIND = "sweep.fail_kind"
+CREATOR = "sweep.creator"  # study attr: the sweep run process that created the study
 PARENT_RUN = "sweep.parent_run_id"  # study attr: the MLflow parent run every machine shares
 JOIN_WAIT_S = 60  # a machine joining a study waits this long for its creator's bookkeeping
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")
@@ -265,7 +266,9 @@ class SweepStudy:
             _wait_for(lambda: FINGERPRINT in existing.user_attrs)
             _check_same_sweep(spec, name, existing)
             offset = len(existing.get_trials(deepcopy=False))
-            if not offset:  # machines joining at the same moment: each draws its own trials
+            creator = existing.user_attrs.get(CREATOR)
+            if not offset and creator and Owner(**creator).is_alive():
+                # machines joining at the same moment: each draws its own trials
                 offset = 1 + int.from_bytes(
                     hashlib.sha256(f"{socket.gethostname()}:{os.getpid()}".encode()).digest()[:3],
                     "big")
@@ -273,6 +276,7 @@ class SweepStudy:
                                       sampler=make_sampler(spec, offset), pruner=make_pruner(spec))
         self = cls(spec, study, created, stale)
         if created:
+            study.set_user_attr(CREATOR, self.owner.as_dict())
             study.set_user_attr(IDENTITY, json.dumps(spec.identity(), sort_keys=True, default=str))
             study.set_user_attr(FINGERPRINT, spec.fingerprint())  # last: joiners wait for it
         elif spec.is_grid:  # the creator enqueues the grid; a joiner waits for it to be done

@@ -116,6 +116,7 @@ def test_two_machines_complete_one_sweep_together(databases, server, tmp_path):
     trials = _study(storage, "shared").trials
     assert sorted(t.number for t in trials) == list(range(12))  # distinct, none extra
     assert all(t.state.name == "COMPLETE" for t in trials)
+    assert len({t.params["lr"] for t in trials}) == 12  # the machines drew different trials
     owners = Counter(t.user_attrs["sweep.owner"]["pid"] for t in trials)
     assert set(owners) == {m.pid for m in machines}  # both machines ran trials
 
