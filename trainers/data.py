@@ -22,12 +22,12 @@ import importlib.util
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 import torch
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset, TensorDataset
 
 from .datafiles import check_data_files, data_root
 from .settings import DataError, TrainSettings
@@ -281,28 +281,95 @@ def labels_as_long(y: torch.Tensor, dataset: str) -> torch.Tensor:
     return y.long()
 
 
-class TensorBatches:
-    """Batches by indexing tensors that live on the training device (no copies per step).
+class Step(NamedTuple):
+    """One optimizer step as this process sees it: its micro-batches ``(x, y)`` and the number
+    of samples the step has over all ranks. ``padding`` marks a rank whose share of a short
+    last step is empty: it trains on one sample of the step at weight 0, so that every rank
+    still takes part in the gradient all-reduce."""
 
-    Iterating gives one list per optimizer step: the step's micro-batches ``(x, y)``.
+    micro_batches: list[tuple[torch.Tensor, torch.Tensor]]
+    samples: int
+    padding: bool = False
+
+
+class EpochOrder:
+    """The training order: a permutation drawn from ``(seed, epoch)`` alone, cut into global
+    batches of ``batch_size``, each shared out among ``world`` ranks.
+
+    Like ``DistributedSampler``, the epoch must be set (:meth:`set_epoch`) before every epoch:
+    the order depends on nothing else, so every rank draws the same permutation without
+    talking to the others, a resumed run draws the orders it would have drawn, and the union of
+    the ranks' shares of a step is the batch one process would train on.
     """
 
-    def __init__(self, split: TensorDataset, batch_size: int, micro_batches: int,
-                 device: torch.device, dataset: str):
-        x, y = split.tensors
-        self.x, self.y = x.to(device), labels_as_long(y, dataset).to(device)
-        self.batch_size, self.micro_batches = batch_size, micro_batches
+    def __init__(self, n: int, batch_size: int, micro_batches: int, seed: int,
+                 rank: int = 0, world: int = 1):
+        self.n, self.batch_size, self.micro_batches = n, batch_size, micro_batches
+        self.seed, self.rank, self.world = seed, rank, world
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     @property
     def steps_per_epoch(self) -> int:
-        return math.ceil(len(self.y) / self.batch_size)
+        return math.ceil(self.n / self.batch_size)
 
-    def epoch(self, shuffle: torch.Generator) -> Iterator[list[tuple[torch.Tensor, ...]]]:
-        order = torch.randperm(len(self.y), generator=shuffle).to(self.x.device)
-        for start in range(0, len(self.y), self.batch_size):
+    def permutation(self) -> torch.Tensor:
+        """The epoch's order of the whole training split (the same on every rank)."""
+        g = torch.Generator().manual_seed(derived_seed(self.seed, 1000 + self.epoch))
+        return torch.randperm(self.n, generator=g)
+
+    def steps(self) -> Iterator[tuple[list[torch.Tensor], int, bool]]:
+        """Per optimizer step: (this rank's micro-batch indices, samples in the step over all
+        ranks, padding)."""
+        order = self.permutation()
+        for start in range(0, self.n, self.batch_size):
             step = order[start:start + self.batch_size]
-            yield [(self.x[i], self.y[i]) for i in step.tensor_split(self.micro_batches)
-                   if len(i)]
+            mine = step.tensor_split(self.world)[self.rank]
+            padding = len(mine) == 0
+            if padding:
+                mine = step[:1]
+            yield ([i for i in mine.tensor_split(self.micro_batches) if len(i)], len(step),
+                   padding)
+
+
+def derived_seed(seed: int, stream: int) -> int:
+    """Independent seeds for a run's other random streams (shuffling, augmentation, loader)."""
+    return int(np.random.SeedSequence([seed, stream]).generate_state(1)[0])
+
+
+def shard(dataset: Dataset, rank: int, world: int) -> Dataset:
+    """This rank's contiguous share of an evaluation split (all of it for one process)."""
+    if world == 1:
+        return dataset
+    bounds = torch.arange(len(dataset)).tensor_split(world)[rank]
+    if isinstance(dataset, TensorDataset):
+        return TensorDataset(*(t[bounds] for t in dataset.tensors))
+    return Subset(dataset, bounds.tolist())
+
+
+class TensorBatches:
+    """Batches by indexing tensors that live on the training device (no copies per step).
+
+    Iterating an epoch gives one :class:`Step` per optimizer step.
+    """
+
+    def __init__(self, split: TensorDataset, device: torch.device, dataset: str,
+                 order: EpochOrder | None = None):
+        x, y = split.tensors
+        self.x, self.y = x.to(device), labels_as_long(y, dataset).to(device)
+        self.order = order
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.order.steps_per_epoch
+
+    def epoch(self, epoch: int) -> Iterator[Step]:
+        self.order.set_epoch(epoch)
+        for micro, samples, padding in self.order.steps():
+            yield Step([(self.x[i], self.y[i]) for i in (m.to(self.x.device) for m in micro)],
+                       samples, padding)
 
     def eval_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for start in range(0, len(self.y), EVAL_BATCH):
@@ -325,63 +392,62 @@ def _seed_loader_worker(worker_id: int) -> None:
     random.seed(seed)
 
 
-class Shuffle(Sampler[int]):
-    """One ``randperm`` per epoch from ``generator``: the order :class:`TensorBatches` uses.
+class _StepSampler(Sampler[list[int]]):
+    """The batch sampler of the training DataLoader: the micro-batches of :class:`EpochOrder`,
+    so that the DataLoader path trains on the tensor path's batches. The steps of the current
+    epoch are planned once, read by the loader and by :meth:`LoaderBatches.epoch`."""
 
-    (``RandomSampler`` draws a second permutation per epoch for its remainder, so its orders
-    drift from the tensor path's after the first epoch.)
-    """
+    def __init__(self, order: EpochOrder):
+        self.order = order
+        self.plan: list[tuple[list[torch.Tensor], int, bool]] = []
 
-    def __init__(self, n: int, generator: torch.Generator):
-        self.n, self.generator = n, generator
+    def plan_epoch(self, epoch: int) -> None:
+        self.order.set_epoch(epoch)
+        self.plan = list(self.order.steps())
 
     def __len__(self) -> int:
-        return self.n
+        return sum(len(micro) for micro, _, _ in self.plan)
 
     def __iter__(self):
-        return iter(torch.randperm(self.n, generator=self.generator).tolist())
+        for micro, _, _ in self.plan:
+            for indices in micro:
+                yield indices.tolist()
 
 
 class LoaderBatches:
     """Batches from a ``DataLoader`` over any map-style dataset, moved to the device per step.
 
-    The sampler draws its order from the same generator as :class:`TensorBatches`, so both
-    paths see the same batches. Iterating gives one list of micro-batches per optimizer step.
+    Training batches follow the same :class:`EpochOrder` as :class:`TensorBatches`, so both
+    paths see the same batches.
     """
 
-    def __init__(self, split: Dataset, batch_size: int, micro_batches: int,
-                 device: torch.device, num_workers: int | None, dataset: str,
-                 loader_generator: torch.Generator, shuffle: torch.Generator | None = None):
+    def __init__(self, split: Dataset, device: torch.device, num_workers: int | None,
+                 dataset: str, loader_generator: torch.Generator, order: EpochOrder | None = None,
+                 eval_batch_size: int = EVAL_BATCH):
         workers = default_num_workers() if num_workers is None else num_workers
         self.pin = device.type == "cuda"  # page-locked copies only help a GPU
-        self.device, self.dataset, self.micro_batches = device, dataset, micro_batches
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.sampler = Shuffle(len(split), shuffle) if shuffle is not None else None
+        self.device, self.dataset, self.order = device, dataset, order
+        self.sampler = _StepSampler(order) if order is not None else None
+        batching = ({"batch_sampler": self.sampler} if self.sampler is not None
+                    else {"batch_size": eval_batch_size})
         self.loader = DataLoader(
-            split, batch_size=batch_size // micro_batches, sampler=self.sampler,
-            num_workers=workers, pin_memory=self.pin, persistent_workers=workers > 0,
-            generator=loader_generator, worker_init_fn=_seed_loader_worker)
-        self.n = len(split)
+            split, **batching, num_workers=workers, pin_memory=self.pin,
+            persistent_workers=workers > 0, generator=loader_generator,
+            worker_init_fn=_seed_loader_worker)
 
     @property
     def steps_per_epoch(self) -> int:
-        return math.ceil(self.n / self.batch_size)
+        return self.order.steps_per_epoch
 
     def _to_device(self, x, y):
         return (x.to(self.device, non_blocking=self.pin),
                 labels_as_long(y, self.dataset).to(self.device, non_blocking=self.pin))
 
-    def epoch(self, shuffle: torch.Generator) -> Iterator[list[tuple[torch.Tensor, ...]]]:
-        assert shuffle is self.shuffle, "the sampler owns its generator"
-        step = []
-        for x, y in self.loader:
-            step.append(self._to_device(x, y))
-            if len(step) == self.micro_batches:
-                yield step
-                step = []
-        if step:
-            yield step
+    def epoch(self, epoch: int) -> Iterator[Step]:
+        self.sampler.plan_epoch(epoch)
+        batches = iter(self.loader)
+        for micro, samples, padding in self.sampler.plan:
+            yield Step([self._to_device(*next(batches)) for _ in micro], samples, padding)
 
     def eval_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for x, y in self.loader:
@@ -389,19 +455,24 @@ class LoaderBatches:
 
 
 def make_batches(data: Data, split: str, s: TrainSettings, device: torch.device,
-                 loader_generator: torch.Generator, shuffle: torch.Generator | None = None):
+                 loader_generator: torch.Generator, rank: int = 0, world: int = 1):
     """Batches of ``data``'s ``split`` ("train", "val" or "test") the way ``s.loader`` asks:
     ``tensors`` (materialised on the device), ``dataloader``, or ``auto`` (tensors for datasets
-    that load in memory)."""
+    that load in memory). With several ranks, each trains on its share of every step
+    (:class:`EpochOrder`) and evaluates its share of the split (:func:`shard`)."""
     dataset = getattr(data, split)
-    micro = s.grad_accum_steps if split == "train" else 1
+    order = None
+    if split == "train":
+        order = EpochOrder(len(dataset), s.batch_size, s.grad_accum_steps, s.seed, rank, world)
+    else:
+        dataset = shard(dataset, rank, world)
     use_tensors = s.loader == "tensors" or (s.loader == "auto" and data.in_memory)
     if use_tensors:
         if not isinstance(dataset, TensorDataset):
             dataset = _materialise(dataset, s)
-        return TensorBatches(dataset, s.batch_size, micro, device, s.dataset)
-    return LoaderBatches(dataset, s.batch_size, micro, device, s.num_workers, s.dataset,
-                         loader_generator, shuffle)
+        return TensorBatches(dataset, device, s.dataset, order)
+    return LoaderBatches(dataset, device, s.num_workers, s.dataset, loader_generator, order,
+                         eval_batch_size=s.batch_size)
 
 
 def _materialise(dataset: Dataset, s: TrainSettings) -> TensorDataset:

@@ -19,8 +19,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from . import activations, checkpoint
-from .data import AUGMENTATIONS, Data, load_data, make_batches
+from . import activations, checkpoint, distributed
+from .data import AUGMENTATIONS, Data, derived_seed, load_data, make_batches
+from .distributed import ALONE, Ranks
 from .models import build_model
 from .optim import build_optimizer, build_scheduler
 from .settings import SettingsError, TrainerWarning, TrainSettings
@@ -58,12 +59,24 @@ class TrainResult:
     resumed_from: int = 0
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` is the first visible CUDA device if there is one, else the CPU.
+def resolve_device(name: str, rank: int = 0, world: int = 1) -> torch.device:
+    """``auto`` is the first visible CUDA device if there is one, else the CPU; rank ``r`` of a
+    trial on several devices gets CUDA device ``r`` (``auto`` or ``cuda``) or the CPU.
 
     Raises:
         SettingsError: the named device does not exist on this machine.
     """
+    if world > 1:
+        if name in ("auto", "cuda") and torch.cuda.is_available():
+            if torch.cuda.device_count() < world:
+                raise SettingsError("devices_per_trial", world,
+                                    f"needs {world} GPUs, {torch.cuda.device_count()} visible "
+                                    f"here; lower it or use device: cpu")
+            return torch.device("cuda", rank)
+        if name == "cuda":
+            raise SettingsError("device", name, "is not available here (no CUDA device "
+                                                "visible); use device: auto or cpu")
+        return torch.device("cpu")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
@@ -97,9 +110,10 @@ def set_determinism(on: bool) -> None:
     torch.use_deterministic_algorithms(on, warn_only=True)
 
 
-def derived_seed(seed: int, stream: int) -> int:
-    """Independent seeds for the run's other generators (augmentation, DataLoader)."""
-    return int(np.random.SeedSequence([seed, stream]).generate_state(1)[0])
+def rank_seed(seed: int, stream: int, rank: int) -> int:
+    """The seed of random stream ``stream`` on ``rank``: ranks draw different augmentations and
+    dropout masks; rank 0 draws what a run on one device draws."""
+    return derived_seed(seed, stream) if rank == 0 else derived_seed(seed, 1000 * stream + rank)
 
 
 def autocast(settings: TrainSettings, device: torch.device):
@@ -118,10 +132,12 @@ def prepare(settings: TrainSettings, x: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class _Run:
-    """What one training run is made of; built once by :func:`train`."""
+    """What one training run is made of; built once by :func:`train`. ``model`` is what
+    trains (DDP around ``module`` on several ranks, ``module`` itself alone)."""
 
     settings: TrainSettings
     device: torch.device
+    module: nn.Module
     model: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
@@ -130,54 +146,77 @@ class _Run:
     train_batches: Any
     val_batches: Any
     generators: dict[str, torch.Generator]
+    ranks: Ranks = ALONE
     checked_devices: bool = False
 
     def state(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        """The checkpoint of this run; on several ranks every rank takes part (their random
+        states are gathered) and rank 0's copy is the one to write."""
+        rng = self.ranks.gather(checkpoint.rng_state(self.generators))
+        return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
-                "rng": checkpoint.rng_state(self.generators)}
+                "rng": rng[0], "rank_rng": rng}
 
     def restore(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
+        self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
-        checkpoint.restore_rng(state["rng"], self.generators)
+        checkpoint.restore_rng(state["rank_rng"][self.ranks.rank] if self.ranks.distributed
+                               else state["rng"], self.generators)
 
 
-def _build(settings: TrainSettings, device: torch.device, data: Data) -> _Run:
+def _build(settings: TrainSettings, device: torch.device, data: Data,
+           ranks: Ranks = ALONE) -> _Run:
     """Model, optimizer (after ``model.to(device)``), schedule and batches of one run."""
-    seed_everything(settings.seed)
-    model = build_model(settings.model, data.num_classes, data.in_channels, data.image_size,
-                        settings.weights, settings.download).to(device)
+    seed_everything(settings.seed)  # the same initial weights on every rank
+    module = build_model(settings.model, data.num_classes, data.in_channels, data.image_size,
+                         settings.weights, settings.download).to(device)
     if settings.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    optimizer = build_optimizer(model, settings)
-    # augmentation draws on the training device (no copies per batch); shuffling on the CPU,
-    # where the order is the same for every device
-    generators = {"shuffle": torch.Generator().manual_seed(settings.seed),
-                  "augment": torch.Generator(device).manual_seed(derived_seed(settings.seed, 1)),
-                  "loader": torch.Generator().manual_seed(derived_seed(settings.seed, 2))}
+        module = module.to(memory_format=torch.channels_last)
+    if ranks.rank > 0:  # its own dropout masks
+        torch.manual_seed(rank_seed(settings.seed, 3, ranks.rank))
+    optimizer = build_optimizer(module, settings)
+    # augmentation draws on the training device (no copies per batch)
+    generators = {"augment": torch.Generator(device).manual_seed(
+                      rank_seed(settings.seed, 1, ranks.rank)),
+                  "loader": torch.Generator().manual_seed(
+                      rank_seed(settings.seed, 2, ranks.rank))}
     train_batches = make_batches(data, "train", settings, device, generators["loader"],
-                                 generators["shuffle"])
-    val_batches = make_batches(data, "val", settings, device, generators["loader"])
+                                 ranks.rank, ranks.world)
+    val_batches = make_batches(data, "val", settings, device, generators["loader"],
+                               ranks.rank, ranks.world)
     scheduler = build_scheduler(optimizer, settings, train_batches.steps_per_epoch)
-    if settings.grad_accum_steps > 1 and any(
-            isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-        warnings.warn(f"grad_accum_steps {settings.grad_accum_steps}: BatchNorm statistics see "
-                      f"micro-batches of {settings.batch_size // settings.grad_accum_steps} "
-                      f"samples, not batch_size {settings.batch_size}", TrainerWarning,
-                      stacklevel=2)
-    return _Run(settings, device, model, optimizer, scheduler,
+    _warn_about_batchnorm(settings, module)
+    return _Run(settings, device, module, ranks.wrap(module), optimizer, scheduler,
                 torch.amp.GradScaler(device.type, enabled=settings.amp == "fp16"),
                 nn.CrossEntropyLoss(label_smoothing=settings.label_smoothing),
-                train_batches, val_batches, generators)
+                train_batches, val_batches, generators, ranks)
+
+
+def _warn_about_batchnorm(settings: TrainSettings, module: nn.Module) -> None:
+    """BatchNorm statistics see what one forward pass sees, not the optimizer step's batch."""
+    if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules()):
+        return
+    share = settings.batch_size // (settings.grad_accum_steps * settings.devices_per_trial)
+    if settings.grad_accum_steps > 1:
+        warnings.warn(f"grad_accum_steps {settings.grad_accum_steps}: BatchNorm statistics see "
+                      f"micro-batches of {share} samples, not batch_size "
+                      f"{settings.batch_size}", TrainerWarning, stacklevel=3)
+    elif settings.devices_per_trial > 1:
+        warnings.warn(f"devices_per_trial {settings.devices_per_trial}: BatchNorm statistics "
+                      f"see each device's {share} samples, not batch_size "
+                      f"{settings.batch_size}", TrainerWarning, stacklevel=3)
 
 
 def train(settings: TrainSettings, *,
           on_epoch_end: Callable[[EpochReport], bool | None] | None = None,
           checkpoint_dir: str | os.PathLike | None = None) -> TrainResult:
     """Train ``settings.model`` on ``settings.dataset`` for ``settings.epochs`` epochs.
+
+    With ``devices_per_trial: k > 1`` this process is rank 0 of k (see
+    :mod:`trainers.distributed`): it starts the other ranks, and only it reports and writes
+    checkpoints.
 
     Args:
         settings: every knob of the run.
@@ -194,13 +233,22 @@ def train(settings: TrainSettings, *,
         TrainingDiverged: the training loss became NaN or infinite.
         SettingsError: a setting cannot be used here (device missing, data missing: DataError).
         checkpoint.CheckpointError: the checkpoint there was written for other settings.
+        distributed.RankFailed, distributed.RankCrashed: another rank of the trial failed.
     """
-    device = resolve_device(settings.device)
+    world = settings.devices_per_trial
+    devices = [resolve_device(settings.device, rank, world) for rank in range(world)]
+    with distributed.launch(settings, devices[0], checkpoint_dir) as ranks:
+        return _train(settings, ranks, on_epoch_end, checkpoint_dir)
+
+
+def _train(settings: TrainSettings, ranks: Ranks, on_epoch_end, checkpoint_dir) -> TrainResult:
+    """The run of one rank (of one, alone)."""
+    device = ranks.device
     set_determinism(settings.deterministic)
     data = load_data(settings)
     started = time.perf_counter()
     hook_seconds = 0.0
-    run = _build(settings, device, data)
+    run = _build(settings, device, data, ranks)
     steps_per_epoch = run.train_batches.steps_per_epoch
 
     reports: list[EpochReport] = []
@@ -213,66 +261,79 @@ def train(settings: TrainSettings, *,
     resumed_from = len(reports)
 
     def report(r: EpochReport) -> bool:
+        """Rank 0 asks ``on_epoch_end``; every rank gets its answer."""
         nonlocal hook_seconds
-        if on_epoch_end is None:
-            return False
         h0 = time.perf_counter()
-        stop = on_epoch_end(r)
+        stop = bool(on_epoch_end(r)) if on_epoch_end is not None and ranks.leader else False
+        stop = ranks.broadcast_flag(stop)
         hook_seconds += time.perf_counter() - h0
-        return bool(stop) and r.epoch < settings.epochs
+        return stop and r.epoch < settings.epochs
 
     stopped = any(report(r) for r in list(reports))  # replay; stops at the first True
     for epoch in range(resumed_from + 1, settings.epochs + 1):
         if stopped:
             break
         t0 = time.perf_counter()
-        metrics, lr_steps = train_one_epoch(run, first_step=(epoch - 1) * steps_per_epoch + 1)
+        metrics, lr_steps = train_one_epoch(run, epoch, (epoch - 1) * steps_per_epoch + 1)
         metrics.update(_validate(run))
         metrics["epoch_seconds"] = time.perf_counter() - t0
         reports.append(EpochReport(epoch, metrics, lr_steps))
         if checkpoint_dir is not None:  # before reporting: a kill during the report loses nothing
-            checkpoint.save(checkpoint_dir, {
-                "settings": settings.to_dict(), "epoch": epoch, **run.state(),
-                "history": [r.metrics for r in reports],
-                "lr_steps": [r.lr_steps for r in reports]})
+            state = run.state()
+            if ranks.leader:
+                checkpoint.save(checkpoint_dir, {
+                    "settings": settings.to_dict(), "epoch": epoch, **state,
+                    "history": [r.metrics for r in reports],
+                    "lr_steps": [r.lr_steps for r in reports]})
         stopped = report(EpochReport(epoch, dict(metrics), lr_steps))
     return TrainResult(epochs_run=len(reports), stopped=stopped,
                        history=[r.metrics for r in reports],
                        train_seconds=time.perf_counter() - started - hook_seconds,
-                       device=str(device), model=run.model, resumed_from=resumed_from)
+                       device=str(device), model=run.module, resumed_from=resumed_from)
 
 
-def train_one_epoch(run: _Run, first_step: int) -> tuple[dict[str, float], list]:
+def train_one_epoch(run: _Run, epoch: int, first_step: int) -> tuple[dict[str, float], list]:
     """One pass over the shuffled training set; returns (metrics, [(global_step, lr), ...]).
 
     Each optimizer step sums the gradients of its micro-batches, each loss weighted by its share
-    of the step's samples (1 / grad_accum_steps for equal micro-batches), so accumulation gives
-    the gradient of one big batch.
+    of the step's samples (1 / grad_accum_steps for equal micro-batches; DDP then averages the
+    ranks' gradients, so a rank's share counts ``world`` times), so accumulation and several
+    ranks give the gradient of one big batch.
     """
-    model, optimizer = run.model, run.optimizer
+    model, optimizer, ranks = run.model, run.optimizer, run.ranks
     model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [p for p in run.module.parameters() if p.requires_grad]
     loss_sum = torch.zeros((), device=run.device)
     correct = torch.zeros((), dtype=torch.int64, device=run.device)
     seen, norms, lr_steps = 0, [], []
     if run.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(run.device)
     t0 = time.perf_counter()
-    for i, step in enumerate(run.train_batches.epoch(run.generators["shuffle"])):
+    for i, step in enumerate(run.train_batches.epoch(epoch)):
         optimizer.zero_grad(set_to_none=True)
-        n = sum(len(y) for _, y in step)
-        for x, y in step:
-            loss, logits = _forward_backward(run, x, y, len(y) / n, first_step + i)
-            loss_sum += loss * len(y)
-            correct += (logits.argmax(1) == y).sum()
-        seen += n
+        last = len(step.micro_batches) - 1
+        for j, (x, y) in enumerate(step.micro_batches):
+            weight = 0.0 if step.padding else len(y) * ranks.world / step.samples
+            # DDP all-reduces the gradients once per step, after the last micro-batch
+            sync = model.no_sync() if ranks.distributed and j < last else contextlib.nullcontext()
+            with sync:
+                loss, logits = _forward_backward(run, x, y, weight, first_step + i)
+            if not step.padding:
+                loss_sum += loss * len(y)
+                correct += (logits.argmax(1) == y).sum()
+                seen += len(y)
         norms.append(_unscale_and_clip(run, params))
         lr_steps.append((first_step + i, optimizer.param_groups[0]["lr"]))
         run.scaler.step(optimizer)  # skips the step when fp16 gradients overflowed
         run.scaler.update()
         run.scheduler.step()
-    train_loss = float(loss_sum) / seen
     train_seconds = time.perf_counter() - t0
+    if ranks.distributed:  # the epoch's sums over every rank's share
+        total = ranks.all_reduce_sum(torch.stack([loss_sum.double(), correct.double(),
+                                                  torch.tensor(float(seen), device=run.device,
+                                                               dtype=torch.float64)]))
+        loss_sum, correct, seen = total[0], total[1], int(total[2])
+    train_loss = float(loss_sum) / seen
     if not math.isfinite(train_loss):
         raise TrainingDiverged(f"training loss is {train_loss} in the epoch ending at step "
                                f"{lr_steps[-1][0]}")
@@ -320,19 +381,22 @@ def _epoch_metrics(run: _Run, train_loss: float, train_acc: float, samples_per_s
 
 @torch.no_grad()
 def _validate(run: _Run) -> dict[str, float]:
-    """The epoch's validation metrics (with the activation statistics, when asked)."""
+    """The epoch's validation metrics (with the activation statistics, when asked; on several
+    ranks, those of rank 0's share of the split)."""
+    run.ranks.sync_buffers(run.module)
     if not run.settings.activation_stats:
-        return evaluate(run.model, run.val_batches, run.settings, run.device)
+        return evaluate(run.module, run.val_batches, run.settings, run.device, ranks=run.ranks)
     stats: dict[str, float] = {}
-    with activations.recording(run.model, stats):
-        metrics = evaluate(run.model, run.val_batches, run.settings, run.device)
+    with activations.recording(run.module, stats):
+        metrics = evaluate(run.module, run.val_batches, run.settings, run.device,
+                           ranks=run.ranks)
     return {**metrics, **stats}
 
 
 def evaluate(model: nn.Module, batches, settings: TrainSettings, device: torch.device,
-             prefix: str = "val") -> dict[str, float]:
+             prefix: str = "val", ranks: Ranks = ALONE) -> dict[str, float]:
     """Loss (plain cross-entropy, no label smoothing) and accuracy over a whole split, in eval
-    mode, as ``{prefix}_loss`` and ``{prefix}_acc``."""
+    mode, as ``{prefix}_loss`` and ``{prefix}_acc`` (summed over the ranks' shares)."""
     model.eval()
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), dtype=torch.int64, device=device)
@@ -343,6 +407,11 @@ def evaluate(model: nn.Module, batches, settings: TrainSettings, device: torch.d
         loss_sum += F.cross_entropy(logits.float(), y, reduction="sum")
         correct += (logits.argmax(1) == y).sum()
         n += len(y)
+    if ranks.distributed:
+        total = ranks.all_reduce_sum(torch.stack([
+            loss_sum.double(), correct.double(),
+            torch.tensor(float(n), device=device, dtype=torch.float64)]))
+        loss_sum, correct, n = total[0], total[1], int(total[2])
     return {f"{prefix}_loss": float(loss_sum) / n, f"{prefix}_acc": float(correct) / n}
 
 

@@ -10,6 +10,7 @@ An optional learning-rate range test suggests where to search ``lr``.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -300,9 +301,8 @@ def _device_check(ctx: _Context) -> None:
     s = ctx.settings
     ctx.device = ctx.guarded("devices", lambda: resolve_device(s.device))
     ctx.run = ctx.guarded("model", lambda: _build(s, ctx.device, ctx.data))
-    step = ctx.guarded("devices", lambda: next(iter(
-        ctx.run.train_batches.epoch(ctx.run.generators["shuffle"]))))
-    x, y = step[0]
+    step = ctx.guarded("devices", lambda: next(iter(ctx.run.train_batches.epoch(1))))
+    x, y = step.micro_batches[0]
     ctx.batch = (x, y)
     params = sorted({f"{p.device} {p.dtype}".replace("torch.", "")
                      for p in ctx.run.model.parameters()})
@@ -524,9 +524,9 @@ def _lr_range_check(ctx: _Context, lr_search: tuple[float, float] | None,
 
 
 def _cycle(run):
-    while True:
-        for step in run.train_batches.epoch(run.generators["shuffle"]):
-            yield step[0]
+    for epoch in itertools.count(1):
+        for step in run.train_batches.epoch(epoch):
+            yield step.micro_batches[0]
 
 
 def _suggest(lrs: list[float], losses: list[float]) -> tuple[float, float]:

@@ -122,6 +122,10 @@ class TrainSettings:
                                           "each main block's output (validation pass)")
     device: str = _knob("auto", "auto (the worker's GPU, else the CPU), cpu, cuda, cuda:N or mps",
                         fixed_only=True)
+    devices_per_trial: int = _knob(1, "devices one trial trains on, one process each, with "
+                                      "DistributedDataParallel (NCCL on GPUs, gloo on the "
+                                      "CPU); batch_size is shared out among them",
+                                   fixed_only=True, unit="devices")
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -129,7 +133,7 @@ class TrainSettings:
         self._check_values()
 
     def _check_values(self):
-        positive_ints = ("epochs", "batch_size", "grad_accum_steps")
+        positive_ints = ("epochs", "batch_size", "grad_accum_steps", "devices_per_trial")
         for name in positive_ints:
             if getattr(self, name) < 1:
                 raise SettingsError(name, getattr(self, name), "must be >= 1")
@@ -177,6 +181,16 @@ class TrainSettings:
             raise SettingsError("num_workers", self.num_workers, "must be >= 0, or null")
         if not DEVICE.match(self.device):
             raise SettingsError("device", self.device, "must be auto, cpu, cuda, cuda:N or mps")
+        if self.devices_per_trial > 1:
+            if self.device not in ("auto", "cpu", "cuda"):
+                raise SettingsError("device", self.device, f"names one device; with "
+                                    f"devices_per_trial {self.devices_per_trial} use auto, cuda "
+                                    f"or cpu (rank r trains on cuda:r)")
+            if self.batch_size < self.devices_per_trial * self.grad_accum_steps:
+                raise SettingsError("batch_size", self.batch_size,
+                                    f"must be at least devices_per_trial x grad_accum_steps "
+                                    f"({self.devices_per_trial * self.grad_accum_steps}): each "
+                                    f"device sees a share of every step")
         if self.weights is not None and not self.model.startswith(TORCHVISION):
             raise SettingsError("weights", self.weights, f"needs a torchvision:NAME model, got "
                                                          f"model {self.model}")

@@ -1,0 +1,274 @@
+"""One trial on several devices: ``devices_per_trial: k`` trains as k processes with
+DistributedDataParallel (NCCL on GPUs, gloo on the CPU).
+
+The process that calls :func:`trainers.train` is rank 0: it starts ranks 1..k-1 as
+``python -m trainers.distributed`` children, and only it reports epochs (``on_epoch_end``) and
+writes checkpoints; the stop decision is broadcast so that every rank stops together. Every rank
+trains on its share of each optimizer step (``trainers.data.EpochOrder``), gradients are
+averaged by DDP, and the epoch's metrics are summed over the ranks before they are reported.
+
+A child that fails leaves its error in the rendezvous folder and exits; rank 0 then raises that
+error (a child killed by a signal is a :class:`RankCrashed`, an ``OSError``: worth a retry),
+and a child never outlives rank 0 (``PR_SET_PDEATHSIG``).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .settings import TrainSettings
+
+START_TIMEOUT_S = 300.0  # ranks import torch and load nothing before they meet
+PR_SET_PDEATHSIG = 1
+
+
+class RankFailed(RuntimeError):
+    """Another rank of the trial raised; the message names the rank and its error."""
+
+
+class RankCrashed(ChildProcessError):
+    """Another rank of the trial died (a signal, or an exit without an error): a crash, not a
+    property of the settings, so a retry may succeed."""
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Where this process stands in its trial: ``rank`` of ``world`` (0 of 1: alone).
+
+    The collectives are no-ops for a process alone, so the loop calls them unconditionally.
+    """
+
+    rank: int = 0
+    world: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def distributed(self) -> bool:
+        return self.world > 1
+
+    @property
+    def leader(self) -> bool:
+        return self.rank == 0
+
+    def all_reduce_sum(self, values: torch.Tensor) -> torch.Tensor:
+        if self.distributed:
+            values = values.to(self.device)
+            dist.all_reduce(values)
+        return values
+
+    def broadcast_flag(self, flag: bool) -> bool:
+        """Rank 0's ``flag``, on every rank."""
+        if not self.distributed:
+            return flag
+        t = torch.tensor([int(flag)], device=self.device)
+        dist.broadcast(t, src=0)
+        return bool(t.item())
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order (on every rank)."""
+        if not self.distributed:
+            return [obj]
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+    def sync_buffers(self, module: nn.Module) -> None:
+        """Rank 0's buffers (BatchNorm running statistics) on every rank, so that every rank
+        evaluates, and rank 0 saves, one model."""
+        if self.distributed:
+            for b in module.buffers():
+                dist.broadcast(b, src=0)
+
+    def wrap(self, module: nn.Module) -> nn.Module:
+        """The module to train: DDP for several ranks, the module itself alone."""
+        if not self.distributed:
+            return module
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(module, device_ids=ids)
+
+
+ALONE = Ranks()
+
+
+def backend(device: torch.device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+@contextlib.contextmanager
+def launch(settings: TrainSettings, device: torch.device,
+           checkpoint_dir: str | os.PathLike | None) -> Iterator[Ranks]:
+    """Rank 0 of a trial of ``settings.devices_per_trial`` ranks (alone for 1): starts the other
+    ranks, joins their process group, and on the way out ends them and the group.
+
+    Raises:
+        RankFailed / RankCrashed / TrainingDiverged: another rank failed (its error, named).
+    """
+    world = settings.devices_per_trial
+    if world == 1:
+        yield Ranks(0, 1, device)
+        return
+    with tempfile.TemporaryDirectory(prefix="sweep-ddp-") as tmp:
+        folder = Path(tmp)
+        (folder / "job.json").write_text(json.dumps({
+            "settings": settings.to_dict(),
+            "checkpoint_dir": None if checkpoint_dir is None else str(checkpoint_dir)}))
+        children = [_start_rank(folder, rank, world) for rank in range(1, world)]
+        try:
+            _wait_started(folder, children)
+            with _group(folder, 0, world, device) as ranks:
+                yield ranks
+            _end(children, grace=30.0)  # done: the others leave the group on their own
+        except Exception as e:
+            if isinstance(e, EOFError):  # the caller's own channel closed: not a rank's doing
+                raise
+            failure = _child_failure(folder, children, wait=5.0)
+            if failure is not None and not _own_error(e):
+                raise failure from e
+            raise
+        finally:
+            _end(children, grace=0.0)
+
+
+def _own_error(e: BaseException) -> bool:
+    """An error of rank 0's own making (its settings, data or loss), not a collective that
+    broke because another rank went away."""
+    from .checkpoint import CheckpointError
+    from .loop import TrainingDiverged
+    from .settings import SettingsError
+
+    return isinstance(e, (TrainingDiverged, SettingsError, CheckpointError))
+
+
+def _start_rank(folder: Path, rank: int, world: int) -> subprocess.Popen:
+    env = dict(os.environ)
+    # the caller's import path (a user's dataset or model module), whatever its current folder
+    env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] +
+                                        [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainers.distributed", str(folder), str(rank), str(world),
+         str(torch.get_num_threads())], stdin=subprocess.DEVNULL, env=env, close_fds=True)
+
+
+def _wait_started(folder: Path, children: list[subprocess.Popen]) -> None:
+    """Until every child is about to join the group (so that joining cannot hang on a child
+    that died while importing torch)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        waiting = [r for r in range(1, len(children) + 1)
+                   if not (folder / f"rank-{r}.started").exists()]
+        if not waiting:
+            return
+        failure = _child_failure(folder, children, wait=0.0)
+        if failure is not None:
+            raise failure
+        if time.monotonic() > deadline:
+            raise RankCrashed(f"ranks {waiting} did not start within {START_TIMEOUT_S:.0f} s")
+        time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def _group(folder: Path, rank: int, world: int, device: torch.device) -> Iterator[Ranks]:
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend(device), init_method=f"file://{folder / 'rendezvous'}",
+                            rank=rank, world_size=world)
+    try:
+        yield Ranks(rank, world, device)
+    finally:
+        dist.destroy_process_group()
+
+
+def _child_failure(folder: Path, children: list[subprocess.Popen],
+                   wait: float) -> Exception | None:
+    """The error of the first child that failed, waiting up to ``wait`` s for one to end."""
+    from .loop import TrainingDiverged
+
+    deadline = time.monotonic() + wait
+    while True:
+        for rank, child in enumerate(children, start=1):
+            code = child.poll()
+            if code is None or code == 0:
+                continue
+            error = folder / f"rank-{rank}.error"
+            if error.exists():
+                e = json.loads(error.read_text())
+                text = f"rank {rank} of {len(children) + 1}: {e['type']}: {e['message']}"
+                if e["type"] == "TrainingDiverged":
+                    return TrainingDiverged(text)
+                return RankFailed(f"{text}\n{e['traceback']}")
+            how = (f"killed by {signal.Signals(-code).name}" if code < 0
+                   else f"exited with code {code}")
+            return RankCrashed(f"rank {rank} of {len(children) + 1} {how}")
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
+def _end(children: list[subprocess.Popen], grace: float) -> None:
+    deadline = time.monotonic() + grace
+    for child in children:
+        try:
+            child.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for child in children:
+        if child.poll() is None:
+            child.terminate()
+    for child in children:
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: rank 0 ends its children on its way out
+        pass
+
+
+def _rank_main(folder: Path, rank: int, world: int, threads: int) -> int:
+    """A child rank: join the group, train alongside rank 0, leave an error file on failure."""
+    parent = os.getppid()
+    _die_with_parent()
+    if os.getppid() != parent:
+        return 1
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are rank 0's to handle
+    torch.set_num_threads(threads)
+    from .loop import _train, resolve_device
+
+    try:
+        job = json.loads((folder / "job.json").read_text())
+        settings = TrainSettings.from_dict(job["settings"])
+        device = resolve_device(settings.device, rank, world)
+        (folder / f"rank-{rank}.started").touch()
+        with _group(folder, rank, world, device) as ranks:
+            _train(settings, ranks, None, job["checkpoint_dir"])
+    except Exception as e:  # noqa: BLE001 - handed to rank 0, which raises it
+        (folder / f"rank-{rank}.error").write_text(json.dumps({
+            "type": type(e).__name__, "message": str(e),
+            "traceback": traceback.format_exc(limit=-8)}))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_rank_main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
+                        int(sys.argv[4])))
