@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 from pathlib import Path
@@ -25,6 +26,7 @@ from .errors import SweepError
 from .spec import data_problems, load_spec
 
 EXIT_BAD_INPUT = 2
+COMPLETION_SHELLS = ("bash", "zsh")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,13 +45,36 @@ def _store_flags(p: argparse.ArgumentParser) -> None:
                                      "the MLflow database)")
 
 
+def _command(sub, name: str, help: str, description: str, *examples: str):
+    """A subcommand whose ``--help`` ends with examples (run as written by a test)."""
+    heading = "example:" if len(examples) == 1 else "examples:"
+    return sub.add_parser(name, help=help, description=textwrap.fill(description, 79),
+                          epilog="\n".join([heading, *(f"  {e}" for e in examples)]),
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _spec_arg(p: argparse.ArgumentParser, metavar: str = "SPEC",
+              help: str = "sweep YAML file") -> None:
+    import shtab
+
+    p.add_argument("spec", metavar=metavar, help=help).complete = shtab.FILE
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sweep", description="Run PyTorch hyperparameter sweeps described in "
-                                               "YAML with Optuna, tracked in MLflow.")
+                                               "YAML with Optuna, tracked in MLflow.",
+                     epilog="examples:\n  sweep run sweeps/quickstart.yaml\n"
+                            "  sweep status quickstart\n  sweep ui quickstart",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    run = sub.add_parser("run", help="run or resume a sweep")
-    run.add_argument("spec", help="sweep YAML file")
+    run = _command(sub, "run", "run or resume a sweep",
+                   "Run a sweep, or resume it where it stopped: the study continues until it "
+                   "holds `trials` finished trials. Exit 0 when it finished, 1 when some "
+                   "trials failed for good, 2 on bad input, 130 when interrupted.",
+                   "sweep run sweeps/quickstart.yaml",
+                   "sweep run sweeps/quickstart.yaml --set train.epochs=2 --trials 4")
+    _spec_arg(run)
     run.add_argument("--trials", type=int, help="finished trials to reach (overrides trials:)")
     run.add_argument("--workers", type=int, help="trials run at once (overrides workers:)")
     run.add_argument("--gpus", type=_gpu_list, metavar="IDS",
@@ -64,14 +89,23 @@ def build_parser() -> argparse.ArgumentParser:
                      help="start the trials even when a preflight check FAILs")
     _store_flags(run)
 
-    doc = sub.add_parser("doctor", help="check data, devices, model and loss before a sweep",
-                         description="Run the preflight checks of a sweep without running it: "
-                                     "data (shapes, dtypes, ranges, labels, class balance, a "
-                                     "sample grid), devices, parameter registration, gradients, "
-                                     "loss wiring, overfitting one batch and gradient health. "
-                                     "Exit 2 when a check FAILs. "
-                                     "Example: sweep doctor sweeps/quickstart.yaml")
-    doc.add_argument("spec", help="sweep YAML file")
+    st = _command(sub, "status", "the sweeps in the study storage, or one sweep's trials",
+                  "Without NAME, list the sweeps in the Optuna study storage: trials complete, "
+                  "running, pruned and failed, the best value, when the first trial started "
+                  "and the last activity. With NAME, that sweep's trials: state, value, "
+                  "params, duration and MLflow run id. Reads the storage only: safe while a "
+                  "sweep runs.",
+                  "sweep status", "sweep status quickstart")
+    st.add_argument("name", nargs="?", metavar="NAME", help="a sweep (study) name")
+    _store_flags(st)
+
+    doc = _command(sub, "doctor", "check data, devices, model and loss before a sweep",
+                   "Run the preflight checks of a sweep without running it: data (shapes, "
+                   "dtypes, ranges, labels, class balance, a sample grid), devices, parameter "
+                   "registration, gradients, loss wiring, overfitting one batch and gradient "
+                   "health. Exit 2 when a check FAILs.",
+                   "sweep doctor sweeps/quickstart.yaml --lr-range-test")
+    _spec_arg(doc)
     doc.add_argument("--lr-range-test", action="store_true",
                      help="also sweep the lr exponentially and suggest a search range")
     doc.add_argument("--out", metavar="DIR",
@@ -80,15 +114,25 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override any YAML value, e.g. --set train.model=mlp (repeatable)")
 
-    val = sub.add_parser("validate", help="check a sweep YAML without running it")
-    val.add_argument("spec")
-    val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    val = _command(sub, "validate", "check a sweep YAML without running it",
+                   "Check a sweep YAML without running it or touching the stores: every "
+                   "problem is one line naming the field, the value and the fix (exit 2).",
+                   "sweep validate sweeps/adam_vs_sgd.yaml --set repeats=1")
+    _spec_arg(val)
+    val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override any YAML value (repeatable)")
 
-    exp = sub.add_parser("export", help="export a finished trial's model and check parity",
-                         description="Export a trial's final weights in the given formats, "
-                                     "check each file against the eager model, log the files "
-                                     "and figures into the trial's run and copy them to --out. "
-                                     "Example: sweep export 3f2a... --formats onnx,int8")
+    sch = _command(sub, "schema", "print the JSON Schema of the sweep YAML (for editors)",
+                   "Print the JSON Schema of the sweep YAML, generated from the models that "
+                   "validate it, for editors (VS Code's YAML extension: see README).",
+                   "sweep schema --out sweep.schema.json")
+    sch.add_argument("--out", metavar="FILE", help="write it to FILE instead of printing it")
+
+    exp = _command(sub, "export", "export a finished trial's model and check parity",
+                   "Export a trial's final weights in the given formats, check each file "
+                   "against the eager model, log the files and figures into the trial's run "
+                   "and copy them to --out.",
+                   "sweep export RUN_ID --formats onnx,int8   # RUN_ID: see sweep status NAME")
     exp.add_argument("run_id", metavar="RUN_ID", help="the trial's MLflow run id")
     exp.add_argument("--formats", type=_formats, default=list(DEFAULT_EXPORT_FORMATS),
                      help=f"comma-separated, from {','.join(EXPORT_FORMATS)} "
@@ -97,39 +141,41 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--tracking-uri", help="MLflow tracking URI (default: "
                                             "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
 
-    rep = sub.add_parser("report", help="the sweep's answer: statistics per setting, plots",
-                         description="Write an HTML report (plots embedded), a Markdown "
-                                     "summary and the trial table (CSV, Parquet) of a sweep, "
-                                     "and log them on its parent run. Example: sweep report "
-                                     "sweeps/adam_vs_sgd.yaml --out report/")
-    rep.add_argument("spec", metavar="SPEC_OR_NAME", help="the sweep's YAML file or its name")
+    rep = _command(sub, "report", "the sweep's answer: statistics per setting, plots",
+                   "Write an HTML report (plots embedded), a Markdown summary and the trial "
+                   "table (CSV, Parquet) of a sweep, and log them on its parent run.",
+                   "sweep report sweeps/adam_vs_sgd.yaml --out report/",
+                   "sweep report quickstart")
+    _spec_arg(rep, "SPEC_OR_NAME", "the sweep's YAML file or its name")
     rep.add_argument("--out", help="folder for the report (default: report-NAME here)")
     rep.add_argument("--by", help="setting whose levels colour the curves (default: optimizer)")
     _store_flags(rep)
 
-    rp = sub.add_parser("reproduce", help="train a trial again from its run and compare curves",
-                        description="Rebuild a trial from its MLflow run alone (settings, seed, "
-                                    "thread count), train it again in a run tagged as its "
-                                    "reproduction, and compare the per-epoch curves. Exit 0 "
-                                    "when they match, 1 when they differ (with what differs in "
-                                    "the environment). Example: sweep reproduce 3f2a...")
+    rp = _command(sub, "reproduce", "train a trial again from its run and compare curves",
+                  "Rebuild a trial from its MLflow run alone (settings, seed, thread count), "
+                  "train it again in a run tagged as its reproduction, and compare the "
+                  "per-epoch curves. Exit 0 when they match, 1 when they differ (with what "
+                  "differs in the environment).",
+                  "sweep reproduce RUN_ID   # RUN_ID: see sweep status NAME")
     rp.add_argument("run_id", metavar="RUN_ID")
     rp.add_argument("--tracking-uri", help="MLflow tracking URI (default: "
                                            "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
 
-    ui = sub.add_parser("ui", help="open the MLflow UI on this machine's store (127.0.0.1)")
+    ui = _command(sub, "ui", "open the MLflow UI on this machine's store (127.0.0.1)",
+                  "Start the MLflow UI on this machine's store, wait until it answers and "
+                  "print its URL: with NAME, the sweep's runs table. Ctrl-C stops it.",
+                  "sweep ui quickstart", "sweep ui quickstart --port 5001")
     ui.add_argument("name", nargs="?", help="sweep name: print the URL of its runs table")
     ui.add_argument("--port", type=int, default=5000)
     ui.add_argument("--host", default="127.0.0.1",
                     help="address to bind (default 127.0.0.1: this machine only)")
     _store_flags(ui)
 
-    srv = sub.add_parser("server", help="an MLflow tracking server for several machines",
-                         description="Start an MLflow tracking server with artifact proxying "
-                                     "for a team or several machines, bound to 127.0.0.1 unless "
-                                     "--host says otherwise. Example: sweep server "
-                                     "--backend-store-uri postgresql://mlflow@db/mlflow "
-                                     "--host 0.0.0.0 --allowed-hosts 'box1:5000,box2:5000'")
+    srv = _command(sub, "server", "an MLflow tracking server for several machines",
+                   "Start an MLflow tracking server with artifact proxying for a team or "
+                   "several machines, bound to 127.0.0.1 unless --host says otherwise.",
+                   "sweep server --backend-store-uri postgresql://mlflow@db/mlflow "
+                   "--host 0.0.0.0 --allowed-hosts 'box1:5000,box2:5000'")
     srv.add_argument("--backend-store-uri", metavar="URI",
                      help="where runs are kept: postgresql://..., mysql://... or sqlite:///FILE "
                           "(default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
@@ -143,6 +189,14 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--allowed-hosts", metavar="HOSTS",
                      help="Host headers the server accepts besides localhost (MLflow's DNS "
                           "rebinding protection), e.g. 'trainbox:5000,10.0.0.5:5000'")
+
+    comp = _command(sub, "completion", "print a shell completion script (bash or zsh)",
+                    "Print a tab-completion script for bash or zsh, generated from this "
+                    "command line (commands, flags, YAML file names). Load it from your "
+                    "shell's startup file or its completion folder.",
+                    "sweep completion bash > ~/.local/share/bash-completion/completions/sweep",
+                    "sweep completion zsh > ~/.zfunc/_sweep")
+    comp.add_argument("shell", choices=COMPLETION_SHELLS)
     return parser
 
 
@@ -151,8 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=False, highlight=False)
     try:
         return {"run": cmd_run, "validate": cmd_validate, "ui": cmd_ui, "doctor": cmd_doctor,
-                "server": cmd_server,
-                "export": cmd_export, "report": cmd_report,
+                "server": cmd_server, "status": cmd_status, "schema": cmd_schema,
+                "completion": cmd_completion, "export": cmd_export, "report": cmd_report,
                 "reproduce": cmd_reproduce}[args.command](args, console)
     except SweepError as e:
         for line in e.lines:
@@ -221,8 +275,6 @@ def cmd_run(args, console: Console) -> int:
 
 
 def _print_summary(console: Console, spec, outcome) -> None:
-    from .study import mask
-
     c = outcome.counts
     state = "interrupted" if outcome.exit_code == 130 else "finished"
     console.print(f"sweep {spec.name!r} {state} in {outcome.elapsed:.1f} s: {c['complete']} "
@@ -236,10 +288,55 @@ def _print_summary(console: Console, spec, outcome) -> None:
                                for k, v in b["settings"].items())
             table.add_row(str(b["number"]), f"{b['value']:.4f}", params, b["run_id"] or "")
         console.print(table)
-    ui = f"sweep ui {spec.name}"
-    if outcome.tracking_uri != paths.default_tracking_uri():
-        ui += f" --tracking-uri {mask(outcome.tracking_uri)}"
-    console.print(f"browse it: {ui}")
+    console.print(_browse_lines(spec.name, outcome), soft_wrap=True)
+
+
+def _browse_lines(name: str, outcome) -> str:
+    """How to look at a finished sweep: its trials here, and MLflow's runs table of its
+    experiment (a bare experiment link may land on MLflow's GenAI views instead)."""
+    from .study import default_storage, mask
+
+    uri, runs = outcome.tracking_uri, f"/#/experiments/{outcome.experiment_id}/runs"
+    uri_flag = "" if uri == paths.default_tracking_uri() else f" --tracking-uri {mask(uri)}"
+    storage_flag = "" if outcome.storage == default_storage(uri) else \
+        f" --storage {mask(outcome.storage)}"
+    lines = [f"the trials: sweep status {name}{uri_flag}{storage_flag}"]
+    if uri.startswith(("http://", "https://")):  # a tracking server serves the UI itself
+        lines.append(f"browse it: {mask(uri).rstrip('/')}{runs}")
+    else:
+        lines.append(f"browse it: sweep ui {name}{uri_flag}   (then "
+                     f"http://127.0.0.1:5000{runs}, the runs table of the trials)")
+    return "\n".join(lines)
+
+
+def cmd_status(args, console: Console) -> int:
+    from .status import show, storage_url
+
+    return show(console, args.name, storage_url(args.tracking_uri, args.storage))
+
+
+def cmd_schema(args, console: Console) -> int:
+    import json
+
+    from .spec import json_schema
+
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if not args.out:
+        sys.stdout.write(text)
+        return 0
+    out = Path(args.out)
+    if not out.parent.is_dir():
+        raise SweepError(f"--out {args.out}: folder {out.parent} does not exist; create it first")
+    out.write_text(text)
+    console.print(f"wrote {out} (editors: see README, The sweep YAML)", soft_wrap=True)
+    return 0
+
+
+def cmd_completion(args, console: Console) -> int:
+    import shtab
+
+    sys.stdout.write(shtab.complete(build_parser(), shell=args.shell))
+    return 0
 
 
 def cmd_doctor(args, console: Console) -> int:
@@ -333,8 +430,9 @@ def cmd_export(args, console: Console) -> int:
         from trainers.export import export, summary_metrics
 
         console.print(f"exporting run {args.run_id} as {', '.join(args.formats)}...")
-        report = export(TrainSettings.from_dict(settings_dict), weights, Path(tmp) / "export",
-                        tuple(args.formats)).to_dict()
+        with console.status("exporting and checking each file against the eager model..."):
+            report = export(TrainSettings.from_dict(settings_dict), weights,
+                            Path(tmp) / "export", tuple(args.formats)).to_dict()
         result = {"report": report, "metrics": summary_metrics(report), "error": None,
                   "dir": str(Path(tmp) / "export")}
         tracker.log_export(args.run_id, result)

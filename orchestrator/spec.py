@@ -26,6 +26,7 @@ from trainers import (
     TrainSettings,
     check_data_files,
     setting_fields,
+    setting_kind,
 )
 
 from . import space as sp
@@ -82,27 +83,40 @@ class PreflightSpec(_Strict):
 
 
 class _TopLevel(_Strict):
-    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-    description: str = ""
-    objective: Objective = Objective()
-    trials: int | None = Field(default=None, ge=1)
-    timeout_min: float | None = Field(default=None, gt=0)
-    workers: int | None = Field(default=None, ge=1, le=256)
-    seed: int = Field(default=0, ge=0)
-    repeats: int = Field(default=1, ge=1)
-    sampler: SamplerSpec = SamplerSpec()
-    pruner: PrunerSpec = PrunerSpec()
-    retries: int = Field(default=1, ge=0)
-    trial_timeout_min: float | None = Field(default=None, gt=0)
-    keep_checkpoints: bool = False
-    gpus: list[int] | None = None
-    workers_per_gpu: int = Field(default=1, ge=1)
-    export: list[Literal[EXPORT_FORMATS]] = list(DEFAULT_EXPORT_FORMATS)
-    export_for: Literal["best", "all", "none"] = "best"
-    preflight: bool | PreflightSpec = True
-    heartbeat_seconds: int = Field(default=10, ge=1, le=3600)
-    train: dict[str, Any] = {}
-    space: dict[str, Any] = {}
+    # the descriptions are the hover texts of editors reading `sweep schema`
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$",
+                      description="Optuna study name and MLflow experiment name")
+    description: str = Field("", description="shown as the experiment's description")
+    objective: Objective = Field(Objective(), description="what the sampler optimizes")
+    trials: int | None = Field(None, ge=1, description="finished trials the study must hold; "
+                               "required unless the sampler is grid")
+    timeout_min: float | None = Field(None, gt=0, description="stop starting trials after this "
+                                      "many minutes")
+    workers: int | None = Field(None, ge=1, le=256, description="trials run at once (default: "
+                                "one per GPU, else one per core)")
+    seed: int = Field(0, ge=0, description="base of the trial seeds: seed + repeat index")
+    repeats: int = Field(1, ge=1, description="seeds per configuration")
+    sampler: SamplerSpec = Field(SamplerSpec(), description="name, seed, and any option of the "
+                                 "Optuna sampler")
+    pruner: PrunerSpec = Field(PrunerSpec(), description="name, min_epochs, and any option of "
+                               "the Optuna pruner")
+    retries: int = Field(1, ge=0, description="retries of a crashed trial, from its checkpoint")
+    trial_timeout_min: float | None = Field(None, gt=0, description="a trial running longer is "
+                                            "killed and handled as a crash")
+    keep_checkpoints: bool = Field(False, description="keep each trial's epoch checkpoint")
+    gpus: list[int] | None = Field(None, description="GPU ids for the worker slots (default: "
+                                   "the visible GPUs)")
+    workers_per_gpu: int = Field(1, ge=1, description="worker slots per GPU")
+    export: list[Literal[EXPORT_FORMATS]] = Field(list(DEFAULT_EXPORT_FORMATS),
+                                                  description="formats to export the winner in")
+    export_for: Literal["best", "all", "none"] = Field("best", description="which trials are "
+                                                       "exported")
+    preflight: bool | PreflightSpec = Field(True, description="checks before the first trial; "
+                                            "false skips them")
+    heartbeat_seconds: int = Field(10, ge=1, le=3600, description="RDB storages: heartbeat "
+                                   "interval of running trials")
+    train: dict[str, Any] = Field({}, description="fixed trainer settings")
+    space: dict[str, Any] = Field({}, description="searched trainer settings")
 
 
 TOP_LEVEL_KEYS = tuple(_TopLevel.model_fields)
@@ -287,11 +301,17 @@ def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
         elif trials % top.repeats:
             problems.append(f"trials must be a multiple of repeats ({top.repeats}) so that every "
                             f"configuration gets all its seeds, got {trials}")
-    if top.gpus is not None and top.workers is not None and \
-            top.workers > max(1, len(top.gpus)) * top.workers_per_gpu:
-        problems.append(f"workers: {len(top.gpus)} GPUs x workers_per_gpu "
-                        f"{top.workers_per_gpu} give {len(top.gpus) * top.workers_per_gpu} slots, "
-                        f"got workers: {top.workers}; raise workers_per_gpu or lower workers")
+    devices = fixed.get("devices_per_trial", 1) if isinstance(fixed, dict) else 1
+    if top.gpus is not None and isinstance(devices, int) and devices >= 1:
+        groups = len(top.gpus) // devices
+        if top.gpus and groups == 0:
+            problems.append(f"train.devices_per_trial: a trial needs {devices} GPUs, gpus lists "
+                            f"{len(top.gpus)}; list more gpus or lower devices_per_trial")
+        elif top.workers is not None and top.workers > max(1, groups) * top.workers_per_gpu:
+            per = f" (in trials of {devices} GPUs)" if devices > 1 else ""
+            problems.append(f"workers: {len(top.gpus)} GPUs{per} x workers_per_gpu "
+                            f"{top.workers_per_gpu} give {groups * top.workers_per_gpu} slots, "
+                            f"got workers: {top.workers}; raise workers_per_gpu or lower workers")
     if len(set(top.export)) != len(top.export):
         problems.append(f"export lists a format twice, got {top.export}")
     if problems:
@@ -448,3 +468,75 @@ def _pruner_class(name):
     return {"none": optuna.pruners.NopPruner, "median": optuna.pruners.MedianPruner,
             "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
             "hyperband": optuna.pruners.HyperbandPruner}[name]
+
+
+# ------------------------------------------------------------------------------- JSON Schema
+
+JSON_TYPES = {"bool": "boolean", "int": "integer", "float": "number", "str": "string"}
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a sweep YAML, for editors (``sweep schema``).
+
+    Generated from what validates a sweep: the top-level pydantic models, and for ``train`` and
+    ``space`` the trainer settings' own field metadata (type, choices, help, fixed-only), with the
+    search space rules of :mod:`orchestrator.space`. :func:`validate` stays the authority: it
+    checks what a schema cannot say (values of settings together, grid sizes, sampler options).
+    """
+    schema = _TopLevel.model_json_schema()
+    defs = schema["$defs"]
+    defs["Objective"]["properties"]["metric"]["enum"] = list(EPOCH_METRICS)
+    fields = {name: f for name, f in setting_fields().items() if name != "seed"}  # top-level seed
+    defs["train"] = {"type": "object", "additionalProperties": False,
+                     "description": "fixed trainer settings",
+                     "properties": {name: _setting_schema(f) for name, f in fields.items()}}
+    searched = {name: f for name, f in fields.items() if not f.metadata["fixed_only"]}
+    defs["space"] = {"type": "object", "additionalProperties": False,
+                     "description": "searched trainer settings: a value is fixed, a list is a "
+                                    "choice, {low, high, log, step, type} a range, a mapping "
+                                    "of named options a choice with a sub-space per option",
+                     "properties": {name: _searched_schema(f) for name, f in searched.items()}}
+    for key in ("train", "space"):
+        schema["properties"][key] = {"$ref": f"#/$defs/{key}", "default": {},
+                                     "description": defs[key]["description"]}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "sweep YAML",
+            "description": "A sweep YAML for `sweep run`; `sweep validate FILE` also checks "
+                           "what a schema cannot (settings together, grid sizes)", **schema}
+
+
+def _setting_schema(f) -> dict[str, Any]:
+    """One trainer setting's value: its type (null if optional), choices, help and default."""
+    from trainers.settings import DEVICE, USER_CODE
+
+    value: dict[str, Any] = {"type": JSON_TYPES[setting_kind(f.name)]}
+    choices = f.metadata.get("choices")
+    if choices is not None:
+        value = {"enum": list(choices)}
+        if f.metadata.get("user_code"):  # module:function, torchvision:NAME
+            value = {"anyOf": [value, {"type": "string", "pattern": USER_CODE.pattern}]}
+    elif f.name == "device":
+        value["pattern"] = DEVICE.pattern
+    if "None" in str(f.type):
+        value = {"anyOf": [value, {"type": "null"}]}
+    unit = f" ({f.metadata['unit']})" if f.metadata.get("unit") else ""
+    return {**value, "description": f"{f.metadata['help']}{unit}", "default": f.default}
+
+
+def _searched_schema(f) -> dict[str, Any]:
+    """One setting under ``space``: fixed, a list of choices, a range or named options."""
+    fixed = _setting_schema(f)
+    forms = [fixed, {"type": "array", "minItems": 1, "items": fixed}]
+    if setting_kind(f.name) in ("int", "float"):
+        number = {"type": "number"}
+        forms.append({"type": "object", "required": ["low", "high"],
+                      "additionalProperties": False,
+                      "properties": {"low": number, "high": number, "log": {"type": "boolean"},
+                                     "step": {"type": "number", "exclusiveMinimum": 0},
+                                     "type": {"enum": ["int", "float"]}}})
+    if f.metadata.get("choices"):
+        sub_space = {"allOf": [{"$ref": "#/$defs/space"}, {"not": {"required": [f.name]}}]}
+        forms.append({"type": "object", "minProperties": 1,
+                      "propertyNames": {"enum": list(f.metadata["choices"])},
+                      "additionalProperties": {"anyOf": [{"type": "null"}, sub_space]}})
+    return {"anyOf": forms, "description": fixed["description"]}
+

@@ -306,20 +306,8 @@ class SweepStudy:
         return self.study.get_trials(deepcopy=False, states=states)
 
     def counts(self) -> dict[str, int]:
-        """Trials by state; ``fail`` counts only failures for good (a FAIL whose retry is
-        queued does not), and ``finished`` is what the sweep's ``trials`` target counts."""
-        out = {s.name.lower(): 0 for s in TrialState}
-        out["retried"] = 0
-        trials = self.trials()
-        retried = {t.user_attrs.get(RETRY_OF) for t in trials}
-        for t in trials:
-            if t.state == TrialState.FAIL and (t.user_attrs.get(WILL_RETRY) or
-                                               t.number in retried):
-                out["retried"] += 1
-            else:
-                out[t.state.name.lower()] += 1
-        out["finished"] = out["complete"] + out["pruned"] + out["fail"]
-        return out
+        """Trials by state (see :func:`state_counts`)."""
+        return state_counts(self.trials())
 
     # ------------------------------------------------------------------------------- trials
 
@@ -482,6 +470,26 @@ class SweepStudy:
         done = [t for t in self.trials(states=(TrialState.COMPLETE,)) if t.value is not None]
         sign = -1 if self.spec.objective.direction == "maximize" else 1
         return sorted(done, key=lambda t: (sign * t.value, t.number))[:n]
+
+
+def state_counts(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
+    """Trials by state, lower-case (``complete``, ``running``, ``fail``...); ``fail`` counts only
+    failures for good (a FAIL whose retry is queued counts as ``retried``), and ``finished`` is
+    what a sweep's ``trials`` target counts."""
+    out = {s.name.lower(): 0 for s in TrialState}
+    out["retried"] = 0
+    retried = retried_numbers(trials)
+    for t in trials:
+        out["retried" if t.number in retried else t.state.name.lower()] += 1
+    out["finished"] = out["complete"] + out["pruned"] + out["fail"]
+    return out
+
+
+def retried_numbers(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
+    """The numbers of the FAIL trials (of a whole study) whose retry is queued or has run."""
+    retry_of = {t.user_attrs.get(RETRY_OF) for t in trials}
+    return {t.number for t in trials if t.state == TrialState.FAIL and
+            (t.user_attrs.get(WILL_RETRY) or t.number in retry_of)}
 
 
 def _wait_for(ready, timeout: float = JOIN_WAIT_S):

@@ -1,0 +1,226 @@
+"""``sweep status``: the sweeps a study storage holds, or one sweep's trials.
+
+Read from the Optuna storage alone (the MLflow run ids are in the trials' user attrs), so it
+answers while a sweep runs and writes nothing; a storage that does not exist yet is empty.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from . import paths
+from .errors import SweepError, did_you_mean
+from .study import (
+    IDENTITY,
+    RDB_SCHEMES,
+    REASON,
+    RETRY_OF,
+    RUN_ID,
+    default_storage,
+    mask,
+    open_storage,
+    retried_numbers,
+    state_counts,
+)
+
+NUMERIC = {"trials", "complete", "running", "pruned", "failed", "#", "epochs", "value"}
+WRAPS = {"sweep", "best", "started", "last activity", "params", "note"}
+
+
+def storage_url(tracking_uri: str | None, storage: str | None) -> str:
+    """The study storage the other commands would use for these flags."""
+    return storage or default_storage(tracking_uri or paths.default_tracking_uri())
+
+
+def show(console: Console, name: str | None, url: str) -> int:
+    """Print the sweeps in ``url`` (``name`` None) or the trials of sweep ``name``.
+
+    Raises:
+        SweepError: no sweep ``name`` in the storage.
+    """
+    storage = _open(url)
+    names = sorted(optuna.get_all_study_names(storage)) if storage is not None else []
+    now = datetime.now()
+    if name is None:
+        if not names:
+            console.out(f"no sweeps in the study storage {mask(url)}; start one with "
+                        f"`sweep run sweeps/quickstart.yaml`", highlight=False)
+            return 0
+        rows = [sweep_row(optuna.load_study(study_name=n, storage=storage), now) for n in names]
+        _table(console, f"sweeps in {mask(url)}", rows)
+        return 0
+    if name not in names:
+        raise SweepError(f"no sweep named {name!r} in the study storage {mask(url)}"
+                         f"{did_you_mean(name, names)}; `sweep status` lists the sweeps there, "
+                         f"or pass --storage / --tracking-uri")
+    study = optuna.load_study(study_name=name, storage=storage)
+    console.out(summary_line(study), highlight=False)
+    trials = study.get_trials(deepcopy=False)
+    if trials:
+        _table(console, f"trials of {name}", trial_rows(study, now))
+    return 0
+
+
+def _open(url: str):
+    """The storage, or None when it does not exist yet (opening would create it)."""
+    scheme = urlsplit(url).scheme.split("+")[0]
+    if scheme == "sqlite" and url.startswith("sqlite:///"):
+        if not Path(url[len("sqlite:///"):]).exists():
+            return None
+    elif scheme not in RDB_SCHEMES:
+        path = Path(url[len("journal:"):] if url.startswith("journal:") else url)
+        if len(scheme) <= 1 and not path.exists():  # a path (a Windows drive letter too)
+            return None
+    return open_storage(url)
+
+
+# ---------------------------------------------------------------------------------- rows
+
+def sweep_row(study: optuna.Study, now: datetime) -> dict[str, str]:
+    """One study as the columns of the sweep list."""
+    trials = study.get_trials(deepcopy=False)
+    c = state_counts(trials)
+    starts = [t.datetime_start for t in trials if t.datetime_start]
+    activity = [d for t in trials for d in (t.datetime_start, t.datetime_complete) if d]
+    best = _best(study, trials)
+    return {"sweep": study.study_name, "trials": str(len(trials)),
+            "complete": str(c["complete"]), "running": str(c["running"]),
+            "pruned": str(c["pruned"]), "failed": str(c["fail"]),
+            "best": f"{_metric(study)} {best.value:.4f} ({_direction(study)[:3]})" if best
+            else "-",
+            "started": _age(min(starts), now) if starts else "-",
+            "last activity": _age(max(activity), now) if activity else "-"}
+
+
+def trial_rows(study: optuna.Study, now: datetime) -> list[dict[str, str]]:
+    """The study's trials as the columns of the trial table."""
+    trials = study.get_trials(deepcopy=False)
+    retried = retried_numbers(trials)
+    best = _best(study, trials)
+    rows = []
+    for t in trials:
+        notes = []
+        if best is not None and t.number == best.number:
+            notes.append("best")
+        if t.user_attrs.get(RETRY_OF) is not None:
+            notes.append(f"retry of {t.user_attrs[RETRY_OF]}")
+        if t.number in retried:
+            notes.append("retried")
+        if t.state == TrialState.FAIL and t.user_attrs.get(REASON):
+            notes.append(_first_line(t.user_attrs[REASON]))
+        rows.append({"#": str(t.number), "state": t.state.name,
+                     "value": f"{t.value:.4f}" if t.value is not None else "",
+                     "epochs": str(len(t.intermediate_values)) if t.intermediate_values else "",
+                     "params": _params(t.params), "duration": _duration(t, now),
+                     "MLflow run": t.user_attrs.get(RUN_ID, ""), "note": "; ".join(notes)})
+    return rows
+
+
+def summary_line(study: optuna.Study) -> str:
+    """``sweep 'NAME': 8 trials: 6 complete, ...; best val_acc 0.9722 (maximize) at trial 3``."""
+    trials = study.get_trials(deepcopy=False)
+    c = state_counts(trials)
+    parts = [f"{c['complete']} complete", f"{c['pruned']} pruned", f"{c['fail']} failed",
+             f"{c['running']} running"]
+    if c["retried"]:
+        parts.append(f"{c['retried']} retried")
+    if c["waiting"]:
+        parts.append(f"{c['waiting']} queued")
+    best = _best(study, trials)
+    tail = (f"; best {_metric(study)} {best.value:.4f} ({_direction(study)}) at trial "
+            f"{best.number}" if best else "; no complete trial yet")
+    return f"sweep {study.study_name!r}: {len(trials)} trials: {', '.join(parts)}{tail}"
+
+
+def _best(study: optuna.Study, trials: list[FrozenTrial]) -> FrozenTrial | None:
+    if len(study.directions) != 1:
+        return None  # a multi-objective study (not made by sweep run) has no one best
+    done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+    if not done:
+        return None
+    sign = -1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1
+    return min(done, key=lambda t: (sign * t.value, t.number))
+
+
+def _metric(study: optuna.Study) -> str:
+    identity = json.loads(study.user_attrs.get(IDENTITY) or "{}")
+    if not identity:
+        return "value"  # a study not made by sweep run
+    return (identity.get("objective") or {}).get("metric", "val_acc")
+
+
+def _direction(study: optuna.Study) -> str:
+    return ", ".join(d.name.lower() for d in study.directions)
+
+
+def _params(params: dict) -> str:
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in params.items())
+
+
+def _duration(t: FrozenTrial, now: datetime) -> str:
+    if t.datetime_start is None:
+        return ""
+    end = t.datetime_complete
+    text = _clock((end or now) - t.datetime_start)
+    return text if end or t.state != TrialState.RUNNING else f"{text} so far"
+
+
+def _clock(delta) -> str:
+    seconds = max(0.0, delta.total_seconds())
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    s = int(seconds)
+    if s >= 3600:
+        return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{s // 60}:{s % 60:02d}"
+
+
+def _age(when: datetime, now: datetime) -> str:
+    s = max(0, int((now - when).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s // size} {unit} ago"
+    return f"{s} s ago"
+
+
+def _first_line(text: str, limit: int = 80) -> str:
+    line = next((x.strip() for x in text.splitlines() if x.strip()), "")
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+# ---------------------------------------------------------------------------------- output
+
+def _table(console: Console, title: str, rows: list[dict[str, str]]) -> None:
+    """A rich table on a terminal; elsewhere (pipes, logs, CI) plain aligned columns that do
+    not wrap, one line per row, so that the output stays readable and greppable."""
+    headers = [h for h in rows[0] if h != "note" or any(r["note"] for r in rows)]
+    if console.is_terminal:
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                      padding=(0, 1, 0, 0))
+        for h in headers:
+            wraps = h in WRAPS  # numbers, states and run ids (copied whole) stay on one line
+            table.add_column(h, justify="right" if h in NUMERIC else "left",
+                             overflow="fold", no_wrap=not wraps)
+        for r in rows:
+            table.add_row(*(Text(r[h]) for h in headers))  # Text: a "[64, 128]" is no markup
+        console.print(table)
+        return
+    widths = {h: max(len(h), *(len(r[h]) for r in rows)) for h in headers}
+
+    def line(cells: dict[str, str]) -> str:
+        return "  ".join(cells[h].rjust(widths[h]) if h in NUMERIC else cells[h].ljust(widths[h])
+                         for h in headers).rstrip()
+
+    console.out("\n".join([title, line({h: h for h in headers}),
+                           line({h: "-" * widths[h] for h in headers}),
+                           *(line(r) for r in rows)]), highlight=False)

@@ -1,0 +1,146 @@
+"""`sweep status`: the sweeps of a study storage and one sweep's trials, read from Optuna alone."""
+import io
+import json
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+from rich.console import Console
+
+from orchestrator import status
+from orchestrator.study import IDENTITY, REASON, RETRY_OF, RUN_ID, WILL_RETRY
+from tests.conftest import run_cli
+
+
+def rows_of(text: str, header: str) -> list[list[str]]:
+    """The rows of a plain (non-terminal) table: the lines after the header and its dashes."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    body = []
+    for line in lines[start + 2:]:
+        if not line.strip():
+            break
+        body.append(line)
+    return body
+
+
+def test_status_lists_the_finished_sweep_with_its_counts_and_best(quickstart):
+    stores, _ = quickstart
+    out = run_cli("status", cwd=stores.dir)
+    assert out.returncode == 0, out.stderr
+    study = stores.study("quickstart")
+    best = max(t.value for t in study.trials if t.state == TrialState.COMPLETE)
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"sweeps in {stores.journal}"
+    assert lines[1].split() == ["sweep", "trials", "complete", "running", "pruned", "failed",
+                                "best", "started", "last", "activity"]
+    (row,) = rows_of(out.stdout, "sweep ")
+    counts = {s: sum(t.state == s for t in study.trials) for s in TrialState}
+    assert row.split()[:6] == ["quickstart", "4", str(counts[TrialState.COMPLETE]), "0",
+                               str(counts[TrialState.PRUNED]), str(counts[TrialState.FAIL])]
+    assert f"val_acc {best:.4f} (max)" in row
+    assert row.endswith(" ago") and row.count(" ago") == 2
+
+
+def test_status_name_shows_every_trial_with_its_mlflow_run(quickstart):
+    stores, _ = quickstart
+    out = run_cli("status", "quickstart", cwd=stores.dir)
+    assert out.returncode == 0, out.stderr
+    study = stores.study("quickstart")
+    best = max((t for t in study.trials if t.state == TrialState.COMPLETE), key=lambda t: t.value)
+    assert out.stdout.splitlines()[0].startswith("sweep 'quickstart': 4 trials: ")
+    assert f"best val_acc {best.value:.4f} (maximize) at trial {best.number}" in out.stdout
+    rows = rows_of(out.stdout, "#  state")
+    assert len(rows) == len(study.trials) == 4
+    run_ids = {r.info.run_id for r in stores.runs("quickstart", role="trial")}
+    for t, row in zip(study.trials, rows):
+        cells = row.split()
+        assert cells[:2] == [str(t.number), t.state.name]
+        assert t.user_attrs[RUN_ID] in cells and t.user_attrs[RUN_ID] in run_ids
+        assert f"batch_size={t.params['batch_size']}" in row
+        if t.state == TrialState.COMPLETE:
+            assert cells[2] == f"{t.value:.4f}"
+        assert (row.endswith("best")) == (t.number == best.number)
+
+
+def test_status_on_a_terminal_draws_a_rich_table(quickstart):
+    stores, _ = quickstart
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=200, color_system=None)
+    assert status.show(console, "quickstart", str(stores.journal)) == 0
+    text = buffer.getvalue()
+    assert "─" in text  # rich's rule under the header, which the plain table draws with dashes
+    for t in stores.study("quickstart").trials:
+        assert t.user_attrs[RUN_ID] in text
+
+
+def test_status_of_an_unknown_sweep_is_one_line_and_exit_2(quickstart):
+    stores, _ = quickstart
+    out = run_cli("status", "quickstrat", cwd=stores.dir)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert out.stderr == (f"sweep: no sweep named 'quickstrat' in the study storage "
+                          f"{stores.journal} (did you mean `quickstart`?); `sweep status` lists "
+                          f"the sweeps there, or pass --storage / --tracking-uri\n")
+
+
+def test_status_of_an_empty_store_says_so_and_creates_nothing(tmp_path):
+    out = run_cli("status", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"no sweeps in the study storage {tmp_path}/optuna.journal; ")
+    db = tmp_path / "optuna.db"
+    out = run_cli("status", "--storage", f"sqlite:///{db}", cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.startswith("no sweeps in the study storage sqlite")
+    out = run_cli("status", "quickstart", cwd=tmp_path)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # a status is read-only: no journal, no database
+
+
+def test_status_shows_running_failed_retried_and_queued_trials(tmp_path):
+    """A study as a sweep in progress leaves it (written through Optuna itself): a running
+    trial, a complete one, a crash retried by a queued trial."""
+    journal = tmp_path / "optuna.journal"
+    study = optuna.create_study(study_name="live", direction="minimize",
+                                storage=JournalStorage(JournalFileBackend(str(journal))))
+    study.set_user_attr(IDENTITY, json.dumps({"objective": {"metric": "val_loss",
+                                                            "direction": "minimize"}}))
+    done = study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)})
+    done.set_user_attr(RUN_ID, "a" * 32)
+    done.report(0.9, 1)
+    done.report(0.5, 2)
+    study.tell(done, 0.5)
+    crashed = study.ask()
+    crashed.set_user_attr(REASON, "worker died (signal 9)\nlast lines: ...")
+    crashed.set_user_attr(WILL_RETRY, True)
+    study.tell(crashed, state=TrialState.FAIL)
+    study.enqueue_trial({}, user_attrs={RETRY_OF: crashed.number})
+    study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)})  # runs
+
+    out = run_cli("status", "--storage", str(journal), cwd=tmp_path)
+    (row,) = rows_of(out.stdout, "sweep ")
+    # the crash is retried (by trial 2, now running): not a failure for good
+    assert row.split()[:6] == ["live", "3", "1", "1", "0", "0"]
+    assert "val_loss 0.5000 (min)" in row
+
+    out = run_cli("status", "live", "--storage", str(journal), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == ("sweep 'live': 3 trials: 1 complete, 0 pruned, "
+                                          "0 failed, 1 running, 1 retried; best val_loss "
+                                          "0.5000 (minimize) at trial 0")
+    rows = rows_of(out.stdout, "#  state")
+    assert rows[0].split()[:4] == ["0", "COMPLETE", "0.5000", "2"]
+    assert rows[0].rstrip().endswith(f"{'a' * 32}  best")
+    assert rows[1].split()[:2] == ["1", "FAIL"]
+    assert rows[1].endswith("retried; worker died (signal 9)")
+    assert rows[2].split()[:2] == ["2", "RUNNING"]
+    assert " so far" in rows[2] and rows[2].endswith("retry of 1")
+
+
+def test_the_end_of_sweep_run_says_how_to_browse_the_trials(quickstart):
+    stores, out = quickstart
+    exp = stores.client().get_experiment_by_name("quickstart")
+    lines = out.stdout.splitlines()
+    assert lines[-2] == "the trials: sweep status quickstart"
+    assert lines[-1] == (f"browse it: sweep ui quickstart   (then http://127.0.0.1:5000/#/"
+                         f"experiments/{exp.experiment_id}/runs, the runs table of the trials)")
