@@ -335,7 +335,11 @@ def cmd_schema(args, console: Console) -> int:
 def cmd_completion(args, console: Console) -> int:
     import shtab
 
-    sys.stdout.write(shtab.complete(build_parser(), shell=args.shell))
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for choice in commands._get_subactions():  # zsh lists each command with its description
+        commands.choices[choice.dest].description = choice.help  # : the one-line help there
+    sys.stdout.write(shtab.complete(parser, shell=args.shell))
     return 0
 
 
