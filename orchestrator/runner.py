@@ -119,7 +119,8 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
     storage = storage or default_storage(tracking_uri)
     gpus = gpus if gpus is not None else spec.gpus
     slots = plan_slots(workers or spec.workers, list(gpus) if gpus is not None else None,
-                       workers_per_gpu=spec.workers_per_gpu)
+                       workers_per_gpu=spec.workers_per_gpu,
+                       devices_per_trial=spec.train.get("devices_per_trial", 1))
     # Workers never touch the stores, so they can import torch while the stores are created.
     pool = WorkerPool(slots, paths.work_dir(tracking_uri, spec.name) / "logs")
     pool.start()

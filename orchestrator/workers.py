@@ -53,7 +53,8 @@ def visible_gpus() -> list[str]:
 
 @dataclass(frozen=True)
 class Slot:
-    """Where one worker runs: its index, its GPU id (None on CPU) and its torch threads."""
+    """Where one worker runs: its index, its GPU ids (``"0"``, ``"0,1"`` for a trial on two;
+    None on CPU) and the torch threads of each of its processes."""
 
     index: int
     gpu: str | None
@@ -61,22 +62,30 @@ class Slot:
 
 
 def plan_slots(workers: int | None, gpus: list[str] | None = None, cores: int | None = None,
-               workers_per_gpu: int = 1) -> list[Slot]:
+               workers_per_gpu: int = 1, devices_per_trial: int = 1) -> list[Slot]:
     """One slot per worker, each GPU taking up to ``workers_per_gpu`` of them, spread evenly.
 
-    Default count: ``workers_per_gpu`` per GPU; without GPUs one per core (each worker then runs
-    single-threaded, which beat one worker with every thread on the shared benchmark work).
-    ``gpus`` overrides the GPUs found (``CUDA_VISIBLE_DEVICES``, else nvidia-smi).
+    A trial on ``devices_per_trial`` devices takes that many GPUs at once (consecutive ids), or
+    that many CPU shares. Default count: ``workers_per_gpu`` per GPU group; without GPUs one per
+    core (each worker then runs single-threaded, which beat one worker with every thread on the
+    shared benchmark work). ``gpus`` overrides the GPUs found (``CUDA_VISIBLE_DEVICES``, else
+    nvidia-smi).
     """
     gpus = visible_gpus() if gpus is None else [str(g) for g in gpus]
     cores = cpu_count() if cores is None else cores
-    places = [g for _ in range(workers_per_gpu) for g in gpus]  # gpu0, gpu1, gpu0, gpu1...
-    n = workers or (len(places) if places else cores)
+    k = devices_per_trial
+    if gpus and len(gpus) < k:
+        raise SweepError(f"train.devices_per_trial: a trial needs {k} GPUs, {len(gpus)} "
+                         f"visible ({','.join(gpus)}); lower devices_per_trial or add GPUs")
+    groups = [",".join(gpus[i:i + k]) for i in range(0, len(gpus) - k + 1, k)]
+    places = [g for _ in range(workers_per_gpu) for g in groups]  # gpu0, gpu1, gpu0, gpu1...
+    n = workers or (len(places) if places else max(1, cores // k))
     if places and n > len(places):
-        raise SweepError(f"workers: {len(gpus)} GPUs x workers_per_gpu {workers_per_gpu} give "
-                         f"{len(places)} slots, got {n} workers; raise workers_per_gpu or lower "
-                         f"workers")
-    threads = max(1, cores // n)
+        per = f" (in trials of {k} GPUs)" if k > 1 else ""
+        raise SweepError(f"workers: {len(gpus)} GPUs{per} x workers_per_gpu {workers_per_gpu} "
+                         f"give {len(places)} slots, got {n} workers; raise workers_per_gpu or "
+                         f"lower workers")
+    threads = max(1, cores // (n * k))
     return [Slot(i, places[i % len(places)] if places else None, threads) for i in range(n)]
 
 

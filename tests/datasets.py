@@ -236,3 +236,35 @@ def dead_relu_model(num_classes: int, in_channels: int):
     with torch.no_grad():
         hidden.bias.fill_(-100.0)
     return nn.Sequential(nn.Flatten(), hidden, nn.ReLU(), nn.Linear(32, num_classes))
+
+
+def _fails_on_rank_1(how: str):
+    """A linear model whose forward on rank 1 of a distributed trial raises or kills its own
+    process: the other ranks must report it, not hang."""
+    import os
+    import signal
+
+    import torch.distributed as dist
+    from torch import nn
+
+    class FailsOnRank1(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+
+        def forward(self, x):
+            if dist.is_initialized() and dist.get_rank() == 1:
+                if how == "kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                raise ValueError("rank 1 cannot go on")
+            return self.body(x)
+
+    return FailsOnRank1()
+
+
+def raises_on_rank_1(num_classes: int, in_channels: int):
+    return _fails_on_rank_1("raise")
+
+
+def killed_on_rank_1(num_classes: int, in_channels: int):
+    return _fails_on_rank_1("kill")

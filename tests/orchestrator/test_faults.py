@@ -217,3 +217,27 @@ def test_more_workers_than_gpu_slots_is_refused(stores, write_spec):
     assert out.stderr.strip() == ("sweep: workers: 1 GPUs x workers_per_gpu 1 give 1 slots, "
                                   "got 3 workers; raise workers_per_gpu or lower workers")
     assert set(stores.dir.iterdir()) == before  # nothing written
+
+
+def test_a_trial_on_two_devices_takes_two_gpu_slots_at_once(stores, write_spec):
+    # fake GPU ids on a CPU machine: each trial sees its pair of ids and trains as 2 gloo ranks
+    spec = tiny_spec(trials=2, train={"dataset": "digits", "model": "mlp", "epochs": 2,
+                                      "devices_per_trial": 2})
+    del spec["workers"]  # default: one worker per pair of GPUs
+    out = run_cli("run", str(write_spec(spec)), "--gpus", "0,1,2,3", cwd=stores.dir)
+    assert out.returncode == 0, out.stderr
+    runs = stores.runs("tiny", "trial")
+    assert {r.data.tags["sweep.cuda_visible_devices"] for r in runs} <= {"0,1", "2,3"}
+    assert len({r.data.tags["sweep.worker"] for r in runs}) <= 2
+    for r in runs:
+        assert r.info.status == "FINISHED"
+        assert r.data.params["devices_per_trial"] == "2"
+        history = stores.client().get_metric_history(r.info.run_id, "val_acc")
+        assert [m.step for m in history] == [1, 2]  # rank 0 alone reported each epoch
+
+
+def test_a_trial_needing_more_gpus_than_listed_is_refused(stores, write_spec):
+    spec = tiny_spec(gpus=[0], train={"dataset": "digits", "devices_per_trial": 2})
+    out = run_cli("validate", str(write_spec(spec)), cwd=stores.dir)
+    assert out.returncode == 2
+    assert "train.devices_per_trial: a trial needs 2 GPUs, gpus lists 1" in out.stderr
