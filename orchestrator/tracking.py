@@ -31,6 +31,10 @@ PARENT_ROLE = "sweep.role"
 PREFLIGHT = "sweep.preflight"  # parent run tag: PASS, WARN, FAIL or FAIL (forced)
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 WEIGHTS_DIR, WEIGHTS_FILE = "model", "weights.pt"
+# the experiment's type in MLflow 3: "Machine learning" (runs, models), not "GenAI apps & agents"
+# (traces); UIs that read it open the runs table without asking. MLflow 3.17's UI follows its
+# GenAI / Model training toggle instead (mlflow/mlflow#24498); `sweep ui` prints the runs table URL.
+EXPERIMENT_KIND, MODEL_KIND = "mlflow.experimentKind", "custom_model_development"
 STATUS = {"complete": "FINISHED", "pruned": "KILLED", "failed": "FAILED", "interrupted": "KILLED"}
 
 
@@ -121,9 +125,11 @@ class Tracker:
             if exp.lifecycle_stage == "deleted":
                 raise SweepError(f"MLflow experiment {name!r} is deleted; restore it in the UI "
                                  f"or `mlflow gc` it, or use another sweep name")
+            if EXPERIMENT_KIND not in exp.tags:  # made by an older sweep or by hand
+                self.client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND, MODEL_KIND)
             return exp.experiment_id
         root = self._artifact_root()
-        tags = {"mlflow.experimentKind": "custom_model_development"}
+        tags = {EXPERIMENT_KIND: MODEL_KIND}
         if description:
             tags["mlflow.note.content"] = description
         from mlflow.exceptions import MlflowException

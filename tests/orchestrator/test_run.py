@@ -22,6 +22,8 @@ def test_quickstart_makes_one_parent_and_one_nested_run_per_trial(quickstart):
     assert len(parents) == 1 and len(trials) == 4
     parent = parents[0]
     assert parent.info.status == "FINISHED"
+    kind = stores.client().get_experiment_by_name("quickstart").tags["mlflow.experimentKind"]
+    assert kind == "custom_model_development"  # MLflow's "Machine learning" type, not GenAI
     assert all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in trials)
     assert sorted(r.data.tags["sweep.trial_number"] for r in trials) == ["0", "1", "2", "3"]
     assert {r.info.run_name for r in trials} == {"trial-0", "trial-1", "trial-2", "trial-3"}
