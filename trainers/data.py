@@ -320,10 +320,12 @@ class EpochOrder:
         g = torch.Generator().manual_seed(derived_seed(self.seed, 1000 + self.epoch))
         return torch.randperm(self.n, generator=g)
 
-    def steps(self) -> Iterator[tuple[list[torch.Tensor], int, bool]]:
-        """Per optimizer step: (this rank's micro-batch indices, samples in the step over all
-        ranks, padding)."""
-        order = self.permutation()
+    def steps(self, device: torch.device | None = None
+              ) -> Iterator[tuple[list[torch.Tensor], int, bool]]:
+        """Per optimizer step: (this rank's micro-batch indices, on ``device``; samples in the
+        step over all ranks; padding). The permutation is drawn on the CPU, where it is the same
+        for every device, and copied once per epoch."""
+        order = self.permutation().to(device or "cpu")
         for start in range(0, self.n, self.batch_size):
             step = order[start:start + self.batch_size]
             mine = step.tensor_split(self.world)[self.rank]
@@ -367,9 +369,8 @@ class TensorBatches:
 
     def epoch(self, epoch: int) -> Iterator[Step]:
         self.order.set_epoch(epoch)
-        for micro, samples, padding in self.order.steps():
-            yield Step([(self.x[i], self.y[i]) for i in (m.to(self.x.device) for m in micro)],
-                       samples, padding)
+        for micro, samples, padding in self.order.steps(self.x.device):
+            yield Step([(self.x[i], self.y[i]) for i in micro], samples, padding)
 
     def eval_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for start in range(0, len(self.y), EVAL_BATCH):
