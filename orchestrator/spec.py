@@ -476,15 +476,16 @@ JSON_TYPES = {"bool": "boolean", "int": "integer", "float": "number", "str": "st
 
 
 def json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of a sweep YAML, for editors (``sweep schema``).
+    """The JSON Schema (draft-07: what VS Code's YAML extension reads) of a sweep YAML, for
+    editors (``sweep schema``).
 
     Generated from what validates a sweep: the top-level pydantic models, and for ``train`` and
     ``space`` the trainer settings' own field metadata (type, choices, help, fixed-only), with the
     search space rules of :mod:`orchestrator.space`. :func:`validate` stays the authority: it
     checks what a schema cannot say (values of settings together, grid sizes, sampler options).
     """
-    schema = _TopLevel.model_json_schema()
-    defs = schema["$defs"]
+    schema = _TopLevel.model_json_schema(ref_template="#/definitions/{model}")
+    defs = schema["definitions"] = schema.pop("$defs")
     defs["Objective"]["properties"]["metric"]["enum"] = list(EPOCH_METRICS)
     fields = {name: f for name, f in setting_fields().items() if name != "seed"}  # top-level seed
     defs["train"] = {"type": "object", "additionalProperties": False,
@@ -497,9 +498,9 @@ def json_schema() -> dict[str, Any]:
                                     "of named options a choice with a sub-space per option",
                      "properties": {name: _searched_schema(f) for name, f in searched.items()}}
     for key in ("train", "space"):
-        schema["properties"][key] = {"$ref": f"#/$defs/{key}", "default": {},
+        schema["properties"][key] = {"$ref": f"#/definitions/{key}", "default": {},
                                      "description": defs[key]["description"]}
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "sweep YAML",
+    return {"$schema": "http://json-schema.org/draft-07/schema#", "title": "sweep YAML",
             "description": "A sweep YAML for `sweep run`; `sweep validate FILE` also checks "
                            "what a schema cannot (settings together, grid sizes)", **schema}
 
@@ -534,7 +535,7 @@ def _searched_schema(f) -> dict[str, Any]:
                                      "step": {"type": "number", "exclusiveMinimum": 0},
                                      "type": {"enum": ["int", "float"]}}})
     if f.metadata.get("choices"):
-        sub_space = {"allOf": [{"$ref": "#/$defs/space"}, {"not": {"required": [f.name]}}]}
+        sub_space = {"allOf": [{"$ref": "#/definitions/space"}, {"not": {"required": [f.name]}}]}
         forms.append({"type": "object", "minProperties": 1,
                       "propertyNames": {"enum": list(f.metadata["choices"])},
                       "additionalProperties": {"anyOf": [{"type": "null"}, sub_space]}})

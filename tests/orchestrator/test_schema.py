@@ -13,8 +13,11 @@ from tests.conftest import SWEEPS, run_cli, tiny_spec
 @pytest.fixture(scope="module")
 def validator():
     schema = json_schema()
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    # draft-07, what VS Code's YAML extension reads: definitions, not draft 2019's $defs
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+    assert "$defs" not in json.dumps(schema)
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
 
 
 def problems(validator, mapping) -> list[str]:
