@@ -1,0 +1,133 @@
+"""README.md's marked commands, run as written, so that README and code cannot drift.
+
+A block marked ``<!-- readme-test: NAME -->`` holds one command a line. They run in a fresh copy
+of ``sweeps/``, with ``.venv/bin/sweep`` as this interpreter's ``python -m orchestrator.cli``; the
+quickstart's ``python3 -m venv`` and ``pip install`` steps are left out (CI runs README's test
+command, which proves them).
+"""
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from tests.conftest import ROOT, SWEEPS, Stores
+from tests.orchestrator.test_ui import free_port, group_alive, process_groups_of_children
+
+MARKED = re.compile(r"<!-- readme-test: (\w+) -->\n```\w*\n(.*?)```", re.S)
+SETUP = ("python3 -m venv ", ".venv/bin/pip install ")
+
+
+def marked_blocks() -> dict[str, list[str]]:
+    """NAME -> the commands of the block marked NAME (continued lines joined)."""
+    text = (ROOT / "README.md").read_text()
+    return {name: [line.strip() for line in body.replace("\\\n", " ").splitlines()
+                   if line.strip()] for name, body in MARKED.findall(text)}
+
+
+def argv(command: str) -> list[str]:
+    words = shlex.split(command)
+    assert words[0] == ".venv/bin/sweep", command
+    return [sys.executable, "-m", "orchestrator.cli", *words[1:]]
+
+
+def run(command: str, cwd, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(argv(command), cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=readme_env())
+
+
+def readme_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+
+
+@pytest.fixture(scope="module")
+def blocks():
+    found = marked_blocks()
+    assert set(found) >= {"quickstart", "status", "ui", "report"}, sorted(found)
+    return found
+
+
+@pytest.fixture(scope="module")
+def quickstart_run(blocks, tmp_path_factory):
+    """The quickstart block, as written, in a folder holding a fresh copy of sweeps/."""
+    folder = tmp_path_factory.mktemp("readme")
+    shutil.copytree(SWEEPS, folder / "sweeps")
+    (line,) = blocks["quickstart"]
+    steps = [s.strip() for s in line.split("&&") if not s.strip().startswith(SETUP)]
+    assert steps == [".venv/bin/sweep run sweeps/quickstart.yaml"]  # what README promises
+    outs = [run(step, folder, timeout=600) for step in steps]
+    return folder, outs
+
+
+def test_the_quickstart_runs_as_written(quickstart_run):
+    folder, (out,) = quickstart_run
+    assert out.returncode == 0, out.stderr
+    study = Stores(folder).study("quickstart")
+    assert len(study.trials) == 8
+    assert "sweep 'quickstart' finished in" in out.stdout
+    assert sorted(p.name for p in folder.iterdir()) == [".sweep", "mlartifacts", "mlflow.db",
+                                                        "optuna.journal", "sweeps"]
+    assert "sweep status quickstart" in out.stdout and "sweep ui quickstart" in out.stdout
+
+
+def test_the_status_commands_show_the_quickstart_and_its_8_trials(blocks, quickstart_run):
+    folder, _ = quickstart_run
+    listing, trials = blocks["status"]
+    out = run(listing, folder)
+    assert out.returncode == 0, out.stderr
+    (row,) = [line for line in out.stdout.splitlines() if line.startswith("quickstart ")]
+    assert row.split()[1] == "8"
+    out = run(trials, folder)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("sweep 'quickstart': 8 trials: ")
+    numbers = [line.split()[0] for line in out.stdout.splitlines()
+               if re.match(r"\d+ +(COMPLETE|PRUNED|FAIL) ", line)]
+    assert numbers == [str(n) for n in range(8)]
+
+
+def test_the_report_command_writes_the_quickstart_report(blocks, quickstart_run):
+    folder, _ = quickstart_run
+    (command,) = blocks["report"]
+    out = run(command, folder)
+    assert out.returncode == 0, out.stderr
+    html = (folder / "report-quickstart" / "report.html").read_text()
+    assert "quickstart" in html
+    assert "report: report-quickstart/report.html" in out.stdout
+
+
+def port_taken(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_the_ui_command_serves_the_runs_table_and_stops_on_ctrl_c(blocks, quickstart_run):
+    folder, _ = quickstart_run
+    (command,) = blocks["ui"]
+    if port_taken(5000):  # a shared machine: another UI may hold README's port
+        command += f" --port {free_port()}"
+    proc = subprocess.Popen(argv(command), cwd=folder, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=readme_env())
+    groups = set()
+    try:
+        line = proc.stdout.readline()  # printed once the server answers
+        found = re.search(r"http://127\.0\.0\.1:\d+/#/experiments/(\d+)/runs", line)
+        assert found, line
+        exp = Stores(folder).client().get_experiment_by_name("quickstart")
+        assert found.group(1) == exp.experiment_id
+        with urllib.request.urlopen(found.group(0), timeout=30) as r:
+            assert r.status == 200 and "<html" in r.read().decode().lower()
+        groups = process_groups_of_children(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        for g in groups | process_groups_of_children(proc.pid):
+            if g != os.getpgid(0) and group_alive(g):
+                os.killpg(g, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
