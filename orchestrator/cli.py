@@ -399,7 +399,8 @@ def cmd_report(args, console: Console) -> int:
     from .report import build_report, load_sweep, log_report
 
     uri = args.tracking_uri or paths.default_tracking_uri()
-    data = load_sweep(args.spec, uri, args.storage)
+    with console.status("reading the study and its runs..."):
+        data = load_sweep(args.spec, uri, args.storage)
     if args.by and args.by not in data.factors:
         raise SweepError(f"--by {args.by}: not a searched setting of this sweep; searched: "
                          f"{', '.join(data.factors) or 'none'}")
