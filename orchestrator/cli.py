@@ -61,8 +61,9 @@ def _spec_arg(p: argparse.ArgumentParser, metavar: str = "SPEC",
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="sweep", description="Run PyTorch hyperparameter sweeps described in "
-                                               "YAML with Optuna, tracked in MLflow.",
+    parser = _Parser(prog="sweep", description=textwrap.fill(
+                         "Run PyTorch hyperparameter sweeps described in YAML with Optuna, "
+                         "tracked in MLflow. Each command's --help ends with examples.", 79),
                      epilog="examples:\n  sweep run sweeps/quickstart.yaml\n"
                             "  sweep status quickstart\n  sweep ui quickstart",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
