@@ -33,11 +33,13 @@ def test_schema_accepts_every_example_sweep(validator, path):
     tiny_spec(),
     tiny_spec(space={"optimizer": {"adam": None, "sgd": {"lr": [0.01, 0.1], "nesterov": True}}}),
     tiny_spec(space={"warmup_epochs": {"low": 0, "high": 2, "type": "int"},
-                     "clip_grad_norm": [None, 1.0], "lr": {"low": 1e-3, "high": 1e-1, "step": 1e-3}}),
+                     "clip_grad_norm": [None, 1.0],
+                     "lr": {"low": 1e-3, "high": 1e-1, "step": 1e-3}}),
     tiny_spec(train={"model": "torchvision:resnet18", "dataset": "fake", "device": "cpu",
                      "image_size": 32}),
-    tiny_spec(train={"dataset": "tests.datasets:tensor_dataset", "epochs": 1}, preflight={"overfit_steps": 5},
-              sampler={"name": "tpe", "seed": 3, "n_startup_trials": 2}, pruner={"name": "median"}),
+    tiny_spec(train={"dataset": "tests.datasets:tensor_dataset", "epochs": 1},
+              preflight={"overfit_steps": 5}, pruner={"name": "median"},
+              sampler={"name": "tpe", "seed": 3, "n_startup_trials": 2}),
 ], ids=["tiny", "options", "ranges", "torchvision", "user-code"])
 def test_schema_accepts_what_the_validator_accepts(validator, mapping):
     validate(mapping)  # the validator's verdict first: these are valid sweeps
