@@ -1,11 +1,16 @@
 """Shared fixtures: real stores in tmp_path, the real CLI in a subprocess, real training."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -75,6 +80,84 @@ def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def process_groups_of_children(pid: int) -> set[int]:
+    """The process groups of ``pid``'s children (read from /proc)."""
+    groups = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            groups.add(int(fields[2]))
+    return groups
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+@dataclass
+class Served:
+    """A running ``sweep ui`` or ``sweep server`` started by ``serve``."""
+
+    proc: subprocess.Popen
+    port: int
+    line: str  # the line naming its URL, printed once the server answers
+    groups: set[int] = field(default_factory=set)  # its MLflow server's process groups
+
+    @property
+    def url(self) -> str:
+        return next(word for word in self.line.split() if word.startswith("http"))
+
+    def stop(self) -> None:
+        """Ctrl-C, as a user stops it: asserts it exits 0 and leaves no process of its groups."""
+        self.proc.send_signal(signal.SIGINT)
+        assert self.proc.wait(timeout=30) == 0
+        deadline = time.monotonic() + 15
+        while any(group_alive(g) for g in self.groups) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(group_alive(g) for g in self.groups), f"left running: {self.groups}"
+
+
+@contextlib.contextmanager
+def serve(*args: str, cwd: Path, prefix: str) -> Iterator[Served]:
+    """``sweep ARGS --port <a free port>`` (``ui`` or ``server``) as a real process, yielded
+    once it printed its line starting with ``prefix``; whatever is left of it is killed after."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args, "--port", str(port)],
+                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    groups: set[int] = set()
+    try:
+        lines = [proc.stdout.readline()]
+        while lines[-1] and not lines[-1].startswith(prefix):  # "" once it exited
+            lines.append(proc.stdout.readline())
+        assert lines[-1].startswith(prefix), "".join(lines)
+        # read while it runs: the MLflow server is its child, in a process group of its own
+        groups = process_groups_of_children(proc.pid)
+        yield Served(proc, port, lines[-1], groups)
+    finally:
+        for g in groups | process_groups_of_children(proc.pid):
+            if g != os.getpgid(0) and group_alive(g):
+                os.killpg(g, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+        proc.stdout.close()
 
 
 @pytest.fixture

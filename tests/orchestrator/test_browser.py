@@ -1,0 +1,125 @@
+"""The MLflow UI of a finished sweep in a real browser (Debian's chromium, driven by Playwright):
+the URL `sweep ui` prints, opened in a fresh profile, shows the sweep's runs, curves, exported
+files and comparison. Screenshots of every step go to test-output/browser/ and tmp_path."""
+import json
+import os
+import re
+import shutil
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from tests.conftest import ROOT, serve
+
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = ROOT / "test-output" / "browser"
+# headless and quiet: no GPU, no sandbox (root in CI), nothing fetched from the network
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync",
+                 "--disable-quic"]
+WAIT_MS = 60_000  # a React app: every check waits for the rendered element, up to this
+
+
+def test_a_fresh_browser_browses_the_sweep_from_the_url_sweep_ui_prints(quickstart, tmp_path):
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} not found: the browser test needs Debian's chromium; install "
+                    f"it as root with `apt-get update && apt-get install -y chromium` (the "
+                    f"README's test command does)", pytrace=False)
+    stores, _ = quickstart
+    client = stores.client()
+    exp_id = client.get_experiment_by_name("quickstart").experiment_id
+    trials = {r.info.run_name: r.info.run_id for r in stores.runs("quickstart", "trial")}
+    # the best trial when the sweep ended, the one exported: another test may resume the sweep
+    # with a fifth trial (export off) that becomes the parent's sweep.best_run_id
+    exported = [r for r in stores.runs("quickstart", "trial")
+                if r.data.tags.get("sweep.exported") == "true"]
+    assert len(exported) == 1, [r.info.run_name for r in exported]
+    best_name, best_id = exported[0].info.run_name, exported[0].info.run_id
+    shutil.rmtree(SHOTS, ignore_errors=True)
+    SHOTS.mkdir(parents=True)
+
+    with serve("ui", "quickstart", cwd=stores.dir, prefix="MLflow UI:") as ui, \
+            sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                             args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1600, "height": 1000})
+        # the UI must work offline: anything but the server is refused (it asks for nothing else)
+        context.route(re.compile(r"^(?!http://127\.0\.0\.1:)"), lambda route: route.abort())
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        expect.set_options(timeout=WAIT_MS)
+
+        def shot(name: str) -> None:
+            page.screenshot(path=tmp_path / f"{name}.png")
+            shutil.copy(tmp_path / f"{name}.png", SHOTS / f"{name}.png")
+
+        def artifact(name: str):
+            """A file or folder of the run page's artifact tree, by its name."""
+            return page.get_by_test_id("artifact-tree-node").filter(
+                has_text=re.compile(rf"^{re.escape(name)}$"))
+
+        try:
+            # 1. the printed URL, in an empty profile: the runs table, not the GenAI overview
+            page.goto(ui.url)
+            parent = page.get_by_role("link", name="quickstart", exact=True)
+            parent_row = page.locator(".ag-row").filter(has=parent)
+            expect(parent_row).to_be_visible()
+            expect(page).to_have_url(re.compile(rf"#/experiments/{exp_id}/runs(\?|$)"))
+            # "Training runs" under the sidebar's default GenAI toggle, "Runs" under Model training
+            expect(page.get_by_role("heading", name=re.compile(r"^(Training runs|Runs)$"))
+                   ).to_be_visible()
+            expect(page.get_by_text(f"{len(trials) + 1} matching runs")).to_be_visible()
+            shot("1-runs-table")
+
+            # 2. the parent run holds the trial runs (MLflow shows them collapsed)
+            if not page.get_by_role("link", name=best_name, exact=True).is_visible():
+                parent_row.locator('button[data-component-id*="runnamecellrenderer"]').click()
+            for name, run_id in trials.items():
+                expect(page.get_by_role("link", name=name, exact=True)).to_have_attribute(
+                    "href", f"#/experiments/{exp_id}/runs/{run_id}")
+            shot("2-trial-runs")
+
+            # 3. the best trial's page charts its val_acc curve
+            page.get_by_role("link", name=best_name, exact=True).click()
+            expect(page).to_have_url(re.compile(rf"/runs/{best_id}"))
+            page.get_by_role("tab", name="Model metrics").click()
+            page.get_by_placeholder("Search metric charts").fill("val_acc")
+            chart = page.get_by_test_id("experiment-view-compare-runs-card").filter(
+                has_text=f"{best_name} (val_acc)")
+            curve = chart.locator(".js-plotly-plot .scatterlayer path.js-line")
+            expect(curve.first).to_be_visible()
+            shot("3-val-acc-chart")
+
+            # 4. its artifacts hold the exported model files
+            page.get_by_role("tab", name="Artifacts").click()
+            artifact("export").click()
+            for name in ("model.pt2", "model.onnx", "export.json"):
+                expect(artifact(name)).to_be_visible()
+            artifact("export.json").click()  # waits for the folder to finish unfolding
+            expect(page.get_by_text('"top1_agreement"').first).to_be_visible()  # its preview
+            shot("4-exported-files")
+
+            # 5. the compare view of the trial runs (the URL the runs table's Compare opens)
+            ids = json.dumps(sorted(trials.values()), separators=(",", ":"))
+            base = ui.url.split("/#/")[0]
+            page.goto(f"{base}/#/compare-runs?runs={ids}&experiments={json.dumps([exp_id])}")
+            expect(page.get_by_role(
+                "heading", name=f"Comparing {len(trials)} Runs from 1 Experiment")).to_be_visible()
+            for run_id in trials.values():
+                expect(page.locator(f'a[href$="/runs/{run_id}"]')).to_be_visible()
+            shot("5-compare-runs")
+
+            # 6. the experiments list names the sweep
+            page.goto(f"{base}/#/experiments")
+            listed = page.get_by_test_id("experiment-list-item-link").filter(
+                has_text=re.compile(r"^quickstart$"))
+            expect(listed).to_have_attribute("href", f"#/experiments/{exp_id}")
+            shot("6-experiments-list")
+        except Exception:
+            shot("failed")  # where it stopped, and what the page held
+            (tmp_path / "failed.html").write_text(page.content())
+            shutil.copy(tmp_path / "failed.html", SHOTS / "failed.html")
+            raise
+        finally:
+            browser.close()
+        ui.stop()
