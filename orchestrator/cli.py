@@ -297,7 +297,7 @@ def _browse_lines(name: str, outcome) -> str:
     experiment (a bare experiment link may land on MLflow's GenAI views instead)."""
     from .study import default_storage, mask
 
-    uri, runs = outcome.tracking_uri, f"/#/experiments/{outcome.experiment_id}/runs"
+    uri, runs = outcome.tracking_uri, paths.runs_table(outcome.experiment_id)
     uri_flag = "" if uri == paths.default_tracking_uri() else f" --tracking-uri {mask(uri)}"
     storage_flag = "" if outcome.storage == default_storage(uri) else \
         f" --storage {mask(outcome.storage)}"
@@ -462,7 +462,7 @@ def cmd_ui(args, console: Console) -> int:
         if exp is None:
             raise SweepError(f"no sweep named {args.name!r} in {uri}; run it first, or pass "
                              f"--tracking-uri")
-        path = f"/#/experiments/{exp.experiment_id}/runs"
+        path = paths.runs_table(exp.experiment_id)
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
            "--host", args.host, "--port", str(args.port), "--workers", "2"]
     return _serve(console, cmd, paths.work_dir(uri) / "mlflow-ui.log", "MLflow UI",

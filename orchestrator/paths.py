@@ -38,3 +38,13 @@ def default_tracking_uri() -> str:
     if uri:
         return uri
     return f"sqlite:///{Path('mlflow.db').resolve()}"
+
+
+def runs_table(experiment_id: str) -> str:
+    """The MLflow UI path of an experiment's runs table in its "Model training" view.
+
+    MLflow 3 picks the GenAI or the model-training sidebar from the browser's stored choice
+    (GenAI by default), whatever the experiment's ``mlflow.experimentKind`` tag says
+    (mlflow/mlflow#24498); ``workflowType`` in the URL sets it.
+    """
+    return f"/#/experiments/{experiment_id}/runs?workflowType=machine_learning"

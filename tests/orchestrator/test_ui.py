@@ -5,6 +5,7 @@ import sys
 import urllib.request
 
 # the first three are unused here: test_scale_out imports them from this module
+from orchestrator.paths import runs_table
 from tests.conftest import free_port, group_alive, process_groups_of_children, serve  # noqa: F401
 
 
@@ -13,7 +14,7 @@ def test_ui_prints_the_runs_table_url_and_stops_with_its_helpers(quickstart):
     with serve("ui", "quickstart", "--tracking-uri", stores.tracking_uri, cwd=stores.dir,
                prefix="MLflow UI:") as ui:  # printed only once the server answers
         exp = stores.client().get_experiment_by_name("quickstart")
-        url = f"http://127.0.0.1:{ui.port}/#/experiments/{exp.experiment_id}/runs"
+        url = f"http://127.0.0.1:{ui.port}{runs_table(exp.experiment_id)}"
         assert ui.line.strip().startswith(f"MLflow UI: {url} "), ui.line
         api = (f"http://127.0.0.1:{ui.port}/ajax-api/2.0/mlflow/experiments/get-by-name"
                f"?experiment_name=quickstart")
