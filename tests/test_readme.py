@@ -17,8 +17,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import ROOT, SWEEPS, Stores
-from tests.orchestrator.test_ui import free_port, group_alive, process_groups_of_children
+from tests.conftest import ROOT, SWEEPS, Stores, free_port, group_alive, process_groups_of_children
 
 MARKED = re.compile(r"<!-- readme-test: (\w+) -->\n```\w*\n(.*?)```", re.S)
 SETUP = ("python3 -m venv ", ".venv/bin/pip install ")

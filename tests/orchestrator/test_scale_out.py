@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import tiny_spec
-from tests.orchestrator.test_ui import free_port, group_alive, process_groups_of_children
+from tests.conftest import free_port, group_alive, process_groups_of_children, tiny_spec
 
 PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 

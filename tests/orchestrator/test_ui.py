@@ -6,7 +6,7 @@ import urllib.request
 
 # the first three are unused here: test_scale_out imports them from this module
 from orchestrator.paths import runs_table
-from tests.conftest import free_port, group_alive, process_groups_of_children, serve  # noqa: F401
+from tests.conftest import serve
 
 
 def test_ui_prints_the_runs_table_url_and_stops_with_its_helpers(quickstart):
