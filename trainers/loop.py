@@ -393,6 +393,7 @@ def _validate(run: _Run) -> dict[str, float]:
     return {**metrics, **stats}
 
 
+@torch.no_grad()
 def evaluate(model: nn.Module, batches, settings: TrainSettings, device: torch.device,
              prefix: str = "val", ranks: Ranks = ALONE) -> dict[str, float]:
     """Loss (plain cross-entropy, no label smoothing) and accuracy over a whole split, in eval

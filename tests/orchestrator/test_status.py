@@ -37,7 +37,9 @@ def test_status_lists_the_finished_sweep_with_its_counts_and_best(quickstart):
                                 "best", "started", "last", "activity"]
     (row,) = rows_of(out.stdout, "sweep ")
     counts = {s: sum(t.state == s for t in study.trials) for s in TrialState}
-    assert row.split()[:6] == ["quickstart", "4", str(counts[TrialState.COMPLETE]), "0",
+    # the shared sweep holds 4 trials, or 5 once a test has rerun it with --trials 5
+    assert row.split()[:6] == ["quickstart", str(len(study.trials)),
+                               str(counts[TrialState.COMPLETE]), "0",
                                str(counts[TrialState.PRUNED]), str(counts[TrialState.FAIL])]
     assert f"val_acc {best:.4f} (max)" in row
     assert row.endswith(" ago") and row.count(" ago") == 2
@@ -49,10 +51,11 @@ def test_status_name_shows_every_trial_with_its_mlflow_run(quickstart):
     assert out.returncode == 0, out.stderr
     study = stores.study("quickstart")
     best = max((t for t in study.trials if t.state == TrialState.COMPLETE), key=lambda t: t.value)
-    assert out.stdout.splitlines()[0].startswith("sweep 'quickstart': 4 trials: ")
+    assert out.stdout.splitlines()[0].startswith(f"sweep 'quickstart': {len(study.trials)} "
+                                                 f"trials: ")
     assert f"best val_acc {best.value:.4f} (maximize) at trial {best.number}" in out.stdout
     rows = rows_of(out.stdout, "#  state")
-    assert len(rows) == len(study.trials) == 4
+    assert len(rows) == len(study.trials) >= 4
     run_ids = {r.info.run_id for r in stores.runs("quickstart", role="trial")}
     for t, row in zip(study.trials, rows):
         cells = row.split()
