@@ -88,8 +88,9 @@ def parse_space(mapping: Any, where: str, problems: list[str], prefix: str = "",
             problems.append(f"{path}: an option of {parent} cannot set {parent} again")
             continue
         if fields[setting].metadata["fixed_only"]:
-            problems.append(f"{path}: {setting} says where data lives or what is written, so it "
-                            f"cannot be searched; move it under train")
+            problems.append(f"{path}: {setting} is fixed for the whole sweep (it says where "
+                            f"data lives, what is written or how many slots a trial takes), "
+                            f"so it cannot be searched; move it under train")
             continue
         node = _parse_node(setting, value, path, prefix + setting, problems)
         if node is not None:

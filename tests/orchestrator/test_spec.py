@@ -57,7 +57,7 @@ BAD = {
     "negative lr": ({"space": {"lr": {"low": -0.1, "high": 0.1}}}, "space.lr: lr must be a finite number > 0, got -0.1"),
     "misspelt range key": ({"space": {"lr": {"low": 0.1, "hgh": 1.0}}}, "space.lr.hgh is not a range key (did you mean `high`?)"),
     "range on a string setting": ({"space": {"optimizer": {"low": 1, "high": 2}}}, "space.optimizer: optimizer is str, not numeric"),
-    "fixed-only in space": ({"space": {"data_dir": ["/a", "/b"]}}, "space.data_dir: data_dir says where data lives"),
+    "fixed-only in space": ({"space": {"data_dir": ["/a", "/b"]}}, "space.data_dir: data_dir is fixed for the whole sweep"),
     "bad choice": ({"space": {"optimizer": ["sgd", "adamax"]}}, "space.optimizer: optimizer must be one of sgd, adam, adamw, got 'adamax'"),
     "unknown option": ({"space": {"optimizer": {"adamx": {"lr": 0.1}}}}, "space.optimizer.adamx is not a optimizer (did you mean `adam`?)"),
     "unknown key inside an option": ({"space": {"optimizer": {"sgd": {"momentun": [0.9]}}}}, "space.optimizer.sgd.momentun is not a trainer setting (did you mean `momentum`?)"),
