@@ -133,12 +133,15 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(*args: str, cwd: Path, prefix: str) -> Iterator[Served]:
+def serve(*args: str, cwd: Path, prefix: str, port: int | None = None) -> Iterator[Served]:
     """``sweep ARGS --port <a free port>`` (``ui`` or ``server``) as a real process, yielded
-    once it printed its line starting with ``prefix``; whatever is left of it is killed after."""
-    port = free_port()
+    once it printed its line starting with ``prefix``; whatever is left of it is killed after.
+    ``port``: the port ARGS serve on as they are (no ``--port`` added)."""
+    if port is None:
+        port = free_port()
+        args = (*args, "--port", str(port))
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args, "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args],
                             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     groups: set[int] = set()

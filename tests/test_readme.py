@@ -9,7 +9,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import ROOT, SWEEPS, Stores, free_port, group_alive, process_groups_of_children
+from tests.conftest import ROOT, SWEEPS, Stores, serve
 
 MARKED = re.compile(r"<!-- readme-test: (\w+) -->\n```\w*\n(.*?)```", re.S)
 SETUP = ("python3 -m venv ", ".venv/bin/pip install ")
@@ -108,25 +107,14 @@ def port_taken(port: int) -> bool:
 def test_the_ui_command_serves_the_runs_table_and_stops_on_ctrl_c(blocks, quickstart_run):
     folder, _ = quickstart_run
     (command,) = blocks["ui"]
-    if port_taken(5000):  # a shared machine: another UI may hold README's port
-        command += f" --port {free_port()}"
-    proc = subprocess.Popen(argv(command), cwd=folder, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=readme_env())
-    groups = set()
-    try:
-        line = proc.stdout.readline()  # printed once the server answers
-        found = re.search(r"http://127\.0\.0\.1:\d+/#/experiments/(\d+)/runs", line)
-        assert found, line
+    words = argv(command)[3:]  # after python -m orchestrator.cli
+    # a shared machine: another UI may hold README's port 5000, then a free one is added
+    with serve(*words, cwd=folder, prefix="MLflow UI:",
+               port=None if port_taken(5000) else 5000) as ui:  # printed once it answers
+        found = re.search(r"http://127\.0\.0\.1:\d+/#/experiments/(\d+)/runs", ui.line)
+        assert found, ui.line
         exp = Stores(folder).client().get_experiment_by_name("quickstart")
         assert found.group(1) == exp.experiment_id
-        with urllib.request.urlopen(found.group(0), timeout=30) as r:
+        with urllib.request.urlopen(ui.url, timeout=30) as r:
             assert r.status == 200 and "<html" in r.read().decode().lower()
-        groups = process_groups_of_children(proc.pid)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
-    finally:
-        for g in groups | process_groups_of_children(proc.pid):
-            if g != os.getpgid(0) and group_alive(g):
-                os.killpg(g, signal.SIGKILL)
-        if proc.poll() is None:
-            proc.kill()
+        ui.stop()
