@@ -6,6 +6,7 @@ Exit codes: 0 the sweep finished, 1 it finished but some trials failed for good,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -23,7 +24,7 @@ from trainers import DEFAULT_EXPORT_FORMATS, EXPORT_FORMATS
 
 from . import paths
 from .errors import SweepError
-from .spec import data_problems, load_spec
+from .spec import data_downloads, data_problems, load_spec
 
 EXIT_BAD_INPUT = 2
 COMPLETION_SHELLS = ("bash", "zsh")
@@ -263,6 +264,8 @@ def cmd_run(args, console: Console) -> int:
         raise SweepError(*missing)
     for w in spec.warnings:
         console.print(f"warning: {w}", soft_wrap=True)
+    logs = paths.work_dir(args.tracking_uri or paths.default_tracking_uri(), spec.name) / "logs"
+    _say_downloads(console, data_downloads(spec), f"its progress bar is in {logs}/worker-*.log")
     from .display import Progress
     from .runner import run_sweep
 
@@ -273,6 +276,13 @@ def cmd_run(args, console: Console) -> int:
                             progress=progress)
     _print_summary(console, spec, outcome)
     return outcome.exit_code
+
+
+def _say_downloads(console: Console, downloads: list[str], where: str) -> None:
+    """Name what the first trial (or the preflight) will download, and where to watch it."""
+    for what in downloads:
+        console.print(f"downloading {what} once, before the first trial ({where})",
+                      soft_wrap=True)
 
 
 def _print_summary(console: Console, spec, outcome) -> None:
@@ -361,7 +371,12 @@ def cmd_doctor(args, console: Console) -> int:
     out = Path(args.out) if args.out else \
         paths.work_dir(paths.default_tracking_uri(), spec.name) / "preflight"
     shutil.rmtree(out, ignore_errors=True)
-    with console.status(f"preflight of {spec.name!r}: data, devices, model, loss, one batch..."):
+    downloads = data_downloads(spec)
+    _say_downloads(console, downloads, "torchvision's progress bar follows")
+    # a spinner would hold back the progress bar of a download until it ends
+    busy = contextlib.nullcontext() if downloads else console.status(
+        f"preflight of {spec.name!r}: data, devices, model, loss, one batch...")
+    with busy:
         results = pf.check_all(spec, out, pf.run_checks)
     pf.show(console, results)
     pf.write(out, results)

@@ -25,6 +25,7 @@ from trainers import (
     SettingsError,
     TrainSettings,
     check_data_files,
+    pending_download,
     setting_fields,
     setting_kind,
 )
@@ -178,18 +179,36 @@ class SweepSpec:
         return hashlib.sha256(text.encode()).hexdigest()
 
 
-def data_problems(spec: SweepSpec) -> list[str]:
-    """Missing dataset files, one line each (``sweep run`` refuses to start on them; ``sweep
-    validate`` only warns, so that a YAML can be checked on a machine without the data)."""
+def _dataset_configs(spec: SweepSpec) -> list[dict[str, Any]]:
+    """One representative configuration per dataset the sweep can train on."""
     base = {**spec.train, **sp.first_values(spec.space)}
     datasets = {base.get("dataset", TrainSettings().dataset)}
     for _, node in sp.walk(spec.space):
         if isinstance(node, sp.Choice) and node.setting == "dataset":
             datasets.update(node.choices)
-    problems = []
-    for dataset in sorted(datasets):
+    return [{**base, "dataset": d} for d in sorted(datasets)]
+
+
+def data_downloads(spec: SweepSpec) -> list[str]:
+    """What the sweep's first trials will download (``download: true``, files missing)."""
+    out = []
+    for config in _dataset_configs(spec):
         try:
-            check_data_files(TrainSettings.from_dict({**base, "dataset": dataset}))
+            what = pending_download(TrainSettings.from_dict(config))
+        except SettingsError:  # data_problems names it
+            continue
+        if what:
+            out.append(what)
+    return out
+
+
+def data_problems(spec: SweepSpec) -> list[str]:
+    """Missing dataset files, one line each (``sweep run`` refuses to start on them; ``sweep
+    validate`` only warns, so that a YAML can be checked on a machine without the data)."""
+    problems = []
+    for config in _dataset_configs(spec):
+        try:
+            check_data_files(TrainSettings.from_dict(config))
         except SettingsError as e:
             where = "train" if "dataset" in spec.train or e.field != "dataset" else "space"
             problems.append(f"{spec.source}: {where}.{e.field}: {e.value} {e.fix}"

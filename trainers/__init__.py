@@ -4,7 +4,7 @@ Nothing here knows about Optuna, MLflow or YAML; the orchestrator calls :func:`t
 user would. The settings are importable without torch (a sweep is validated without paying for
 ``import torch``); the training names load torch on first use.
 """
-from .datafiles import check_data_files
+from .datafiles import check_data_files, pending_download
 from .settings import (
     DEFAULT_EXPORT_FORMATS,
     EPOCH_METRICS,
@@ -22,6 +22,7 @@ _LAZY = ("EpochReport", "TrainResult", "TrainingDiverged", "evaluate_test", "loa
 
 __all__ = ["DEFAULT_EXPORT_FORMATS", "EPOCH_METRICS", "EXPORT_FORMATS", "DataError",
            "SettingsError", "TrainSettings", "TrainerWarning", "check_data_files",
+           "pending_download",
            "setting_fields", "setting_kind", *_LAZY]
 
 

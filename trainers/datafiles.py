@@ -42,8 +42,8 @@ def check_data_files(settings: TrainSettings) -> None:
     if settings.dataset in TORCHVISION_FILES:
         if settings.download:
             return
-        folder, names = TORCHVISION_FILES[settings.dataset]
-        missing = [n for n in names if not (root / folder / n).is_file()]
+        folder, _ = TORCHVISION_FILES[settings.dataset]
+        missing = _missing(settings)
         if missing:
             raise DataError(
                 "dataset", settings.dataset,
@@ -57,3 +57,19 @@ def check_data_files(settings: TrainSettings) -> None:
                 raise DataError("data_dir", settings.data_dir,
                                 f"must hold {split}/ with one folder of images per class "
                                 f"(no folder {root / split})")
+
+
+def _missing(settings: TrainSettings) -> list[str]:
+    """The torchvision files of ``settings.dataset`` not in ``data_dir`` yet."""
+    folder, names = TORCHVISION_FILES[settings.dataset]
+    root = data_root(settings) / folder
+    return [n for n in names if not (root / n).is_file()]
+
+
+def pending_download(settings: TrainSettings) -> str | None:
+    """What the first run of ``settings`` will download (``download: true`` and files
+    missing), e.g. ``cifar10 (163 MB) into ~/.cache/sweep/data``; None when nothing."""
+    if not (settings.download and settings.dataset in TORCHVISION_FILES and
+            _missing(settings)):
+        return None
+    return f"{settings.dataset} ({DOWNLOAD_SIZE[settings.dataset]}) into {data_root(settings)}"

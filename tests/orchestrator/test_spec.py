@@ -160,3 +160,14 @@ def test_cli_bad_flags_exit_2_with_one_line(tmp_path, flags):
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_the_datasets_a_sweep_will_download_are_named_before_it_starts(tmp_path):
+    from orchestrator.spec import data_downloads, data_problems
+    from tests.datasets import write_mnist
+
+    spec = validate(tiny_spec(train={"data_dir": str(tmp_path), "download": True, "epochs": 1},
+                              space={"dataset": ["mnist", "fashion_mnist", "digits"]}))
+    write_mnist(tmp_path)  # MNIST is there already, Fashion-MNIST is not
+    assert data_downloads(spec) == [f"fashion_mnist (30 MB) into {tmp_path}"]
+    assert data_problems(spec) == []  # download: true

@@ -4,7 +4,15 @@ import pytest
 import torch
 
 from tests.datasets import write_image_folder, write_mnist
-from trainers import DataError, SettingsError, TrainSettings, check_data_files, evaluate_test, train
+from trainers import (
+    DataError,
+    SettingsError,
+    TrainSettings,
+    check_data_files,
+    evaluate_test,
+    pending_download,
+    train,
+)
 from trainers.data import STATS, carve_validation, flip_crop, load_data, raw_to_tensors
 
 
@@ -74,6 +82,14 @@ def test_torchvision_datasets_without_files_fail_with_one_clear_line(tmp_path, d
 
 def test_download_is_opt_in_and_skips_the_file_check(tmp_path):
     check_data_files(TrainSettings(dataset="cifar10", data_dir=str(tmp_path), download=True))
+
+
+def test_a_download_is_announced_until_the_files_are_there(tmp_path):
+    s = TrainSettings(dataset="mnist", data_dir=str(tmp_path), download=True)
+    assert pending_download(s) == f"mnist (12 MB) into {tmp_path}"
+    assert pending_download(TrainSettings(dataset="mnist", data_dir=str(tmp_path))) is None
+    write_mnist(tmp_path)
+    assert pending_download(s) is None
 
 
 def test_an_image_folder_of_mixed_sizes_and_modes_trains(tmp_path):
