@@ -60,7 +60,8 @@ def build_model(name: str, num_classes: int, in_channels: int, image_size: tuple
     ``num_classes`` and ``in_channels``).
 
     Raises:
-        SettingsError: an unknown torchvision model, or weights that are not available.
+        SettingsError: an unknown torchvision model, weights that are not available, or a
+            user's model that cannot be imported.
         TypeError: a user's function did not return an ``nn.Module``.
     """
     if name in MODELS:
@@ -69,8 +70,13 @@ def build_model(name: str, num_classes: int, in_channels: int, image_size: tuple
         return torchvision_model(name[len(TORCHVISION):], num_classes, in_channels, weights,
                                  download)
     module, _, function = name.partition(":")
-    model = getattr(importlib.import_module(module), function)(num_classes=num_classes,
-                                                               in_channels=in_channels)
+    try:
+        make = getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError) as e:
+        raise SettingsError("model", name, f"cannot be imported ({e}); the module must be "
+                                           f"importable from the working folder or "
+                                           f"PYTHONPATH") from None
+    model = make(num_classes=num_classes, in_channels=in_channels)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model {name} returned {type(model).__name__}, not a torch.nn.Module")
     return model

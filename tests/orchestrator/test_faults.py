@@ -4,7 +4,8 @@ import signal
 import time
 from collections import Counter
 
-from tests.conftest import Stores, run_cli, tiny_spec
+from orchestrator.study import REASON, RETRY_OF
+from tests.conftest import ROOT, Stores, run_cli, tiny_spec
 from tests.orchestrator.test_signals import start, wait_for_epoch, worker_pids
 
 FAULTY = '''
@@ -241,3 +242,15 @@ def test_a_trial_needing_more_gpus_than_listed_is_refused(stores, write_spec):
     out = run_cli("validate", str(write_spec(spec)), cwd=stores.dir)
     assert out.returncode == 2
     assert "train.devices_per_trial: a trial needs 2 GPUs, gpus lists 1" in out.stderr
+
+
+def test_a_rank_killed_in_a_two_device_trial_is_retried_like_a_dead_worker(stores, write_spec):
+    spec = tiny_spec(trials=1, workers=1, retries=1,
+                     train={"dataset": "digits", "model": "tests.datasets:killed_on_rank_1",
+                            "epochs": 1, "devices_per_trial": 2})
+    out = run_cli("run", str(write_spec(spec)), cwd=stores.dir, env={"PYTHONPATH": str(ROOT)})
+    assert out.returncode == 1, out.stderr
+    first, retry = stores.study("tiny").trials
+    assert first.user_attrs[REASON].startswith("RankCrashed: rank 1 of 2 killed by SIGKILL")
+    assert retry.user_attrs[RETRY_OF] == first.number
+    assert [r.info.status for r in stores.runs("tiny", "trial")] == ["FAILED", "FAILED"]

@@ -54,3 +54,9 @@ def test_pretrained_weights_are_not_downloaded_unless_asked(tmp_path, monkeypatc
 def test_a_user_model_that_is_not_a_module_is_refused():
     with pytest.raises(TypeError, match="not a torch.nn.Module"):
         build_model("tests.datasets:not_a_model", 10, 3, (8, 8))
+
+
+def test_a_user_model_that_cannot_be_imported_names_the_setting():
+    with pytest.raises(SettingsError,
+                       match=r"^model cannot be imported \(No module named .no_such_module.\)"):
+        build_model("no_such_module:make", 10, 1, (8, 8))
