@@ -281,8 +281,7 @@ def cmd_run(args, console: Console) -> int:
 def _say_downloads(console: Console, downloads: list[str], where: str) -> None:
     """Name what the first trial (or the preflight) will download, and where to watch it."""
     for what in downloads:
-        console.print(f"downloading {what} once, before the first trial ({where})",
-                      soft_wrap=True)
+        console.print(f"downloading {what}, once ({where})", soft_wrap=True)
 
 
 def _print_summary(console: Console, spec, outcome) -> None:
