@@ -54,9 +54,10 @@ def test_two_gloo_ranks_train_the_curve_of_one_process(batch_size):
     assert not rank_processes()  # the second rank is gone
 
 
-def test_accumulation_on_two_ranks_is_still_one_big_batch():
+def test_accumulation_on_two_ranks_through_dataloaders_is_still_one_big_batch():
     one = train(ddp(batch_size=64, epochs=1)).history
-    two = train(ddp(batch_size=64, epochs=1, grad_accum_steps=2, devices_per_trial=2)).history
+    two = train(ddp(batch_size=64, epochs=1, grad_accum_steps=2, devices_per_trial=2,
+                    loader="dataloader", num_workers=0)).history
     for key in CURVE:
         assert two[0][key] == pytest.approx(one[0][key], rel=1e-5), key
 
