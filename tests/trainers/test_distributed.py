@@ -146,3 +146,16 @@ def test_settings_that_cannot_share_a_trial_are_refused(settings, field):
     with pytest.raises(SettingsError) as e:
         TrainSettings(**{"devices_per_trial": 2, **settings})
     assert e.value.field == field
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
+@pytest.mark.gpu
+def test_two_nccl_ranks_train_the_curve_of_one_gpu():
+    # GPU kernels sum in other orders than one process: a tolerance, not the CPU's 1e-5
+    one = train(ddp(batch_size=479, device="cuda", deterministic=True)).history
+    two = train(ddp(batch_size=479, device="cuda", deterministic=True,
+                    devices_per_trial=2)).history
+    for h1, h2 in zip(one, two):
+        for key in CURVE:
+            assert h2[key] == pytest.approx(h1[key], rel=1e-3, abs=1e-5), key
+        assert h2["peak_memory_mb"] > 0
