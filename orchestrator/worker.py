@@ -49,9 +49,6 @@ def main(fd: int, threads: int) -> int:
 
     torch.set_num_threads(threads)
     import trainers
-    from trainers.checkpoint import CheckpointError
-
-    deterministic_errors = (trainers.SettingsError, trainers.TrainingDiverged, CheckpointError)
 
     # plain types only: a torch object in a message would make the parent import torch to
     # unpickle it (torch.__version__ is a TorchVersion)
@@ -80,7 +77,7 @@ def main(fd: int, threads: int) -> int:
         elif msg["op"] == "preflight":
             conn.send({"op": "checked", "report": run_preflight(msg)})
         else:
-            conn.send(run_trial(conn, msg, trainers, deterministic_errors))
+            conn.send(run_trial(conn, msg, trainers))
 
 
 class _Warnings:
@@ -113,7 +110,7 @@ class _Warnings:
         return out
 
 
-def run_trial(conn: Connection, msg: dict, trainers, deterministic_errors) -> dict:
+def run_trial(conn: Connection, msg: dict, trainers) -> dict:
     """Train one trial, streaming each epoch to the parent; return the final message."""
     with _Warnings() as caught:
         def on_epoch_end(report) -> bool:
@@ -122,19 +119,19 @@ def run_trial(conn: Connection, msg: dict, trainers, deterministic_errors) -> di
                        "warnings": caught.new()})
             return conn.recv()["stop"]
 
-        done = _train(msg, trainers, on_epoch_end, deterministic_errors)
+        done = _train(msg, trainers, on_epoch_end)
         done["warnings"] = caught.new()
     return done
 
 
-def _train(msg: dict, trainers, on_epoch_end, deterministic_errors) -> dict:
+def _train(msg: dict, trainers, on_epoch_end) -> dict:
     try:
         settings = trainers.TrainSettings.from_dict(msg["settings"])
         result = trainers.train(settings, on_epoch_end=on_epoch_end,
                                 checkpoint_dir=msg["checkpoint_dir"])
         weights = trainers.save_weights(result.model, os.path.join(msg["output_dir"],
                                                                    "weights.pt"))
-    except deterministic_errors as e:
+    except trainers.DETERMINISTIC_ERRORS as e:
         return {"op": "done", "state": "failed", "reason": f"{type(e).__name__}: {e}",
                 "retryable": False}
     except EOFError:

@@ -17,8 +17,8 @@ from .settings import (
     setting_kind,
 )
 
-_LAZY = ("EpochReport", "TrainResult", "TrainingDiverged", "evaluate_test", "load_weights",
-         "save_weights", "train")
+_LAZY = ("DETERMINISTIC_ERRORS", "EpochReport", "TrainResult", "TrainingDiverged",
+         "evaluate_test", "load_weights", "save_weights", "train")
 
 __all__ = ["DEFAULT_EXPORT_FORMATS", "EPOCH_METRICS", "EXPORT_FORMATS", "DataError",
            "SettingsError", "TrainSettings", "TrainerWarning", "check_data_files",

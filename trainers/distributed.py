@@ -65,11 +65,17 @@ class Ranks:
     def leader(self) -> bool:
         return self.rank == 0
 
-    def all_reduce_sum(self, values: torch.Tensor) -> torch.Tensor:
-        if self.distributed:
-            values = values.to(self.device)
-            dist.all_reduce(values)
-        return values
+    def sum_counts(self, loss_sum: torch.Tensor, correct: torch.Tensor,
+                   count: int) -> tuple[float, float, int]:
+        """A split's loss sum, correct predictions and sample count, summed over the ranks
+        (one all-reduce); this process's own alone."""
+        if not self.distributed:
+            return float(loss_sum), float(correct), count
+        total = torch.stack([loss_sum.double(), correct.double(),
+                             torch.tensor(float(count), dtype=torch.float64,
+                                          device=loss_sum.device)]).to(self.device)
+        dist.all_reduce(total)
+        return float(total[0]), float(total[1]), int(total[2])
 
     def broadcast_flag(self, flag: bool) -> bool:
         """Rank 0's ``flag``, on every rank."""
@@ -147,11 +153,9 @@ def launch(settings: TrainSettings, device: torch.device,
 def _own_error(e: BaseException) -> bool:
     """An error of rank 0's own making (its settings, data or loss), not a collective that
     broke because another rank went away."""
-    from .checkpoint import CheckpointError
-    from .loop import TrainingDiverged
-    from .settings import SettingsError
+    from .loop import DETERMINISTIC_ERRORS
 
-    return isinstance(e, (TrainingDiverged, SettingsError, CheckpointError))
+    return isinstance(e, DETERMINISTIC_ERRORS)
 
 
 def _start_rank(folder: Path, rank: int, world: int) -> subprocess.Popen:

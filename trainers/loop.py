@@ -33,6 +33,10 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite: the settings, not luck, are at fault (not worth a retry)."""
 
 
+# what the same settings, code and seed raise again: not worth a retry
+DETERMINISTIC_ERRORS = (TrainingDiverged, SettingsError, checkpoint.CheckpointError)
+
+
 @dataclass
 class EpochReport:
     """What one epoch produced: ``metrics`` by name, and the lr of every optimizer step in it
@@ -328,16 +332,12 @@ def train_one_epoch(run: _Run, epoch: int, first_step: int) -> tuple[dict[str, f
         run.scaler.update()
         run.scheduler.step()
     train_seconds = time.perf_counter() - t0
-    if ranks.distributed:  # the epoch's sums over every rank's share
-        total = ranks.all_reduce_sum(torch.stack([loss_sum.double(), correct.double(),
-                                                  torch.tensor(float(seen), device=run.device,
-                                                               dtype=torch.float64)]))
-        loss_sum, correct, seen = total[0], total[1], int(total[2])
-    train_loss = float(loss_sum) / seen
+    loss_total, correct_total, seen = ranks.sum_counts(loss_sum, correct, seen)
+    train_loss = loss_total / seen
     if not math.isfinite(train_loss):
         raise TrainingDiverged(f"training loss is {train_loss} in the epoch ending at step "
                                f"{lr_steps[-1][0]}")
-    return _epoch_metrics(run, train_loss, float(correct) / seen, seen / train_seconds,
+    return _epoch_metrics(run, train_loss, correct_total / seen, seen / train_seconds,
                           torch.stack(norms)), lr_steps
 
 
@@ -384,10 +384,10 @@ def _validate(run: _Run) -> dict[str, float]:
     """The epoch's validation metrics (with the activation statistics, when asked; on several
     ranks, those of rank 0's share of the split)."""
     run.ranks.sync_buffers(run.module)
-    if not run.settings.activation_stats:
-        return evaluate(run.module, run.val_batches, run.settings, run.device, ranks=run.ranks)
     stats: dict[str, float] = {}
-    with activations.recording(run.module, stats):
+    recording = (activations.recording(run.module, stats) if run.settings.activation_stats
+                 else contextlib.nullcontext())
+    with recording:
         metrics = evaluate(run.module, run.val_batches, run.settings, run.device,
                            ranks=run.ranks)
     return {**metrics, **stats}
@@ -408,12 +408,8 @@ def evaluate(model: nn.Module, batches, settings: TrainSettings, device: torch.d
         loss_sum += F.cross_entropy(logits.float(), y, reduction="sum")
         correct += (logits.argmax(1) == y).sum()
         n += len(y)
-    if ranks.distributed:
-        total = ranks.all_reduce_sum(torch.stack([
-            loss_sum.double(), correct.double(),
-            torch.tensor(float(n), device=device, dtype=torch.float64)]))
-        loss_sum, correct, n = total[0], total[1], int(total[2])
-    return {f"{prefix}_loss": float(loss_sum) / n, f"{prefix}_acc": float(correct) / n}
+    loss_total, correct_total, n = ranks.sum_counts(loss_sum, correct, n)
+    return {f"{prefix}_loss": loss_total / n, f"{prefix}_acc": correct_total / n}
 
 
 def evaluate_test(settings: TrainSettings, weights: str | os.PathLike) -> dict[str, float] | None:
