@@ -31,7 +31,8 @@ from trainers import (
 )
 
 from . import space as sp
-from .errors import SpecError, did_you_mean, key_text
+from .errors import SpecError, SweepError, did_you_mean, key_text
+from .workers import plan_slots
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp", "qmc")
 NUMERIC_ONLY_SAMPLERS = ("cmaes", "gp", "qmc")
@@ -320,17 +321,12 @@ def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
         elif trials % top.repeats:
             problems.append(f"trials must be a multiple of repeats ({top.repeats}) so that every "
                             f"configuration gets all its seeds, got {trials}")
-    devices = fixed.get("devices_per_trial", 1) if isinstance(fixed, dict) else 1
-    if top.gpus is not None and isinstance(devices, int) and devices >= 1:
-        groups = len(top.gpus) // devices
-        if top.gpus and groups == 0:
-            problems.append(f"train.devices_per_trial: a trial needs {devices} GPUs, gpus lists "
-                            f"{len(top.gpus)}; list more gpus or lower devices_per_trial")
-        elif top.workers is not None and top.workers > max(1, groups) * top.workers_per_gpu:
-            per = f" (in trials of {devices} GPUs)" if devices > 1 else ""
-            problems.append(f"workers: {len(top.gpus)} GPUs{per} x workers_per_gpu "
-                            f"{top.workers_per_gpu} give {groups * top.workers_per_gpu} slots, "
-                            f"got workers: {top.workers}; raise workers_per_gpu or lower workers")
+    if top.gpus is not None and not problems:  # the slots the run will plan, checked now
+        try:
+            plan_slots(top.workers, top.gpus, cores=1, workers_per_gpu=top.workers_per_gpu,
+                       devices_per_trial=fixed.get("devices_per_trial", 1))
+        except SweepError as e:
+            problems.extend(e.lines)
     if len(set(top.export)) != len(top.export):
         problems.append(f"export lists a format twice, got {top.export}")
     if problems:

@@ -75,8 +75,8 @@ def plan_slots(workers: int | None, gpus: list[str] | None = None, cores: int | 
     cores = cpu_count() if cores is None else cores
     k = devices_per_trial
     if gpus and len(gpus) < k:
-        raise SweepError(f"train.devices_per_trial: a trial needs {k} GPUs, {len(gpus)} "
-                         f"visible ({','.join(gpus)}); lower devices_per_trial or add GPUs")
+        raise SweepError(f"train.devices_per_trial: a trial needs {k} GPUs, got {len(gpus)} "
+                         f"({','.join(gpus)}); lower devices_per_trial or list more gpus")
     groups = [",".join(gpus[i:i + k]) for i in range(0, len(gpus) - k + 1, k)]
     places = [g for _ in range(workers_per_gpu) for g in groups]  # gpu0, gpu1, gpu0, gpu1...
     n = workers or (len(places) if places else max(1, cores // k))

@@ -241,7 +241,7 @@ def test_a_trial_needing_more_gpus_than_listed_is_refused(stores, write_spec):
     spec = tiny_spec(gpus=[0], train={"dataset": "digits", "devices_per_trial": 2})
     out = run_cli("validate", str(write_spec(spec)), cwd=stores.dir)
     assert out.returncode == 2
-    assert "train.devices_per_trial: a trial needs 2 GPUs, gpus lists 1" in out.stderr
+    assert "train.devices_per_trial: a trial needs 2 GPUs, got 1 (0)" in out.stderr
 
 
 def test_a_rank_killed_in_a_two_device_trial_is_retried_like_a_dead_worker(stores, write_spec):

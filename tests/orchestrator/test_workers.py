@@ -34,7 +34,7 @@ def test_on_the_cpu_a_trial_on_two_devices_takes_two_cores():
 
 
 def test_fewer_gpus_than_one_trial_needs_is_refused():
-    with pytest.raises(SweepError, match="a trial needs 4 GPUs, 2 visible"):
+    with pytest.raises(SweepError, match=r"a trial needs 4 GPUs, got 2 \(0,1\)"):
         plan_slots(None, gpus=["0", "1"], cores=4, devices_per_trial=4)
 
 
