@@ -19,6 +19,7 @@ from . import paths
 from . import preflight as pf
 from . import space as sp
 from .errors import SweepError
+from .slots import plan_slots
 from .spec import SweepSpec
 from .study import (
     OWNER,
@@ -29,7 +30,7 @@ from .study import (
     default_storage,
     mask,
 )
-from .workers import Worker, WorkerPool, plan_slots
+from .workers import Worker, WorkerPool
 
 EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED = 0, 1, 130
 # Epochs reach MLflow at least this often (and at every trial's end): one call per flush, not per

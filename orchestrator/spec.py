@@ -32,7 +32,7 @@ from trainers import (
 
 from . import space as sp
 from .errors import SpecError, SweepError, did_you_mean, key_text
-from .workers import plan_slots
+from .slots import plan_slots
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp", "qmc")
 NUMERIC_ONLY_SAMPLERS = ("cmaes", "gp", "qmc")

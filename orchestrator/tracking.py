@@ -7,7 +7,6 @@ before any worker starts.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import platform
@@ -18,6 +17,8 @@ from typing import Any
 import yaml
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
+
+from trainers.system import file_lock
 
 from . import paths
 from .errors import SweepError
@@ -83,14 +84,8 @@ def _store_lock(tracking_uri: str):
     if db is None:
         yield
         return
-    lock = paths.work_dir(tracking_uri) / f"{db.name}.lock"
-    lock.parent.mkdir(exist_ok=True)
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with file_lock(paths.work_dir(tracking_uri) / f"{db.name}.lock"):
+        yield
 
 
 class Tracker:

@@ -17,7 +17,6 @@ Protocol (pickled dicts of plain types):
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import platform
 import signal
@@ -26,21 +25,11 @@ import traceback
 import warnings
 from multiprocessing.connection import Connection
 
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the closed connection still ends us
-        pass
+from trainers.system import die_with_parent  # imports no torch
 
 
 def main(fd: int, threads: int) -> int:
-    parent = os.getppid()
-    _die_with_parent()
-    if os.getppid() != parent:  # the parent died before prctl took effect
+    if not die_with_parent():  # the parent died before the request took effect
         return 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     conn = Connection(fd)

@@ -15,7 +15,6 @@ training split with a fixed seed (the same for every trial) and the test split i
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import gzip
 import importlib
 import importlib.util
@@ -31,6 +30,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, Subset, TensorDataset
 
 from .datafiles import check_data_files, data_root
 from .settings import DataError, TrainSettings
+from .system import file_lock
 
 DIGITS_TRAIN = 1437
 SPLIT_SEED = 0  # validation carved from a training split: the same images for every trial
@@ -134,16 +134,9 @@ def carve_validation(x: torch.Tensor, y: torch.Tensor, fraction: float):
     return (x[train], y[train]), (x[val], y[val])
 
 
-@contextlib.contextmanager
 def _download_lock(root: Path):
     """One download at a time per data folder: parallel workers would write the same files."""
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".sweep-download.lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return file_lock(root / ".sweep-download.lock")
 
 
 def _torchvision(s: TrainSettings) -> Data:

@@ -14,7 +14,6 @@ and a child never outlives rank 0 (``PR_SET_PDEATHSIG``).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -32,9 +31,9 @@ import torch.distributed as dist
 from torch import nn
 
 from .settings import TrainSettings
+from .system import die_with_parent
 
 START_TIMEOUT_S = 300.0  # ranks import torch and load nothing before they meet
-PR_SET_PDEATHSIG = 1
 
 
 class RankFailed(RuntimeError):
@@ -241,18 +240,9 @@ def _end(children: list[subprocess.Popen], grace: float) -> None:
             child.wait()
 
 
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: rank 0 ends its children on its way out
-        pass
-
-
 def _rank_main(folder: Path, rank: int, world: int, threads: int) -> int:
     """A child rank: join the group, train alongside rank 0, leave an error file on failure."""
-    parent = os.getppid()
-    _die_with_parent()
-    if os.getppid() != parent:
+    if not die_with_parent():  # rank 0 died before the request took effect
         return 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are rank 0's to handle
     torch.set_num_threads(threads)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.errors import SweepError
-from orchestrator.workers import plan_slots
+from orchestrator.slots import plan_slots
 
 
 def test_one_single_threaded_worker_per_core_by_default():

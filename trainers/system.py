@@ -1,0 +1,44 @@
+"""Process and file helpers shared by the trainer's ranks and the orchestrator's workers.
+
+Imports neither torch nor anything else of the project, so a worker can call
+:func:`die_with_parent` before it pays for ``import torch``.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import signal
+from pathlib import Path
+from typing import Iterator
+
+PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when its parent dies
+
+
+def die_with_parent() -> bool:
+    """Ask Linux to SIGKILL this process when its parent dies; False when the parent is already
+    gone (it died before the request took effect: the caller should exit).
+
+    Not Linux: nothing to ask; the caller's closed pipe or its parent's clean-up ends it.
+    """
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    return os.getppid() == parent
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (created, with its folder, when missing) for the
+    duration of the block; another process asking for it waits."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
