@@ -328,7 +328,7 @@ def cmd_status(args, console: Console) -> int:
 def cmd_schema(args, console: Console) -> int:
     import json
 
-    from .spec import json_schema
+    from .schema import json_schema
 
     text = json.dumps(json_schema(), indent=2) + "\n"
     if not args.out:
@@ -354,8 +354,6 @@ def cmd_completion(args, console: Console) -> int:
 
 
 def cmd_doctor(args, console: Console) -> int:
-    from dataclasses import replace
-
     from . import preflight as pf
     from .spec import PreflightSpec
 
@@ -366,7 +364,7 @@ def cmd_doctor(args, console: Console) -> int:
     options = spec.preflight or PreflightSpec()
     if args.lr_range_test:
         options = options.model_copy(update={"lr_range_test": True})
-    spec = replace(spec, preflight=options)
+    spec = spec.model_copy(update={"preflight": options})
     out = Path(args.out) if args.out else \
         paths.work_dir(paths.default_tracking_uri(), spec.name) / "preflight"
     shutil.rmtree(out, ignore_errors=True)

@@ -11,12 +11,11 @@ import importlib.util
 import inspect
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from trainers import (
     DEFAULT_EXPORT_FORMATS,
@@ -27,7 +26,6 @@ from trainers import (
     check_data_files,
     pending_download,
     setting_fields,
-    setting_kind,
 )
 
 from . import space as sp
@@ -84,7 +82,17 @@ class PreflightSpec(_Strict):
     overfit_steps: int = Field(default=300, ge=1, le=10000)
 
 
-class _TopLevel(_Strict):
+class SweepSpec(_Strict):
+    """A validated sweep, frozen: build it with :func:`load_spec` or :func:`validate`.
+
+    Each field is a key of the sweep YAML, declared once: pydantic checks a YAML's types and
+    ranges against them, and ``sweep schema`` publishes them to editors. :func:`validate` then
+    checks the rules across keys and resolves five fields: ``space`` becomes the parsed search
+    space (:mod:`orchestrator.space` nodes), ``trials`` is counted for a grid that leaves it out,
+    ``preflight`` becomes its options (None for ``preflight: false``), and ``gpus`` and
+    ``export`` become tuples.
+    """
+
     # the descriptions are the hover texts of editors reading `sweep schema`
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$",
                       description="Optuna study name and MLflow experiment name")
@@ -120,38 +128,25 @@ class _TopLevel(_Strict):
     train: dict[str, Any] = Field({}, description="fixed trainer settings")
     space: dict[str, Any] = Field({}, description="searched trainer settings")
 
+    # not YAML keys: where the spec came from, and what validating it found worth saying
+    _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _source: str = PrivateAttr("<sweep>")
+    _warnings: tuple[str, ...] = PrivateAttr(())
 
-TOP_LEVEL_KEYS = tuple(_TopLevel.model_fields)
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The mapping the spec was built from (after ``--set`` overrides)."""
+        return self._raw
 
+    @property
+    def source(self) -> str:
+        """The file the spec was read from, as messages name it."""
+        return self._source
 
-@dataclass(frozen=True)
-class SweepSpec:
-    """A validated sweep. ``raw`` is the mapping it was built from (after ``--set`` overrides)."""
-
-    name: str
-    description: str
-    objective: Objective
-    trials: int
-    timeout_min: float | None
-    workers: int | None
-    seed: int
-    repeats: int
-    sampler: SamplerSpec
-    pruner: PrunerSpec
-    retries: int
-    trial_timeout_min: float | None
-    keep_checkpoints: bool
-    gpus: tuple[int, ...] | None
-    workers_per_gpu: int
-    export: tuple[str, ...]
-    export_for: str
-    preflight: PreflightSpec | None  # None: preflight: false
-    heartbeat_seconds: int
-    train: dict[str, Any]
-    space: sp.Space
-    raw: dict[str, Any]
-    source: str
-    warnings: tuple[str, ...] = ()
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What validation found doubtful but not wrong, one line each."""
+        return self._warnings
 
     @property
     def is_grid(self) -> bool:
@@ -178,6 +173,19 @@ class SweepSpec:
         """A hash of :meth:`identity`."""
         text = json.dumps(self.identity(), sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()
+
+    def _resolved(self, space: sp.Space, trials: int, raw: dict[str, Any], source: str,
+                  warnings: list[str]) -> SweepSpec:
+        """This spec as :func:`validate` returns it (see the class docstring)."""
+        preflight = PreflightSpec() if self.preflight is True else self.preflight or None
+        spec = self.model_copy(update={
+            "space": space, "trials": trials, "preflight": preflight, "export": tuple(self.export),
+            "gpus": tuple(self.gpus) if self.gpus is not None else None})
+        spec._raw, spec._source, spec._warnings = raw, source, tuple(warnings)
+        return spec
+
+
+TOP_LEVEL_KEYS = tuple(SweepSpec.model_fields)
 
 
 def _dataset_configs(spec: SweepSpec) -> list[dict[str, Any]]:
@@ -279,13 +287,33 @@ def apply_overrides(raw: dict, overrides, source: str) -> dict:
 
 def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
     """Validate a sweep mapping; raise :class:`SpecError` listing every problem found."""
-    problems: list[str] = []
     try:
-        top = _TopLevel.model_validate(raw)
+        top = SweepSpec.model_validate(raw)
     except ValidationError as e:
         raise SpecError(*[f"{source}: {_one_line(_pydantic_line(err))}"
                           for err in e.errors()]) from None
+    problems: list[str] = []
+    warnings: list[str] = []
+    space = _check_settings(top, problems)
+    n_configs = None
+    if not problems:
+        n_configs = _check_sampler(top, space, problems, warnings)
+        _check_pruner(top, problems, warnings)
+        _check_objective(top, problems, warnings)
+    trials = top.trials
+    if not problems:
+        trials = _count_trials(top, n_configs, problems)
+    if top.gpus is not None and not problems:
+        _check_slots(top, problems)
+    if len(set(top.export)) != len(top.export):
+        problems.append(f"export lists a format twice, got {top.export}")
+    if problems:
+        raise SpecError(*[f"{source}: {_one_line(p)}" for p in problems])
+    return top._resolved(space, trials, raw, source, warnings)
 
+
+def _check_settings(top: SweepSpec, problems: list[str]) -> sp.Space:
+    """Check ``train`` and ``space`` as trainer settings; return the parsed space."""
     fixed = _check_train(top.train, problems)
     space = sp.parse_space(top.space, "space", problems)
     for path, node in sp.walk(space):
@@ -299,51 +327,36 @@ def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
                 problems.append(f"train.{e.field} {e.fix}, got {e.value!r}")
     if not problems:
         sp.check_values(space, fixed, problems)
-    warnings: list[str] = []
-    n_configs = None
-    if not problems:
-        n_configs = _check_sampler(top, space, fixed, problems, warnings)
-        _check_pruner(top, problems, warnings)
-        _check_objective(top, problems, warnings)
+    return space
+
+
+def _count_trials(top: SweepSpec, n_configs: int | None, problems: list[str]) -> int | None:
+    """``trials``, or for a grid that leaves it out, every configuration times its repeats."""
     trials = top.trials
-    if not problems:
-        if top.sampler.name == "grid":
-            total = n_configs * top.repeats
-            if trials is None:
-                trials = total
-            elif trials > total:
-                problems.append(f"trials: the grid has {n_configs} configurations x {top.repeats} "
-                                f"repeats = {total} trials, got trials: {trials}; lower it or "
-                                f"drop it")
-        elif trials is None:
-            problems.append(f"trials is required for sampler {top.sampler.name}: how many trials "
-                            f"to run, e.g. trials: 20")
-        elif trials % top.repeats:
-            problems.append(f"trials must be a multiple of repeats ({top.repeats}) so that every "
-                            f"configuration gets all its seeds, got {trials}")
-    if top.gpus is not None and not problems:  # the slots the run will plan, checked now
-        try:
-            plan_slots(top.workers, top.gpus, cores=1, workers_per_gpu=top.workers_per_gpu,
-                       devices_per_trial=fixed.get("devices_per_trial", 1))
-        except SweepError as e:
-            problems.extend(e.lines)
-    if len(set(top.export)) != len(top.export):
-        problems.append(f"export lists a format twice, got {top.export}")
-    if problems:
-        raise SpecError(*[f"{source}: {_one_line(p)}" for p in problems])
-    return SweepSpec(name=top.name, description=top.description, objective=top.objective,
-                     trials=trials, timeout_min=top.timeout_min, workers=top.workers,
-                     seed=top.seed, repeats=top.repeats, sampler=top.sampler, pruner=top.pruner,
-                     retries=top.retries, trial_timeout_min=top.trial_timeout_min,
-                     keep_checkpoints=top.keep_checkpoints,
-                     gpus=tuple(top.gpus) if top.gpus is not None else None,
-                     workers_per_gpu=top.workers_per_gpu, export=tuple(top.export),
-                     export_for=top.export_for,
-                     preflight=(PreflightSpec() if top.preflight is True
-                                else top.preflight or None),
-                     heartbeat_seconds=top.heartbeat_seconds,
-                     train=fixed, space=space, raw=raw,
-                     source=source, warnings=tuple(warnings))
+    if top.sampler.name == "grid":
+        total = n_configs * top.repeats
+        if trials is None:
+            return total
+        if trials > total:
+            problems.append(f"trials: the grid has {n_configs} configurations x {top.repeats} "
+                            f"repeats = {total} trials, got trials: {trials}; lower it or "
+                            f"drop it")
+    elif trials is None:
+        problems.append(f"trials is required for sampler {top.sampler.name}: how many trials "
+                        f"to run, e.g. trials: 20")
+    elif trials % top.repeats:
+        problems.append(f"trials must be a multiple of repeats ({top.repeats}) so that every "
+                        f"configuration gets all its seeds, got {trials}")
+    return trials
+
+
+def _check_slots(top: SweepSpec, problems: list[str]) -> None:
+    """The worker slots ``sweep run`` will plan on ``gpus``, checked now."""
+    try:
+        plan_slots(top.workers, top.gpus, cores=1, workers_per_gpu=top.workers_per_gpu,
+                   devices_per_trial=top.train.get("devices_per_trial", 1))
+    except SweepError as e:
+        problems.extend(e.lines)
 
 
 def _one_line(text: str, limit: int = 400) -> str:
@@ -375,7 +388,7 @@ def _pydantic_line(err: dict) -> str:
 
 
 def _known_keys(parent: tuple) -> tuple[str, ...]:
-    models = {(): _TopLevel, ("objective",): Objective}
+    models = {(): SweepSpec, ("objective",): Objective}
     model = models.get(tuple(parent))
     return tuple(model.model_fields) if model else ()
 
@@ -398,7 +411,7 @@ def _check_train(train: dict, problems: list[str]) -> dict[str, Any]:
     return fixed
 
 
-def _check_sampler(top: _TopLevel, space: sp.Space, fixed, problems, warnings) -> int | None:
+def _check_sampler(top: SweepSpec, space: sp.Space, problems, warnings) -> int | None:
     name = top.sampler.name
     nodes = list(sp.walk(space))
     if name == "grid":
@@ -414,7 +427,7 @@ def _check_sampler(top: _TopLevel, space: sp.Space, fixed, problems, warnings) -
         configs = sp.grid(space)
         for params in configs:
             try:
-                TrainSettings.from_dict({**fixed, **sp.settings_for(space, params)})
+                TrainSettings.from_dict({**top.train, **sp.settings_for(space, params)})
             except SettingsError as e:
                 problems.append(f"space: the grid point {params} is invalid: {e}")
                 return None
@@ -435,7 +448,7 @@ def _check_sampler(top: _TopLevel, space: sp.Space, fixed, problems, warnings) -
     return None
 
 
-def _check_pruner(top: _TopLevel, problems, warnings) -> None:
+def _check_pruner(top: SweepSpec, problems, warnings) -> None:
     name = top.pruner.name
     reserved = {"median": ("n_warmup_steps",), "successive_halving": ("min_resource",),
                 "hyperband": ("min_resource", "max_resource"), "none": ()}[name]
@@ -447,7 +460,7 @@ def _check_pruner(top: _TopLevel, problems, warnings) -> None:
                         f"({epochs}): no trial will be pruned")
 
 
-def _check_objective(top: _TopLevel, problems, warnings) -> None:
+def _check_objective(top: SweepSpec, problems, warnings) -> None:
     metric = top.objective.metric
     if metric not in EPOCH_METRICS:
         problems.append(f"objective.metric: the trainer logs no metric {metric!r}"
@@ -483,76 +496,3 @@ def _pruner_class(name):
     return {"none": optuna.pruners.NopPruner, "median": optuna.pruners.MedianPruner,
             "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
             "hyperband": optuna.pruners.HyperbandPruner}[name]
-
-
-# ------------------------------------------------------------------------------- JSON Schema
-
-JSON_TYPES = {"bool": "boolean", "int": "integer", "float": "number", "str": "string"}
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft-07: what VS Code's YAML extension reads) of a sweep YAML, for
-    editors (``sweep schema``).
-
-    Generated from what validates a sweep: the top-level pydantic models, and for ``train`` and
-    ``space`` the trainer settings' own field metadata (type, choices, help, fixed-only), with the
-    search space rules of :mod:`orchestrator.space`. :func:`validate` stays the authority: it
-    checks what a schema cannot say (values of settings together, grid sizes, sampler options).
-    """
-    schema = _TopLevel.model_json_schema(ref_template="#/definitions/{model}")
-    defs = schema["definitions"] = schema.pop("$defs")
-    defs["Objective"]["properties"]["metric"]["enum"] = list(EPOCH_METRICS)
-    fields = {name: f for name, f in setting_fields().items() if name != "seed"}  # top-level seed
-    defs["train"] = {"type": "object", "additionalProperties": False,
-                     "description": "fixed trainer settings",
-                     "properties": {name: _setting_schema(f) for name, f in fields.items()}}
-    searched = {name: f for name, f in fields.items() if not f.metadata["fixed_only"]}
-    defs["space"] = {"type": "object", "additionalProperties": False,
-                     "description": "searched trainer settings: a value is fixed, a list is a "
-                                    "choice, {low, high, log, step, type} a range, a mapping "
-                                    "of named options a choice with a sub-space per option",
-                     "properties": {name: _searched_schema(f) for name, f in searched.items()}}
-    for key in ("train", "space"):
-        schema["properties"][key] = {"$ref": f"#/definitions/{key}", "default": {},
-                                     "description": defs[key]["description"]}
-    return {"$schema": "http://json-schema.org/draft-07/schema#", "title": "sweep YAML",
-            "description": "A sweep YAML for `sweep run`; `sweep validate FILE` also checks "
-                           "what a schema cannot (settings together, grid sizes)", **schema}
-
-
-def _setting_schema(f) -> dict[str, Any]:
-    """One trainer setting's value: its type (null if optional), choices, help and default."""
-    from trainers.settings import DEVICE, USER_CODE
-
-    value: dict[str, Any] = {"type": JSON_TYPES[setting_kind(f.name)]}
-    choices = f.metadata.get("choices")
-    if choices is not None:
-        value = {"enum": list(choices)}
-        if f.metadata.get("user_code"):  # module:function, torchvision:NAME
-            value = {"anyOf": [value, {"type": "string", "pattern": USER_CODE.pattern}]}
-    elif f.name == "device":
-        value["pattern"] = DEVICE.pattern
-    if "None" in str(f.type):
-        value = {"anyOf": [value, {"type": "null"}]}
-    unit = f" ({f.metadata['unit']})" if f.metadata.get("unit") else ""
-    return {**value, "description": f"{f.metadata['help']}{unit}", "default": f.default}
-
-
-def _searched_schema(f) -> dict[str, Any]:
-    """One setting under ``space``: fixed, a list of choices, a range or named options."""
-    fixed = _setting_schema(f)
-    forms = [fixed, {"type": "array", "minItems": 1, "items": fixed}]
-    if setting_kind(f.name) in ("int", "float"):
-        number = {"type": "number"}
-        forms.append({"type": "object", "required": ["low", "high"],
-                      "additionalProperties": False,
-                      "properties": {"low": number, "high": number, "log": {"type": "boolean"},
-                                     "step": {"type": "number", "exclusiveMinimum": 0},
-                                     "type": {"enum": ["int", "float"]}}})
-    if f.metadata.get("choices"):
-        sub_space = {"allOf": [{"$ref": "#/definitions/space"}, {"not": {"required": [f.name]}}]}
-        forms.append({"type": "object", "minProperties": 1,
-                      "propertyNames": {"enum": list(f.metadata["choices"])},
-                      "additionalProperties": {"anyOf": [{"type": "null"}, sub_space]}})
-    return {"anyOf": forms, "description": fixed["description"]}
-

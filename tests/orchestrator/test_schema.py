@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from orchestrator.errors import SpecError
-from orchestrator.spec import json_schema, validate
+from orchestrator.schema import json_schema
+from orchestrator.spec import validate
 from tests.conftest import SWEEPS, run_cli, tiny_spec
 
 
