@@ -304,7 +304,8 @@ def _print_summary(console: Console, spec, outcome) -> None:
 def _browse_lines(name: str, outcome) -> str:
     """How to look at a finished sweep: its trials here, and MLflow's runs table of its
     experiment (a bare experiment link may land on MLflow's GenAI views instead)."""
-    from .study import default_storage, mask
+    from .paths import mask
+    from .study import default_storage
 
     uri, runs = outcome.tracking_uri, paths.runs_table(outcome.experiment_id)
     uri_flag = "" if uri == paths.default_tracking_uri() else f" --tracking-uri {mask(uri)}"
@@ -490,7 +491,7 @@ def cmd_server(args, console: Console) -> int:
            "--host", args.host, "--port", str(args.port), "--workers", str(args.workers)]
     if args.allowed_hosts:
         cmd += ["--allowed-hosts", args.allowed_hosts]
-    from .study import mask
+    from .paths import mask
 
     console.print(f"backend store {mask(backend)}, artifacts in {artifacts}", soft_wrap=True)
     return _serve(console, cmd, Path.cwd() / ".sweep" / "mlflow-server.log",

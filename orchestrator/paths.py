@@ -40,6 +40,14 @@ def default_tracking_uri() -> str:
     return f"sqlite:///{Path('mlflow.db').resolve()}"
 
 
+def mask(url: str) -> str:
+    """``url`` with any password replaced by ***, for messages and tags."""
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@", 1)
+    return url
+
+
 def runs_table(experiment_id: str) -> str:
     """The MLflow UI path of an experiment's runs table in its "Model training" view.
 

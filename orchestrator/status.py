@@ -19,6 +19,7 @@ from rich.text import Text
 
 from . import paths
 from .errors import SweepError, did_you_mean
+from .paths import mask
 from .study import (
     IDENTITY,
     RDB_SCHEMES,
@@ -26,7 +27,6 @@ from .study import (
     RETRY_OF,
     RUN_ID,
     default_storage,
-    mask,
     open_storage,
     retried_numbers,
     state_counts,

@@ -28,6 +28,7 @@ from optuna.trial import TrialState
 from . import paths
 from . import space as sp
 from .errors import SweepError
+from .paths import mask
 from .spec import SweepSpec, settings_of
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -141,14 +142,6 @@ def _is_json(line: bytes) -> bool:
         return True
     except ValueError:
         return False
-
-
-def mask(url: str) -> str:
-    """``url`` with any password replaced by ***, for messages and tags."""
-    parts = urlsplit(url)
-    if parts.password:
-        return url.replace(f":{parts.password}@", ":***@", 1)
-    return url
 
 
 def make_sampler(spec: SweepSpec, seed_offset: int = 0):

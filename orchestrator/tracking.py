@@ -22,7 +22,7 @@ from trainers.system import file_lock
 
 from . import paths
 from .errors import SweepError
-from .study import mask
+from .paths import mask
 
 # after the import: MLflow sets its own level then; its INFO lines would break the progress display
 for _name in ("mlflow", "alembic"):

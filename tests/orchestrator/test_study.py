@@ -2,8 +2,9 @@ import optuna
 import pytest
 
 from orchestrator.errors import SweepError
+from orchestrator.paths import mask
 from orchestrator.spec import validate
-from orchestrator.study import SweepStudy, default_storage, mask, open_storage
+from orchestrator.study import SweepStudy, default_storage, open_storage
 from tests.conftest import tiny_spec
 
 
