@@ -7,14 +7,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import textwrap
-import time
-import urllib.request
 from pathlib import Path
 
 from rich.console import Console
@@ -23,11 +18,73 @@ from rich.table import Table
 from trainers import DEFAULT_EXPORT_FORMATS, EXPORT_FORMATS
 
 from . import paths
+from .display import Progress, params_text
 from .errors import SweepError
+from .server import serve, server_command, ui_command
 from .spec import data_downloads, data_problems, load_spec
 
 EXIT_BAD_INPUT = 2
 COMPLETION_SHELLS = ("bash", "zsh")
+# each command: its line in `sweep --help`, its description, and the examples its --help ends
+# with (a test runs them as written)
+COMMANDS = {
+    "run": ("run or resume a sweep",
+            "Run a sweep, or resume it where it stopped: the study continues until it holds "
+            "`trials` finished trials. Exit 0 when it finished, 1 when some trials failed for "
+            "good, 2 on bad input, 130 when interrupted.",
+            ("sweep run sweeps/quickstart.yaml",
+             "sweep run sweeps/quickstart.yaml --set train.epochs=2 --trials 4")),
+    "status": ("the sweeps in the study storage, or one sweep's trials",
+               "Without NAME, list the sweeps in the Optuna study storage: trials complete, "
+               "running, pruned and failed, the best value, when the first trial started and "
+               "the last activity. With NAME, that sweep's trials: state, value, params, "
+               "duration and MLflow run id. Reads the storage only: safe while a sweep runs.",
+               ("sweep status", "sweep status quickstart")),
+    "doctor": ("check data, devices, model and loss before a sweep",
+               "Run the preflight checks of a sweep without running it: data (shapes, dtypes, "
+               "ranges, labels, class balance, a sample grid), devices, parameter registration, "
+               "gradients, loss wiring, overfitting one batch and gradient health. Exit 2 when "
+               "a check FAILs.",
+               ("sweep doctor sweeps/quickstart.yaml --lr-range-test",)),
+    "validate": ("check a sweep YAML without running it",
+                 "Check a sweep YAML without running it or touching the stores: every problem "
+                 "is one line naming the field, the value and the fix (exit 2).",
+                 ("sweep validate sweeps/adam_vs_sgd.yaml --set repeats=1",)),
+    "schema": ("print the JSON Schema of the sweep YAML (for editors)",
+               "Print the JSON Schema of the sweep YAML, generated from the models that "
+               "validate it, for editors (VS Code's YAML extension: see README).",
+               ("sweep schema --out sweep.schema.json",)),
+    "export": ("export a finished trial's model and check parity",
+               "Export a trial's final weights in the given formats, check each file against "
+               "the eager model, log the files and figures into the trial's run and copy them "
+               "to --out.",
+               ("sweep export RUN_ID --formats onnx,int8   # RUN_ID: see sweep status NAME",)),
+    "report": ("the sweep's answer: statistics per setting, plots",
+               "Write an HTML report (plots embedded), a Markdown summary and the trial table "
+               "(CSV, Parquet) of a sweep, and log them on its parent run.",
+               ("sweep report sweeps/adam_vs_sgd.yaml --out report/", "sweep report quickstart")),
+    "reproduce": ("train a trial again from its run and compare curves",
+                  "Rebuild a trial from its MLflow run alone (settings, seed, thread count), "
+                  "train it again in a run tagged as its reproduction, and compare the "
+                  "per-epoch curves. Exit 0 when they match, 1 when they differ (with what "
+                  "differs in the environment).",
+                  ("sweep reproduce RUN_ID   # RUN_ID: see sweep status NAME",)),
+    "ui": ("open the MLflow UI on this machine's store (127.0.0.1)",
+           "Start the MLflow UI on this machine's store, wait until it answers and print its "
+           "URL: with NAME, the sweep's runs table. Ctrl-C stops it.",
+           ("sweep ui quickstart", "sweep ui quickstart --port 5001")),
+    "server": ("an MLflow tracking server for several machines",
+               "Start an MLflow tracking server with artifact proxying for a team or several "
+               "machines, bound to 127.0.0.1 unless --host says otherwise.",
+               ("sweep server --backend-store-uri postgresql://mlflow@db/mlflow --host 0.0.0.0 "
+                "--allowed-hosts 'box1:5000,box2:5000'",)),
+    "completion": ("print a shell completion script (bash or zsh)",
+                   "Print a tab-completion script for bash or zsh, generated from this command "
+                   "line (commands, flags, YAML file names). Load it from your shell's startup "
+                   "file or its completion folder.",
+                   ("sweep completion bash > ~/.local/share/bash-completion/completions/sweep",
+                    "sweep completion zsh > ~/.zfunc/_sweep")),
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,16 +95,27 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(EXIT_BAD_INPUT)
 
 
-def _store_flags(p: argparse.ArgumentParser) -> None:
+def _tracking_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, "
                                           "else sqlite:///mlflow.db here)")
+
+
+def _store_flags(p: argparse.ArgumentParser) -> None:
+    _tracking_flag(p)
     p.add_argument("--storage", help="Optuna storage: a journal file path, sqlite:///..., "
                                      "postgresql://... (default: optuna.journal next to "
                                      "the MLflow database)")
 
 
-def _command(sub, name: str, help: str, description: str, *examples: str):
-    """A subcommand whose ``--help`` ends with examples (run as written by a test)."""
+def _set_flag(p: argparse.ArgumentParser, example: str = "") -> None:
+    """``--set KEY=VALUE``; ``example`` is said after the help, e.g. ``, e.g. --set a=1``."""
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help=f"override any YAML value{example} (repeatable)")
+
+
+def _command(sub, name: str) -> argparse.ArgumentParser:
+    """Subcommand ``name`` of :data:`COMMANDS`, its ``--help`` ending with its examples."""
+    help, description, examples = COMMANDS[name]
     heading = "example:" if len(examples) == 1 else "examples:"
     return sub.add_parser(name, help=help, description=textwrap.fill(description, 79),
                           epilog="\n".join([heading, *(f"  {e}" for e in examples)]),
@@ -62,6 +130,7 @@ def _spec_arg(p: argparse.ArgumentParser, metavar: str = "SPEC",
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``sweep`` parser: one subcommand per ``cmd_*`` function."""
     parser = _Parser(prog="sweep", description=textwrap.fill(
                          "Run PyTorch hyperparameter sweeps described in YAML with Optuna, "
                          "tracked in MLflow. Each command's --help ends with examples.", 79),
@@ -69,137 +138,103 @@ def build_parser() -> argparse.ArgumentParser:
                             "  sweep status quickstart\n  sweep ui quickstart",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    run = _command(sub, "run", "run or resume a sweep",
-                   "Run a sweep, or resume it where it stopped: the study continues until it "
-                   "holds `trials` finished trials. Exit 0 when it finished, 1 when some "
-                   "trials failed for good, 2 on bad input, 130 when interrupted.",
-                   "sweep run sweeps/quickstart.yaml",
-                   "sweep run sweeps/quickstart.yaml --set train.epochs=2 --trials 4")
-    _spec_arg(run)
-    run.add_argument("--trials", type=int, help="finished trials to reach (overrides trials:)")
-    run.add_argument("--workers", type=int, help="trials run at once (overrides workers:)")
-    run.add_argument("--gpus", type=_gpu_list, metavar="IDS",
-                     help="GPU ids for the worker slots, e.g. 0,1 (overrides gpus: and the "
-                          "GPUs found)")
-    run.add_argument("--new", action="store_true",
-                     help="start a fresh study and parent run (NAME-2, NAME-3...) instead of "
-                          "resuming")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override any YAML value, e.g. --set train.epochs=1 (repeatable)")
-    run.add_argument("--force", action="store_true",
-                     help="start the trials even when a preflight check FAILs")
-    _store_flags(run)
-
-    st = _command(sub, "status", "the sweeps in the study storage, or one sweep's trials",
-                  "Without NAME, list the sweeps in the Optuna study storage: trials complete, "
-                  "running, pruned and failed, the best value, when the first trial started "
-                  "and the last activity. With NAME, that sweep's trials: state, value, "
-                  "params, duration and MLflow run id. Reads the storage only: safe while a "
-                  "sweep runs.",
-                  "sweep status", "sweep status quickstart")
-    st.add_argument("name", nargs="?", metavar="NAME", help="a sweep (study) name")
-    _store_flags(st)
-
-    doc = _command(sub, "doctor", "check data, devices, model and loss before a sweep",
-                   "Run the preflight checks of a sweep without running it: data (shapes, "
-                   "dtypes, ranges, labels, class balance, a sample grid), devices, parameter "
-                   "registration, gradients, loss wiring, overfitting one batch and gradient "
-                   "health. Exit 2 when a check FAILs.",
-                   "sweep doctor sweeps/quickstart.yaml --lr-range-test")
-    _spec_arg(doc)
-    doc.add_argument("--lr-range-test", action="store_true",
-                     help="also sweep the lr exponentially and suggest a search range")
-    doc.add_argument("--out", metavar="DIR",
-                     help="where preflight.json, preflight.md and the images go (default "
-                          ".sweep/NAME/preflight next to the MLflow database)")
-    doc.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override any YAML value, e.g. --set train.model=mlp (repeatable)")
-
-    val = _command(sub, "validate", "check a sweep YAML without running it",
-                   "Check a sweep YAML without running it or touching the stores: every "
-                   "problem is one line naming the field, the value and the fix (exit 2).",
-                   "sweep validate sweeps/adam_vs_sgd.yaml --set repeats=1")
-    _spec_arg(val)
-    val.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override any YAML value (repeatable)")
-
-    sch = _command(sub, "schema", "print the JSON Schema of the sweep YAML (for editors)",
-                   "Print the JSON Schema of the sweep YAML, generated from the models that "
-                   "validate it, for editors (VS Code's YAML extension: see README).",
-                   "sweep schema --out sweep.schema.json")
-    sch.add_argument("--out", metavar="FILE", help="write it to FILE instead of printing it")
-
-    exp = _command(sub, "export", "export a finished trial's model and check parity",
-                   "Export a trial's final weights in the given formats, check each file "
-                   "against the eager model, log the files and figures into the trial's run "
-                   "and copy them to --out.",
-                   "sweep export RUN_ID --formats onnx,int8   # RUN_ID: see sweep status NAME")
-    exp.add_argument("run_id", metavar="RUN_ID", help="the trial's MLflow run id")
-    exp.add_argument("--formats", type=_formats, default=list(DEFAULT_EXPORT_FORMATS),
-                     help=f"comma-separated, from {','.join(EXPORT_FORMATS)} "
-                          f"(default {','.join(DEFAULT_EXPORT_FORMATS)})")
-    exp.add_argument("--out", help="folder for the files (default: export-RUN_ID here)")
-    exp.add_argument("--tracking-uri", help="MLflow tracking URI (default: "
-                                            "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
-
-    rep = _command(sub, "report", "the sweep's answer: statistics per setting, plots",
-                   "Write an HTML report (plots embedded), a Markdown summary and the trial "
-                   "table (CSV, Parquet) of a sweep, and log them on its parent run.",
-                   "sweep report sweeps/adam_vs_sgd.yaml --out report/",
-                   "sweep report quickstart")
-    _spec_arg(rep, "SPEC_OR_NAME", "the sweep's YAML file or its name")
-    rep.add_argument("--out", help="folder for the report (default: report-NAME here)")
-    rep.add_argument("--by", help="setting whose levels colour the curves (default: optimizer)")
-    _store_flags(rep)
-
-    rp = _command(sub, "reproduce", "train a trial again from its run and compare curves",
-                  "Rebuild a trial from its MLflow run alone (settings, seed, thread count), "
-                  "train it again in a run tagged as its reproduction, and compare the "
-                  "per-epoch curves. Exit 0 when they match, 1 when they differ (with what "
-                  "differs in the environment).",
-                  "sweep reproduce RUN_ID   # RUN_ID: see sweep status NAME")
-    rp.add_argument("run_id", metavar="RUN_ID")
-    rp.add_argument("--tracking-uri", help="MLflow tracking URI (default: "
-                                           "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
-
-    ui = _command(sub, "ui", "open the MLflow UI on this machine's store (127.0.0.1)",
-                  "Start the MLflow UI on this machine's store, wait until it answers and "
-                  "print its URL: with NAME, the sweep's runs table. Ctrl-C stops it.",
-                  "sweep ui quickstart", "sweep ui quickstart --port 5001")
-    ui.add_argument("name", nargs="?", help="sweep name: print the URL of its runs table")
-    ui.add_argument("--port", type=int, default=5000)
-    ui.add_argument("--host", default="127.0.0.1",
-                    help="address to bind (default 127.0.0.1: this machine only)")
-    _store_flags(ui)
-
-    srv = _command(sub, "server", "an MLflow tracking server for several machines",
-                   "Start an MLflow tracking server with artifact proxying for a team or "
-                   "several machines, bound to 127.0.0.1 unless --host says otherwise.",
-                   "sweep server --backend-store-uri postgresql://mlflow@db/mlflow "
-                   "--host 0.0.0.0 --allowed-hosts 'box1:5000,box2:5000'")
-    srv.add_argument("--backend-store-uri", metavar="URI",
-                     help="where runs are kept: postgresql://..., mysql://... or sqlite:///FILE "
-                          "(default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
-    srv.add_argument("--artifacts-destination", default="mlartifacts", metavar="DIR",
-                     help="where the server stores artifacts it receives (default ./mlartifacts)")
-    srv.add_argument("--host", default="127.0.0.1",
-                     help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 for "
-                          "every interface, behind your firewall)")
-    srv.add_argument("--port", type=int, default=5000)
-    srv.add_argument("--workers", type=int, default=2, help="server worker processes")
-    srv.add_argument("--allowed-hosts", metavar="HOSTS",
-                     help="Host headers the server accepts besides localhost (MLflow's DNS "
-                          "rebinding protection), e.g. 'trainbox:5000,10.0.0.5:5000'")
-
-    comp = _command(sub, "completion", "print a shell completion script (bash or zsh)",
-                    "Print a tab-completion script for bash or zsh, generated from this "
-                    "command line (commands, flags, YAML file names). Load it from your "
-                    "shell's startup file or its completion folder.",
-                    "sweep completion bash > ~/.local/share/bash-completion/completions/sweep",
-                    "sweep completion zsh > ~/.zfunc/_sweep")
-    comp.add_argument("shell", choices=COMPLETION_SHELLS)
+    arguments = {"run": _run_arguments, "status": _status_arguments, "doctor": _doctor_arguments,
+                 "validate": _validate_arguments, "schema": _schema_arguments,
+                 "export": _export_arguments, "report": _report_arguments,
+                 "reproduce": _reproduce_arguments, "ui": _ui_arguments,
+                 "server": _server_arguments, "completion": _completion_arguments}
+    for name, add_arguments in arguments.items():  # in this order in `sweep --help`
+        add_arguments(_command(sub, name))
     return parser
+
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
+    _spec_arg(p)
+    p.add_argument("--trials", type=int, help="finished trials to reach (overrides trials:)")
+    p.add_argument("--workers", type=int, help="trials run at once (overrides workers:)")
+    p.add_argument("--gpus", type=_gpu_list, metavar="IDS",
+                   help="GPU ids for the worker slots, e.g. 0,1 (overrides gpus: and the "
+                        "GPUs found)")
+    p.add_argument("--new", action="store_true",
+                   help="start a fresh study and parent run (NAME-2, NAME-3...) instead of "
+                        "resuming")
+    _set_flag(p, ", e.g. --set train.epochs=1")
+    p.add_argument("--force", action="store_true",
+                   help="start the trials even when a preflight check FAILs")
+    _store_flags(p)
+
+
+def _status_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", nargs="?", metavar="NAME", help="a sweep (study) name")
+    _store_flags(p)
+
+
+def _doctor_arguments(p: argparse.ArgumentParser) -> None:
+    _spec_arg(p)
+    p.add_argument("--lr-range-test", action="store_true",
+                   help="also sweep the lr exponentially and suggest a search range")
+    p.add_argument("--out", metavar="DIR",
+                   help="where preflight.json, preflight.md and the images go (default "
+                        ".sweep/NAME/preflight next to the MLflow database)")
+    _set_flag(p, ", e.g. --set train.model=mlp")
+
+
+def _validate_arguments(p: argparse.ArgumentParser) -> None:
+    _spec_arg(p)
+    _set_flag(p)
+
+
+def _schema_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", metavar="FILE", help="write it to FILE instead of printing it")
+
+
+def _export_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", metavar="RUN_ID", help="the trial's MLflow run id")
+    p.add_argument("--formats", type=_formats, default=list(DEFAULT_EXPORT_FORMATS),
+                   help=f"comma-separated, from {','.join(EXPORT_FORMATS)} "
+                        f"(default {','.join(DEFAULT_EXPORT_FORMATS)})")
+    p.add_argument("--out", help="folder for the files (default: export-RUN_ID here)")
+    _tracking_flag(p)
+
+
+def _report_arguments(p: argparse.ArgumentParser) -> None:
+    _spec_arg(p, "SPEC_OR_NAME", "the sweep's YAML file or its name")
+    p.add_argument("--out", help="folder for the report (default: report-NAME here)")
+    p.add_argument("--by", help="setting whose levels colour the curves (default: optimizer)")
+    _store_flags(p)
+
+
+def _reproduce_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", metavar="RUN_ID")
+    _tracking_flag(p)
+
+
+def _ui_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", nargs="?", help="sweep name: print the URL of its runs table")
+    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1: this machine only)")
+    _store_flags(p)
+
+
+def _server_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend-store-uri", metavar="URI",
+                   help="where runs are kept: postgresql://..., mysql://... or sqlite:///FILE "
+                        "(default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    p.add_argument("--artifacts-destination", default="mlartifacts", metavar="DIR",
+                   help="where the server stores artifacts it receives (default ./mlartifacts)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 for "
+                        "every interface, behind your firewall)")
+    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--workers", type=int, default=2, help="server worker processes")
+    p.add_argument("--allowed-hosts", metavar="HOSTS",
+                   help="Host headers the server accepts besides localhost (MLflow's DNS "
+                        "rebinding protection), e.g. 'trainbox:5000,10.0.0.5:5000'")
+
+
+def _completion_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("shell", choices=COMPLETION_SHELLS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,7 +301,6 @@ def cmd_run(args, console: Console) -> int:
         console.print(f"warning: {w}", soft_wrap=True)
     logs = paths.work_dir(args.tracking_uri or paths.default_tracking_uri(), spec.name) / "logs"
     _say_downloads(console, data_downloads(spec), f"its progress bar is in {logs}/worker-*.log")
-    from .display import Progress
     from .runner import run_sweep
 
     with Progress(console, spec.name) as progress:
@@ -294,9 +328,8 @@ def _print_summary(console: Console, spec, outcome) -> None:
         for col in ("trial", "value", "settings", "MLflow run"):
             table.add_column(col)
         for b in outcome.best:
-            params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                               for k, v in b["settings"].items())
-            table.add_row(str(b["number"]), f"{b['value']:.4f}", params, b["run_id"] or "")
+            table.add_row(str(b["number"]), f"{b['value']:.4f}", params_text(b["settings"]),
+                          b["run_id"] or "")
         console.print(table)
     console.print(_browse_lines(spec.name, outcome), soft_wrap=True)
 
@@ -476,80 +509,23 @@ def cmd_ui(args, console: Console) -> int:
             raise SweepError(f"no sweep named {args.name!r} in {uri}; run it first, or pass "
                              f"--tracking-uri")
         path = paths.runs_table(exp.experiment_id)
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-           "--host", args.host, "--port", str(args.port), "--workers", "2"]
-    return _serve(console, cmd, paths.work_dir(uri) / "mlflow-ui.log", "MLflow UI",
-                  f"http://{args.host}:{args.port}", path)
+    return serve(console, ui_command(uri, args.host, args.port),
+                 paths.work_dir(uri) / "mlflow-ui.log", "MLflow UI",
+                 f"http://{args.host}:{args.port}", path)
 
 
 def cmd_server(args, console: Console) -> int:
     backend = args.backend_store_uri or paths.default_tracking_uri()
     artifacts = Path(args.artifacts_destination).resolve()
     artifacts.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
-           "--artifacts-destination", str(artifacts), "--serve-artifacts",
-           "--host", args.host, "--port", str(args.port), "--workers", str(args.workers)]
-    if args.allowed_hosts:
-        cmd += ["--allowed-hosts", args.allowed_hosts]
+    cmd = server_command(backend, artifacts, args.host, args.port, args.workers,
+                         args.allowed_hosts)
     from .paths import mask
 
     console.print(f"backend store {mask(backend)}, artifacts in {artifacts}", soft_wrap=True)
-    return _serve(console, cmd, Path.cwd() / ".sweep" / "mlflow-server.log",
-                  "MLflow tracking server", f"http://{args.host}:{args.port}", "",
-                  hint="   (sweep run ... --tracking-uri this URL on every machine)")
-
-
-def _serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str, path: str,
-           hint: str = "") -> int:
-    """Start an MLflow server, print its URL once it answers, and stop it with its helper
-    processes on Ctrl-C (or when it exits)."""
-    # MLflow's job consumers serve GenAI features, not training runs: six helper processes of
-    # ~240 MB each that a sweep's server does not need (set the variable to keep them).
-    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        # its own process group: the MLflow server's helpers outlive a server killed alone
-        proc = subprocess.Popen(cmd, start_new_session=True, env=env, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT)
-    try:
-        if not _wait_http(f"{base}/health", proc, timeout=120):
-            from .workers import tail_lines
-
-            raise SweepError(f"the {what} did not start on {base} (port taken? try --port); "
-                             f"its log {log_path} ends: "
-                             f"{' | '.join(tail_lines(log_path, 3).splitlines())}")
-        console.print(f"{what}: {base}{path}{hint}   (Ctrl-C stops it; server log: {log_path})",
-                      soft_wrap=True)
-        console.file.flush()
-        proc.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        _kill_group(proc)
-    return 0
-
-
-def _wait_http(url: str, proc: subprocess.Popen, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return True
-        except OSError:
-            time.sleep(0.3)
-    return False
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    return serve(console, cmd, Path.cwd() / ".sweep" / "mlflow-server.log",
+                 "MLflow tracking server", f"http://{args.host}:{args.port}", "",
+                 hint="   (sweep run ... --tracking-uri this URL on every machine)")
 
 
 if __name__ == "__main__":

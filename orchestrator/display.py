@@ -8,14 +8,16 @@ from rich.live import Live
 from rich.table import Table
 
 
-def _fmt_seconds(s: float) -> str:
-    s = int(s)
+def clock(seconds: float) -> str:
+    """Whole seconds as a clock: ``M:SS``, from an hour on ``H:MM:SS``."""
+    s = int(seconds)
     if s >= 3600:
         return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
     return f"{s // 60}:{s % 60:02d}"
 
 
-def _fmt_params(params: dict) -> str:
+def params_text(params: dict) -> str:
+    """``lr=0.01, batch_size=64``: floats to four significant digits."""
     return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                      for k, v in params.items())
 
@@ -73,12 +75,12 @@ class Progress:
                       f"{c['pruned']} pruned, {c['fail']} failed), {s['running']} running")
         if s["best"]:
             value, params = s["best"]
-            table.add_row("best", f"{value:.4f}  {_fmt_params(params)}")
+            table.add_row("best", f"{value:.4f}  {params_text(params)}")
         elapsed = s["elapsed"]
         remaining = "?"
         if 0 < done < s["total"]:
-            remaining = _fmt_seconds(elapsed / done * (s["total"] - done))
+            remaining = clock(elapsed / done * (s["total"] - done))
         elif done >= s["total"]:
             remaining = "0:00"
-        table.add_row("time", f"{_fmt_seconds(elapsed)} elapsed, ~{remaining} remaining")
+        table.add_row("time", f"{clock(elapsed)} elapsed, ~{remaining} remaining")
         return table

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import paths
+from .display import clock, params_text
 from .errors import SweepError, did_you_mean
 from .paths import mask
 from .study import (
@@ -120,7 +121,7 @@ def trial_rows(study: optuna.Study, now: datetime) -> list[dict[str, str]]:
         rows.append({"#": str(t.number), "state": t.state.name,
                      "value": f"{t.value:.4f}" if t.value is not None else "",
                      "epochs": str(len(t.intermediate_values)) if t.intermediate_values else "",
-                     "params": _params(t.params), "duration": _duration(t, now),
+                     "params": params_text(t.params), "duration": _duration(t, now),
                      "MLflow run": t.user_attrs.get(RUN_ID, ""), "note": "; ".join(notes)})
     return rows
 
@@ -162,27 +163,18 @@ def _direction(study: optuna.Study) -> str:
     return ", ".join(d.name.lower() for d in study.directions)
 
 
-def _params(params: dict) -> str:
-    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                     for k, v in params.items())
-
-
 def _duration(t: FrozenTrial, now: datetime) -> str:
     if t.datetime_start is None:
         return ""
     end = t.datetime_complete
-    text = _clock((end or now) - t.datetime_start)
+    text = _elapsed((end or now) - t.datetime_start)
     return text if end or t.state != TrialState.RUNNING else f"{text} so far"
 
 
-def _clock(delta) -> str:
+def _elapsed(delta) -> str:
+    """Under a minute in tenths of a second, longer as a :func:`clock`."""
     seconds = max(0.0, delta.total_seconds())
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    s = int(seconds)
-    if s >= 3600:
-        return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
-    return f"{s // 60}:{s % 60:02d}"
+    return f"{seconds:.1f} s" if seconds < 60 else clock(seconds)
 
 
 def _age(when: datetime, now: datetime) -> str:

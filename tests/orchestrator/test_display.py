@@ -1,0 +1,17 @@
+"""The text pieces `sweep run` and `sweep status` share: clocks and parameter lists."""
+import pytest
+
+from orchestrator.display import clock, params_text
+
+
+@pytest.mark.parametrize("seconds, text", [(0, "0:00"), (59.9, "0:59"), (61, "1:01"),
+                                           (3599, "59:59"), (3600, "1:00:00"),
+                                           (3725.5, "1:02:05"), (90061, "25:01:01")])
+def test_clock_is_minutes_and_seconds_then_hours_from_an_hour_on(seconds, text):
+    assert clock(seconds) == text
+
+
+def test_params_text_gives_floats_four_significant_digits_and_the_rest_as_is():
+    assert params_text({"lr": 0.0123456, "batch_size": 64, "optimizer": "sgd",
+                        "clip_grad_norm": None}) == \
+        "lr=0.01235, batch_size=64, optimizer=sgd, clip_grad_norm=None"

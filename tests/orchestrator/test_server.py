@@ -1,0 +1,42 @@
+"""MLflow's server as a child process: its command lines, waiting for it, stopping its group."""
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from orchestrator.server import kill_group, server_command, ui_command, wait_http
+from tests.conftest import free_port, group_alive
+
+
+def test_ui_command_binds_the_host_and_port_given():
+    cmd = ui_command("sqlite:///m.db", "127.0.0.1", 5001)
+    assert cmd[:4] == [sys.executable, "-m", "mlflow", "ui"]
+    assert cmd[cmd.index("--backend-store-uri") + 1] == "sqlite:///m.db"
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("--port") + 1] == "5001"
+
+
+def test_server_command_proxies_artifacts_and_passes_allowed_hosts_only_when_given():
+    plain = server_command("sqlite:///m.db", Path("/a"), "0.0.0.0", 5000, 3, None)
+    assert "--serve-artifacts" in plain and "--allowed-hosts" not in plain
+    assert plain[plain.index("--artifacts-destination") + 1] == "/a"
+    assert plain[plain.index("--workers") + 1] == "3"
+    hosts = server_command("sqlite:///m.db", Path("/a"), "0.0.0.0", 5000, 3, "box:5000")
+    assert hosts[-2:] == ["--allowed-hosts", "box:5000"]
+
+
+def test_wait_http_gives_up_as_soon_as_the_server_exits():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = time.monotonic()
+    assert not wait_http(f"http://127.0.0.1:{free_port()}/health", proc, timeout=60)
+    assert time.monotonic() - start < 30
+
+
+def test_kill_group_stops_the_process_and_its_children():
+    proc = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60"], start_new_session=True)
+    time.sleep(0.3)  # let it start its child
+    kill_group(proc)
+    assert proc.poll() is not None
+    deadline = time.monotonic() + 10
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not group_alive(proc.pid), f"process group {proc.pid} left running"
