@@ -33,7 +33,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainers import TrainSettings, train  # noqa: E402
-from trainers.data import load_data  # noqa: E402
+from trainers.datasets import load_data  # noqa: E402
 from trainers.models import small_cnn  # noqa: E402
 
 

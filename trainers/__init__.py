@@ -1,29 +1,35 @@
 """PyTorch image-classification trainers: one public entry point, ``train(settings)``.
 
 Nothing here knows about Optuna, MLflow or YAML; the orchestrator calls :func:`train` like any
-user would. The settings are importable without torch (a sweep is validated without paying for
-``import torch``); the training names load torch on first use.
+user would. The settings and errors are importable without torch (a sweep is validated without
+paying for ``import torch``); the training names load torch on first use.
 """
 from .datafiles import check_data_files, pending_download
+from .errors import (
+    DETERMINISTIC_ERRORS,
+    CheckpointError,
+    DataError,
+    RankCrashed,
+    RankFailed,
+    SettingsError,
+    TrainerWarning,
+    TrainingDiverged,
+)
 from .settings import (
     DEFAULT_EXPORT_FORMATS,
     EPOCH_METRICS,
     EXPORT_FORMATS,
-    DataError,
-    SettingsError,
-    TrainerWarning,
     TrainSettings,
     setting_fields,
     setting_kind,
 )
 
-_LAZY = ("DETERMINISTIC_ERRORS", "EpochReport", "TrainResult", "TrainingDiverged",
-         "evaluate_test", "load_weights", "save_weights", "train")
+_LAZY = ("EpochReport", "TrainResult", "evaluate_test", "load_weights", "save_weights", "train")
 
-__all__ = ["DEFAULT_EXPORT_FORMATS", "EPOCH_METRICS", "EXPORT_FORMATS", "DataError",
-           "SettingsError", "TrainSettings", "TrainerWarning", "check_data_files",
-           "pending_download",
-           "setting_fields", "setting_kind", *_LAZY]
+__all__ = ["DEFAULT_EXPORT_FORMATS", "DETERMINISTIC_ERRORS", "EPOCH_METRICS", "EXPORT_FORMATS",
+           "CheckpointError", "DataError", "RankCrashed", "RankFailed", "SettingsError",
+           "TrainSettings", "TrainerWarning", "TrainingDiverged", "check_data_files",
+           "pending_download", "setting_fields", "setting_kind", *_LAZY]
 
 
 def __getattr__(name):

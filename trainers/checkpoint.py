@@ -16,11 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from .errors import CheckpointError
+
 FILE = "checkpoint.pt"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint exists but cannot be used for these settings (not worth a retry)."""
 
 
 def rng_state(generators: dict[str, torch.Generator]) -> dict[str, Any]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .settings import DataError, TrainSettings
+from .errors import DataError
+from .settings import TrainSettings
 
 DEFAULT_DATA_DIR = "~/.cache/sweep/data"
 

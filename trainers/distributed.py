@@ -2,14 +2,15 @@
 DistributedDataParallel (NCCL on GPUs, gloo on the CPU).
 
 The process that calls :func:`trainers.train` is rank 0: it starts ranks 1..k-1 as
-``python -m trainers.distributed`` children, and only it reports epochs (``on_epoch_end``) and
+``python -m trainers.rank`` children, and only it reports epochs (``on_epoch_end``) and
 writes checkpoints; the stop decision is broadcast so that every rank stops together. Every rank
-trains on its share of each optimizer step (``trainers.data.EpochOrder``), gradients are
+trains on its share of each optimizer step (``trainers.batches.EpochOrder``), gradients are
 averaged by DDP, and the epoch's metrics are summed over the ranks before they are reported.
 
 A child that fails leaves its error in the rendezvous folder and exits; rank 0 then raises that
 error (a child killed by a signal is a :class:`RankCrashed`, an ``OSError``: worth a retry),
-and a child never outlives rank 0 (``PR_SET_PDEATHSIG``).
+and a child never outlives rank 0 (``PR_SET_PDEATHSIG``). The child's entry point is
+:mod:`trainers.rank`, so that this launcher never imports the loop.
 """
 from __future__ import annotations
 
@@ -21,8 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -30,19 +30,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from .errors import DETERMINISTIC_ERRORS, RankCrashed, RankFailed, TrainingDiverged
 from .settings import TrainSettings
-from .system import die_with_parent
 
 START_TIMEOUT_S = 300.0  # ranks import torch and load nothing before they meet
-
-
-class RankFailed(RuntimeError):
-    """Another rank of the trial raised; the message names the rank and its error."""
-
-
-class RankCrashed(ChildProcessError):
-    """Another rank of the trial died (a signal, or an exit without an error): a crash, not a
-    property of the settings, so a retry may succeed."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +105,55 @@ def backend(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
+@dataclass(frozen=True)
+class RankError:
+    """What a child rank that raised leaves for rank 0: its error's type name, message and
+    the end of its traceback."""
+
+    type: str
+    message: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """The folder where the ranks of one trial meet: the job rank 0 writes (settings and
+    checkpoint folder), the process group's file store, and each child's started mark and
+    error."""
+
+    folder: Path
+
+    def write_job(self, settings: TrainSettings,
+                  checkpoint_dir: str | os.PathLike | None) -> None:
+        (self.folder / "job.json").write_text(json.dumps({
+            "settings": settings.to_dict(),
+            "checkpoint_dir": None if checkpoint_dir is None else str(checkpoint_dir)}))
+
+    def read_job(self) -> tuple[TrainSettings, str | None]:
+        """The settings and checkpoint folder of the trial."""
+        job = json.loads((self.folder / "job.json").read_text())
+        return TrainSettings.from_dict(job["settings"]), job["checkpoint_dir"]
+
+    def mark_started(self, rank: int) -> None:
+        """Child ``rank`` is about to join the group."""
+        (self.folder / f"rank-{rank}.started").touch()
+
+    def started(self, rank: int) -> bool:
+        return (self.folder / f"rank-{rank}.started").exists()
+
+    def write_error(self, rank: int, error: RankError) -> None:
+        (self.folder / f"rank-{rank}.error").write_text(json.dumps(asdict(error)))
+
+    def read_error(self, rank: int) -> RankError | None:
+        path = self.folder / f"rank-{rank}.error"
+        return RankError(**json.loads(path.read_text())) if path.exists() else None
+
+    @property
+    def store(self) -> str:
+        """The ``init_method`` of the process group."""
+        return f"file://{self.folder / 'rendezvous'}"
+
+
 @contextlib.contextmanager
 def launch(settings: TrainSettings, device: torch.device,
            checkpoint_dir: str | os.PathLike | None) -> Iterator[Ranks]:
@@ -128,55 +168,46 @@ def launch(settings: TrainSettings, device: torch.device,
         yield Ranks(0, 1, device)
         return
     with tempfile.TemporaryDirectory(prefix="sweep-ddp-") as tmp:
-        folder = Path(tmp)
-        (folder / "job.json").write_text(json.dumps({
-            "settings": settings.to_dict(),
-            "checkpoint_dir": None if checkpoint_dir is None else str(checkpoint_dir)}))
-        children = [_start_rank(folder, rank, world) for rank in range(1, world)]
+        meeting = Rendezvous(Path(tmp))
+        meeting.write_job(settings, checkpoint_dir)
+        children = [_start_rank(meeting, rank, world) for rank in range(1, world)]
         try:
-            _wait_started(folder, children)
-            with _group(folder, 0, world, device) as ranks:
+            _wait_started(meeting, children)
+            with join_group(meeting, 0, world, device) as ranks:
                 yield ranks
             _end(children, grace=30.0)  # done: the others leave the group on their own
         except Exception as e:
             if isinstance(e, EOFError):  # the caller's own channel closed: not a rank's doing
                 raise
-            failure = _child_failure(folder, children, wait=5.0)
-            if failure is not None and not _own_error(e):
+            failure = _child_failure(meeting, children, wait=5.0)
+            # an error of rank 0's own making (its settings, data or loss) is raised as it is,
+            # not as a collective that broke because another rank went away
+            if failure is not None and not isinstance(e, DETERMINISTIC_ERRORS):
                 raise failure from e
             raise
         finally:
             _end(children, grace=0.0)
 
 
-def _own_error(e: BaseException) -> bool:
-    """An error of rank 0's own making (its settings, data or loss), not a collective that
-    broke because another rank went away."""
-    from .loop import DETERMINISTIC_ERRORS
-
-    return isinstance(e, DETERMINISTIC_ERRORS)
-
-
-def _start_rank(folder: Path, rank: int, world: int) -> subprocess.Popen:
+def _start_rank(meeting: Rendezvous, rank: int, world: int) -> subprocess.Popen:
     env = dict(os.environ)
     # the caller's import path (a user's dataset or model module), whatever its current folder
     env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] +
                                         [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return subprocess.Popen(
-        [sys.executable, "-m", "trainers.distributed", str(folder), str(rank), str(world),
+        [sys.executable, "-m", "trainers.rank", str(meeting.folder), str(rank), str(world),
          str(torch.get_num_threads())], stdin=subprocess.DEVNULL, env=env, close_fds=True)
 
 
-def _wait_started(folder: Path, children: list[subprocess.Popen]) -> None:
+def _wait_started(meeting: Rendezvous, children: list[subprocess.Popen]) -> None:
     """Until every child is about to join the group (so that joining cannot hang on a child
     that died while importing torch)."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
-        waiting = [r for r in range(1, len(children) + 1)
-                   if not (folder / f"rank-{r}.started").exists()]
+        waiting = [r for r in range(1, len(children) + 1) if not meeting.started(r)]
         if not waiting:
             return
-        failure = _child_failure(folder, children, wait=0.0)
+        failure = _child_failure(meeting, children, wait=0.0)
         if failure is not None:
             raise failure
         if time.monotonic() > deadline:
@@ -185,35 +216,34 @@ def _wait_started(folder: Path, children: list[subprocess.Popen]) -> None:
 
 
 @contextlib.contextmanager
-def _group(folder: Path, rank: int, world: int, device: torch.device) -> Iterator[Ranks]:
+def join_group(meeting: Rendezvous, rank: int, world: int,
+               device: torch.device) -> Iterator[Ranks]:
+    """This process as ``rank`` of the trial's process group, until the block ends."""
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend(device), init_method=f"file://{folder / 'rendezvous'}",
-                            rank=rank, world_size=world)
+    dist.init_process_group(backend(device), init_method=meeting.store, rank=rank,
+                            world_size=world)
     try:
         yield Ranks(rank, world, device)
     finally:
         dist.destroy_process_group()
 
 
-def _child_failure(folder: Path, children: list[subprocess.Popen],
+def _child_failure(meeting: Rendezvous, children: list[subprocess.Popen],
                    wait: float) -> Exception | None:
     """The error of the first child that failed, waiting up to ``wait`` s for one to end."""
-    from .loop import TrainingDiverged
-
     deadline = time.monotonic() + wait
     while True:
         for rank, child in enumerate(children, start=1):
             code = child.poll()
             if code is None or code == 0:
                 continue
-            error = folder / f"rank-{rank}.error"
-            if error.exists():
-                e = json.loads(error.read_text())
-                text = f"rank {rank} of {len(children) + 1}: {e['type']}: {e['message']}"
-                if e["type"] == "TrainingDiverged":
+            e = meeting.read_error(rank)
+            if e is not None:
+                text = f"rank {rank} of {len(children) + 1}: {e.type}: {e.message}"
+                if e.type == "TrainingDiverged":
                     return TrainingDiverged(text)
-                return RankFailed(f"{text}\n{e['traceback']}")
+                return RankFailed(f"{text}\n{e.traceback}")
             how = (f"killed by {signal.Signals(-code).name}" if code < 0
                    else f"exited with code {code}")
             return RankCrashed(f"rank {rank} of {len(children) + 1} {how}")
@@ -238,31 +268,3 @@ def _end(children: list[subprocess.Popen], grace: float) -> None:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
-
-
-def _rank_main(folder: Path, rank: int, world: int, threads: int) -> int:
-    """A child rank: join the group, train alongside rank 0, leave an error file on failure."""
-    if not die_with_parent():  # rank 0 died before the request took effect
-        return 1
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are rank 0's to handle
-    torch.set_num_threads(threads)
-    from .loop import _train, resolve_device
-
-    try:
-        job = json.loads((folder / "job.json").read_text())
-        settings = TrainSettings.from_dict(job["settings"])
-        device = resolve_device(settings.device, rank, world)
-        (folder / f"rank-{rank}.started").touch()
-        with _group(folder, rank, world, device) as ranks:
-            _train(settings, ranks, None, job["checkpoint_dir"])
-    except Exception as e:  # noqa: BLE001 - handed to rank 0, which raises it
-        (folder / f"rank-{rank}.error").write_text(json.dumps({
-            "type": type(e).__name__, "message": str(e),
-            "traceback": traceback.format_exc(limit=-8)}))
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_rank_main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
-                        int(sys.argv[4])))

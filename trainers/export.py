@@ -31,8 +31,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from .data import Data, Normalization, load_data
-from .settings import DEFAULT_EXPORT_FORMATS, EXPORT_FORMATS, TrainerWarning, TrainSettings
+from .datasets import Data, Normalization, load_data
+from .errors import TrainerWarning
+from .loop import load_trained_model
+from .settings import DEFAULT_EXPORT_FORMATS, EXPORT_FORMATS, TrainSettings
 
 FORMATS = EXPORT_FORMATS
 DEFAULT_FORMATS = DEFAULT_EXPORT_FORMATS
@@ -301,7 +303,7 @@ def export(settings: TrainSettings, weights: str | os.PathLike | nn.Module,
 
     Raises:
         ValueError: an unknown format.
-        checkpoint.CheckpointError: the weights cannot be read or do not fit the model.
+        CheckpointError: the weights cannot be read or do not fit the model.
     """
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
@@ -309,7 +311,8 @@ def export(settings: TrainSettings, weights: str | os.PathLike | nn.Module,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = load_data(settings)
-    model = weights if isinstance(weights, nn.Module) else _load_model(settings, data, weights)
+    model = (weights if isinstance(weights, nn.Module)
+             else load_trained_model(settings, data, weights))
     wrapper = wrap(model.cpu(), data)
     pixels, labels = raw_pixels(data)
     meta = metadata(data, settings, pixels)
@@ -365,20 +368,6 @@ def _one_format(fmt, wrapper, example, out_dir, meta, eager, pixels, labels, cal
     check = parity(run, eager, pixels, labels, int8=fmt == "int8")
     return {"file": str(path), "size_bytes": path.stat().st_size, **details, **check,
             "latency": latency(run, pixels), "error": None}
-
-
-def _load_model(settings: TrainSettings, data: Data, weights) -> nn.Module:
-    from .checkpoint import CheckpointError, load_weights
-    from .models import build_model
-
-    model = build_model(settings.model, data.num_classes, data.in_channels, data.image_size,
-                        settings.weights, settings.download)
-    try:
-        model.load_state_dict(load_weights(weights))
-    except RuntimeError as e:
-        raise CheckpointError(f"weights {weights} do not fit model {settings.model}: "
-                              f"{str(e).splitlines()[0]}") from None
-    return model
 
 
 def summary_metrics(report: dict[str, Any]) -> dict[str, float]:

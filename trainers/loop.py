@@ -8,33 +8,32 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import random
 import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from . import activations, checkpoint, distributed
-from .data import AUGMENTATIONS, Data, derived_seed, load_data, make_batches
+from .augment import AUGMENTATIONS
+from .batches import make_batches
+from .datasets import Data, load_data
 from .distributed import ALONE, Ranks
+from .errors import CheckpointError, TrainerWarning, TrainingDiverged
 from .models import build_model
 from .optim import build_optimizer, build_scheduler
-from .settings import SettingsError, TrainerWarning, TrainSettings
-
-AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite: the settings, not luck, are at fault (not worth a retry)."""
-
-
-# what the same settings, code and seed raise again: not worth a retry
-DETERMINISTIC_ERRORS = (TrainingDiverged, SettingsError, checkpoint.CheckpointError)
+from .runtime import (
+    autocast,
+    prepare_inputs,
+    rank_seed,
+    resolve_device,
+    seed_everything,
+    set_determinism,
+)
+from .settings import TrainSettings
 
 
 @dataclass
@@ -63,81 +62,11 @@ class TrainResult:
     resumed_from: int = 0
 
 
-def resolve_device(name: str, rank: int = 0, world: int = 1) -> torch.device:
-    """``auto`` is the first visible CUDA device if there is one, else the CPU; rank ``r`` of a
-    trial on several devices gets CUDA device ``r`` (``auto`` or ``cuda``) or the CPU.
-
-    Raises:
-        SettingsError: the named device does not exist on this machine.
-    """
-    if world > 1:
-        if name in ("auto", "cuda") and torch.cuda.is_available():
-            if torch.cuda.device_count() < world:
-                raise SettingsError("devices_per_trial", world,
-                                    f"needs {world} GPUs, {torch.cuda.device_count()} visible "
-                                    f"here; lower it or use device: cpu")
-            return torch.device("cuda", rank)
-        if name == "cuda":
-            raise SettingsError("device", name, "is not available here (no CUDA device "
-                                                "visible); use device: auto or cpu")
-        return torch.device("cpu")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not (torch.cuda.is_available() and
-                                      (device.index or 0) < torch.cuda.device_count()):
-        raise SettingsError("device", name, f"is not available here ({torch.cuda.device_count()} "
-                                            f"CUDA devices visible); use device: auto or cpu")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise SettingsError("device", name, "is not available here; use device: auto or cpu")
-    return device
-
-
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (every CUDA device included)."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def set_determinism(on: bool) -> None:
-    """Deterministic algorithms or fast ones, for this process (set again by every run).
-
-    On: cuDNN deterministic without autotuning, ``torch.use_deterministic_algorithms`` with
-    ``warn_only`` (an op without a deterministic kernel warns instead of stopping the run; the
-    warning reaches the run's record). Off: cuDNN autotuning for speed.
-    """
-    if on:  # cuBLAS reads it when its handle is created: before the first matmul on a GPU
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.backends.cudnn.deterministic = on
-    torch.backends.cudnn.benchmark = not on
-    torch.use_deterministic_algorithms(on, warn_only=True)
-
-
-def rank_seed(seed: int, stream: int, rank: int) -> int:
-    """The seed of random stream ``stream`` on ``rank``: ranks draw different augmentations and
-    dropout masks; rank 0 draws what a run on one device draws."""
-    return derived_seed(seed, stream) if rank == 0 else derived_seed(seed, 1000 * stream + rank)
-
-
-def autocast(settings: TrainSettings, device: torch.device):
-    """The mixed-precision context of ``settings.amp`` (a no-op for ``none``)."""
-    if settings.amp == "none":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=AMP_DTYPES[settings.amp])
-
-
-def prepare(settings: TrainSettings, x: torch.Tensor) -> torch.Tensor:
-    """Inputs in the memory format the model was put in."""
-    if settings.channels_last and x.ndim == 4:
-        return x.contiguous(memory_format=torch.channels_last)
-    return x
-
-
 @dataclass
-class _Run:
-    """What one training run is made of; built once by :func:`train`. ``model`` is what
-    trains (DDP around ``module`` on several ranks, ``module`` itself alone)."""
+class Run:
+    """What one training run is made of, built by :func:`build_run` (for a training, or for
+    :func:`trainers.preflight.preflight`'s checks). ``model`` is what trains (DDP around
+    ``module`` on several ranks, ``module`` itself alone)."""
 
     settings: TrainSettings
     device: torch.device
@@ -170,8 +99,8 @@ class _Run:
                                else state["rng"], self.generators)
 
 
-def _build(settings: TrainSettings, device: torch.device, data: Data,
-           ranks: Ranks = ALONE) -> _Run:
+def build_run(settings: TrainSettings, device: torch.device, data: Data,
+              ranks: Ranks = ALONE) -> Run:
     """Model, optimizer (after ``model.to(device)``), schedule and batches of one run."""
     seed_everything(settings.seed)  # the same initial weights on every rank
     module = build_model(settings.model, data.num_classes, data.in_channels, data.image_size,
@@ -192,10 +121,10 @@ def _build(settings: TrainSettings, device: torch.device, data: Data,
                                ranks.rank, ranks.world)
     scheduler = build_scheduler(optimizer, settings, train_batches.steps_per_epoch)
     _warn_about_batchnorm(settings, module)
-    return _Run(settings, device, module, ranks.wrap(module), optimizer, scheduler,
-                torch.amp.GradScaler(device.type, enabled=settings.amp == "fp16"),
-                nn.CrossEntropyLoss(label_smoothing=settings.label_smoothing),
-                train_batches, val_batches, generators, ranks)
+    return Run(settings, device, module, ranks.wrap(module), optimizer, scheduler,
+               torch.amp.GradScaler(device.type, enabled=settings.amp == "fp16"),
+               nn.CrossEntropyLoss(label_smoothing=settings.label_smoothing),
+               train_batches, val_batches, generators, ranks)
 
 
 def _warn_about_batchnorm(settings: TrainSettings, module: nn.Module) -> None:
@@ -236,23 +165,25 @@ def train(settings: TrainSettings, *,
     Raises:
         TrainingDiverged: the training loss became NaN or infinite.
         SettingsError: a setting cannot be used here (device missing, data missing: DataError).
-        checkpoint.CheckpointError: the checkpoint there was written for other settings.
-        distributed.RankFailed, distributed.RankCrashed: another rank of the trial failed.
+        CheckpointError: the checkpoint there was written for other settings.
+        RankFailed, RankCrashed: another rank of the trial failed.
     """
     world = settings.devices_per_trial
     devices = [resolve_device(settings.device, rank, world) for rank in range(world)]
     with distributed.launch(settings, devices[0], checkpoint_dir) as ranks:
-        return _train(settings, ranks, on_epoch_end, checkpoint_dir)
+        return train_rank(settings, ranks, on_epoch_end, checkpoint_dir)
 
 
-def _train(settings: TrainSettings, ranks: Ranks, on_epoch_end, checkpoint_dir) -> TrainResult:
-    """The run of one rank (of one, alone)."""
+def train_rank(settings: TrainSettings, ranks: Ranks, on_epoch_end,
+               checkpoint_dir) -> TrainResult:
+    """The run of one rank of a trial (of one, alone): what :func:`train` does once the ranks
+    have met; a child rank (:mod:`trainers.rank`) calls it with no ``on_epoch_end``."""
     device = ranks.device
     set_determinism(settings.deterministic)
     data = load_data(settings)
     started = time.perf_counter()
     hook_seconds = 0.0
-    run = _build(settings, device, data, ranks)
+    run = build_run(settings, device, data, ranks)
     steps_per_epoch = run.train_batches.steps_per_epoch
 
     reports: list[EpochReport] = []
@@ -296,7 +227,7 @@ def _train(settings: TrainSettings, ranks: Ranks, on_epoch_end, checkpoint_dir) 
                        device=str(device), model=run.module, resumed_from=resumed_from)
 
 
-def train_one_epoch(run: _Run, epoch: int, first_step: int) -> tuple[dict[str, float], list]:
+def train_one_epoch(run: Run, epoch: int, first_step: int) -> tuple[dict[str, float], list]:
     """One pass over the shuffled training set; returns (metrics, [(global_step, lr), ...]).
 
     Each optimizer step sums the gradients of its micro-batches, each loss weighted by its share
@@ -341,7 +272,7 @@ def train_one_epoch(run: _Run, epoch: int, first_step: int) -> tuple[dict[str, f
                           torch.stack(norms)), lr_steps
 
 
-def _forward_backward(run: _Run, x, y, weight: float, step: int):
+def _forward_backward(run: Run, x, y, weight: float, step: int):
     """Forward and backward of one micro-batch; returns its (detached) loss and logits."""
     if not run.checked_devices:
         _check_one_device(run.model, x, y)
@@ -349,7 +280,7 @@ def _forward_backward(run: _Run, x, y, weight: float, step: int):
     if run.settings.augment != "none":
         x = AUGMENTATIONS[run.settings.augment](x, run.generators["augment"])
     with autocast(run.settings, run.device):
-        logits = run.model(prepare(run.settings, x))
+        logits = run.model(prepare_inputs(run.settings, x))
         loss = run.loss_fn(logits, y)
     if run.device.type == "cpu" and not math.isfinite(loss.item()):  # a free check on CPU only
         raise TrainingDiverged(f"training loss is {loss.item()} at step {step}")
@@ -357,7 +288,7 @@ def _forward_backward(run: _Run, x, y, weight: float, step: int):
     return loss.detach().float(), logits.detach()
 
 
-def _unscale_and_clip(run: _Run, params) -> torch.Tensor:
+def _unscale_and_clip(run: Run, params) -> torch.Tensor:
     """The step's global gradient norm (unscaled first under fp16), clipped if asked."""
     if run.scaler.is_enabled():
         run.scaler.unscale_(run.optimizer)
@@ -366,7 +297,7 @@ def _unscale_and_clip(run: _Run, params) -> torch.Tensor:
     return nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
 
 
-def _epoch_metrics(run: _Run, train_loss: float, train_acc: float, samples_per_second: float,
+def _epoch_metrics(run: Run, train_loss: float, train_acc: float, samples_per_second: float,
                    norm: torch.Tensor) -> dict[str, float]:
     clip = run.settings.clip_grad_norm
     finite = norm[torch.isfinite(norm)]  # fp16: overflowed steps were skipped, not taken
@@ -380,7 +311,7 @@ def _epoch_metrics(run: _Run, train_loss: float, train_acc: float, samples_per_s
 
 
 @torch.no_grad()
-def _validate(run: _Run) -> dict[str, float]:
+def _validate(run: Run) -> dict[str, float]:
     """The epoch's validation metrics (with the activation statistics, when asked; on several
     ranks, those of rank 0's share of the split)."""
     run.ranks.sync_buffers(run.module)
@@ -404,7 +335,7 @@ def evaluate(model: nn.Module, batches, settings: TrainSettings, device: torch.d
     n = 0
     for x, y in batches.eval_batches():
         with autocast(settings, device):
-            logits = model(prepare(settings, x))
+            logits = model(prepare_inputs(settings, x))
         loss_sum += F.cross_entropy(logits.float(), y, reduction="sum")
         correct += (logits.argmax(1) == y).sum()
         n += len(y)
@@ -417,24 +348,35 @@ def evaluate_test(settings: TrainSettings, weights: str | os.PathLike) -> dict[s
     dataset's test split, or None when the dataset has none. Never use it for selection.
 
     Raises:
-        checkpoint.CheckpointError: the weights cannot be read or do not fit the model.
+        CheckpointError: the weights cannot be read or do not fit the model.
     """
     device = resolve_device(settings.device)
     data = load_data(settings)
     if data.test is None:
         return None
+    model = load_trained_model(settings, data, weights).to(device)
+    if settings.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    test = make_batches(data, "test", settings, device, torch.Generator().manual_seed(0))
+    return evaluate(model, test, settings, device, prefix="test")
+
+
+def load_trained_model(settings: TrainSettings, data: Data,
+                       weights: str | os.PathLike) -> nn.Module:
+    """The model of ``settings`` for ``data``, on the CPU, with the weights saved at ``weights``
+    by :func:`trainers.save_weights`.
+
+    Raises:
+        CheckpointError: the weights cannot be read or do not fit the model.
+    """
     model = build_model(settings.model, data.num_classes, data.in_channels, data.image_size,
                         settings.weights, settings.download)
     try:
         model.load_state_dict(checkpoint.load_weights(weights))
     except RuntimeError as e:  # missing or unexpected keys, wrong shapes
-        raise checkpoint.CheckpointError(f"weights {weights} do not fit model "
-                                         f"{settings.model}: {str(e).splitlines()[0]}") from None
-    model = model.to(device)
-    if settings.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    test = make_batches(data, "test", settings, device, torch.Generator().manual_seed(0))
-    return evaluate(model, test, settings, device, prefix="test")
+        raise CheckpointError(f"weights {weights} do not fit model {settings.model}: "
+                              f"{str(e).splitlines()[0]}") from None
+    return model
 
 
 def _check_one_device(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:

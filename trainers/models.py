@@ -11,7 +11,8 @@ from pathlib import Path
 
 from torch import nn
 
-from .settings import TORCHVISION, SettingsError
+from .errors import SettingsError
+from .settings import TORCHVISION
 
 CIFAR_STEM_BELOW = 64  # resnet18: inputs smaller than this get the 3x3, stride-1 stem
 

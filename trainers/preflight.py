@@ -22,8 +22,9 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset, TensorDataset, default_collate
 
-from .data import Data, load_data
-from .loop import _build, resolve_device, seed_everything
+from .datasets import Data, load_data
+from .loop import build_run
+from .runtime import resolve_device, seed_everything
 from .settings import TrainSettings
 
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
@@ -300,7 +301,7 @@ def _sample_grid(x: torch.Tensor, y: torch.Tensor, data: Data, path: Path) -> Pa
 def _device_check(ctx: _Context) -> None:
     s = ctx.settings
     ctx.device = ctx.guarded("devices", lambda: resolve_device(s.device))
-    ctx.run = ctx.guarded("model", lambda: _build(s, ctx.device, ctx.data))
+    ctx.run = ctx.guarded("model", lambda: build_run(s, ctx.device, ctx.data))
     step = ctx.guarded("devices", lambda: next(iter(ctx.run.train_batches.epoch(1))))
     x, y = step.micro_batches[0]
     ctx.batch = (x, y)
@@ -413,7 +414,7 @@ def _overfit_checks(ctx: _Context) -> None:
     between reads show up as a batch that cannot be learnt)."""
     s, data, device = ctx.settings, ctx.data, ctx.device
     seed_everything(s.seed)
-    model = ctx.guarded("overfit", lambda: _build(s, device, data).model)
+    model = ctx.guarded("overfit", lambda: build_run(s, device, data).model)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=OVERFIT_LR)
     n = min(OVERFIT_BATCH, len(data.train))
@@ -485,7 +486,7 @@ def _lr_range_check(ctx: _Context, lr_search: tuple[float, float] | None,
     """An exponential lr sweep with the run's optimizer; stops once the loss explodes."""
     s, device = ctx.settings, ctx.device
     seed_everything(s.seed)
-    run = ctx.guarded("lr_range", lambda: _build(replace(s, lr_scaling="none", min_lr=0.0,
+    run = ctx.guarded("lr_range", lambda: build_run(replace(s, lr_scaling="none", min_lr=0.0,
                                                          lr=lo), device, ctx.data))
     model, optimizer = run.model, run.optimizer  # the lr is set by hand below, no scheduler
     model.train()
@@ -559,16 +560,3 @@ def _plot_lr_range(lrs, losses, suggested, path: Path) -> Path:
     fig.savefig(path, dpi=80)
     plt.close(fig)
     return path
-
-
-def to_markdown(report: PreflightReport, title: str = "Preflight") -> str:
-    """The report as a Markdown section: one table row per check."""
-    lines = [f"## {title}: {report.status}", "", "| check | status | evidence | cause | fix |",
-             "|---|---|---|---|---|"]
-    for c in report.checks:
-        cells = [c.name, c.status, c.evidence, c.cause, c.fix]
-        lines.append("| " + " | ".join(v.replace("|", "\\|") for v in cells) + " |")
-    if report.suggested_lr:
-        lines += ["", f"Suggested lr range: [{report.suggested_lr[0]:.2g}, "
-                      f"{report.suggested_lr[1]:.2g}]"]
-    return "\n".join(lines) + "\n"

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import SettingsError
+
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("constant", "warmup_cosine")
 LR_SCALINGS = ("none", "linear", "sqrt")
@@ -24,33 +26,7 @@ DEFAULT_EXPORT_FORMATS = ("torch_export", "onnx")
 # what train() reports after every epoch (the lr is reported per optimizer step instead)
 EPOCH_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "grad_norm",
                  "clipped_fraction", "epoch_seconds", "samples_per_second")
-# reported only where it exists (a CUDA device): not an objective
-CUDA_METRICS = ("peak_memory_mb",)
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
-
-
-class SettingsError(ValueError):
-    """A trainer setting has a value the trainer cannot use.
-
-    ``field`` names the setting, ``value`` is what it got and the message says what would work.
-    """
-
-    def __init__(self, field_name: str, value: Any, fix: str):
-        self.field = field_name
-        self.value = value
-        self.fix = fix
-        super().__init__(f"{field_name} {fix}, got {value!r}")
-
-
-class TrainerWarning(UserWarning):
-    """Training runs, but not quite as asked (e.g. BatchNorm under gradient accumulation)."""
-
-
-class DataError(SettingsError):
-    """The dataset cannot be read as the settings say: files missing, classes that disagree,
-    labels of the wrong kind. Deterministic: not worth a retry."""
-
-
 USER_CODE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # module.path:function
 TORCHVISION = "torchvision:"  # model: torchvision:NAME, any torchvision classification model
 

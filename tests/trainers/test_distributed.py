@@ -10,15 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainers import TrainSettings, train
-from trainers.data import EpochOrder
-from trainers.distributed import RankCrashed, RankFailed
+from trainers import RankCrashed, RankFailed, TrainSettings, train
+from trainers.batches import EpochOrder
 
 CURVE = ("train_loss", "train_acc", "val_loss", "val_acc", "grad_norm")
 
 
 def rank_processes(wait: float = 5.0) -> list[int]:
-    """Live ``python -m trainers.distributed`` processes (zombies excluded), once none are
+    """Live ``python -m trainers.rank`` processes (zombies excluded), once none are
     left or ``wait`` s have passed."""
     deadline = time.monotonic() + wait
     while True:
@@ -29,7 +28,7 @@ def rank_processes(wait: float = 5.0) -> list[int]:
                 state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
             except OSError:
                 continue
-            if b"trainers.distributed" in cmd and state != "Z":
+            if b"trainers.rank" in cmd and state != "Z":
                 live.append(int(proc.name))
         if not live or time.monotonic() > deadline:
             return live

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from trainers import TrainSettings, train
-from trainers.checkpoint import CheckpointError, load_weights, save_weights
-from trainers.data import load_data
+from trainers import CheckpointError, TrainSettings, train
+from trainers.checkpoint import load_weights, save_weights
+from trainers.datasets import load_data
 from trainers.export import FORMATS, export, raw_pixels
 
 RELOAD = """

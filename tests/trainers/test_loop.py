@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from trainers import TrainingDiverged, TrainSettings, train
-from trainers.data import load_data
+from trainers.datasets import load_data
 
 TIMED = ("epoch_seconds", "samples_per_second")
 
@@ -93,7 +93,7 @@ def test_a_run_resumed_from_its_checkpoint_matches_an_uninterrupted_one(tmp_path
 
 
 def test_a_checkpoint_for_other_settings_is_refused(tmp_path):
-    from trainers.checkpoint import CheckpointError
+    from trainers import CheckpointError
 
     train(TrainSettings(epochs=1), checkpoint_dir=tmp_path)
     with pytest.raises(CheckpointError, match="lr differ"):

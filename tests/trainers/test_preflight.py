@@ -4,7 +4,7 @@ import json
 import pytest
 
 from trainers import TrainSettings
-from trainers.preflight import FAIL, PASS, SKIP, WARN, preflight, to_markdown
+from trainers.preflight import FAIL, PASS, SKIP, WARN, preflight
 
 
 def run(tmp_path=None, **settings):
@@ -25,7 +25,6 @@ def test_the_healthy_default_passes_every_check_and_leaves_its_evidence(tmp_path
     assert "model cpu float32 | inputs cpu float32 | labels cpu int64" == \
         report.check("devices").evidence
     json.dumps(report.to_dict())  # what the orchestrator logs
-    assert "| overfit | PASS |" in to_markdown(report)
 
 
 def test_float_labels_fail_the_labels_check_and_stop_the_training_checks():

@@ -4,16 +4,8 @@ import pytest
 import torch
 
 from tests.datasets import write_image_folder, write_mnist
-from trainers import (
-    DataError,
-    SettingsError,
-    TrainSettings,
-    check_data_files,
-    evaluate_test,
-    pending_download,
-    train,
-)
-from trainers.data import STATS, carve_validation, flip_crop, load_data, raw_to_tensors
+from trainers import DataError, TrainSettings, evaluate_test, train
+from trainers.datasets import STATS, carve_validation, load_data, raw_to_tensors
 
 
 def _one_epoch(**settings):
@@ -68,30 +60,6 @@ def test_cifar_arrays_become_normalised_nchw_tensors():
     assert float(x[1, 2, 5, 5]) == pytest.approx(-mean[2] / std[2])
 
 
-@pytest.mark.parametrize("dataset", ["mnist", "fashion_mnist", "cifar10", "cifar100"])
-def test_torchvision_datasets_without_files_fail_with_one_clear_line(tmp_path, dataset):
-    s = TrainSettings(dataset=dataset, data_dir=str(tmp_path))
-    with pytest.raises(DataError) as e:
-        check_data_files(s)
-    message = str(e.value)
-    assert str(tmp_path) in message and "download: true" in message and "\n" not in message
-    with pytest.raises(DataError):  # the trainer refuses the same way
-        train(s)
-    assert not any(tmp_path.iterdir())  # nothing fetched, nothing half-written
-
-
-def test_download_is_opt_in_and_skips_the_file_check(tmp_path):
-    check_data_files(TrainSettings(dataset="cifar10", data_dir=str(tmp_path), download=True))
-
-
-def test_a_download_is_announced_until_the_files_are_there(tmp_path):
-    s = TrainSettings(dataset="mnist", data_dir=str(tmp_path), download=True)
-    assert pending_download(s) == f"mnist (12 MB) into {tmp_path}"
-    assert pending_download(TrainSettings(dataset="mnist", data_dir=str(tmp_path))) is None
-    write_mnist(tmp_path)
-    assert pending_download(s) is None
-
-
 def test_an_image_folder_of_mixed_sizes_and_modes_trains(tmp_path):
     write_image_folder(tmp_path, splits=("train", "val", "test"))
     s = TrainSettings(dataset="image_folder", data_dir=str(tmp_path), image_size=16,
@@ -126,14 +94,6 @@ def test_image_folders_need_matching_classes(tmp_path):
         load_data(TrainSettings(dataset="image_folder", data_dir=str(tmp_path), image_size=8))
 
 
-def test_an_image_folder_needs_its_splits_and_a_size(tmp_path):
-    with pytest.raises(DataError, match="train/"):
-        check_data_files(TrainSettings(dataset="image_folder", data_dir=str(tmp_path),
-                                       image_size=8))
-    with pytest.raises(SettingsError, match="image_size is needed"):
-        TrainSettings(dataset="image_folder", data_dir=str(tmp_path))
-
-
 def test_a_user_dataset_function_trains():
     result = _one_epoch(dataset="tests.datasets:tensor_dataset", model="mlp", batch_size=16)
     assert result.history[0]["train_acc"] >= 0
@@ -150,26 +110,3 @@ def test_float_labels_from_a_user_dataset_are_refused():
 def test_a_missing_user_dataset_names_the_setting():
     with pytest.raises(DataError, match="cannot be imported"):
         load_data(TrainSettings(dataset="tests.datasets:nothing_here"))
-
-
-def test_tensor_and_dataloader_paths_see_the_same_batches():
-    a = train(TrainSettings(epochs=2, seed=5, augment="flip_crop")).history
-    b = train(TrainSettings(epochs=2, seed=5, augment="flip_crop", loader="dataloader",
-                            num_workers=2)).history
-    for ha, hb in zip(a, b):
-        for key in ("train_loss", "train_acc", "val_loss", "val_acc"):
-            assert ha[key] == pytest.approx(hb[key], rel=1e-6), key
-
-
-def test_flip_crop_keeps_the_size_and_moves_pixels_within_the_padding():
-    x = torch.arange(2 * 3 * 16 * 16, dtype=torch.float32).view(2, 3, 16, 16) + 1
-    out = flip_crop(x, torch.Generator().manual_seed(0))
-    assert out.shape == x.shape
-    again = flip_crop(x, torch.Generator().manual_seed(0))
-    assert torch.equal(out, again)
-    for i in range(2):  # every output row is a (possibly flipped) shifted input row or padding
-        values = set(out[i].flatten().tolist()) - {0.0}
-        assert values <= set(x[i].flatten().tolist())
-        assert len(values) >= 14 * 14 * 3  # a shift of at most 2 pixels each way keeps most
-    flips = [flip_crop(x, torch.Generator().manual_seed(s)) for s in range(8)]
-    assert any(not torch.equal(f, flips[0]) for f in flips)

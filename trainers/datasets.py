@@ -1,0 +1,268 @@
+"""Datasets by name: each loads as a :class:`Data` of train, validation and test splits.
+
+Every split is a ``torch.utils.data.Dataset`` yielding ``(float32 C x H x W image, int64 label)``.
+Datasets that fit in memory (digits, MNIST, Fashion-MNIST, CIFAR, fake) are ``TensorDataset``
+objects, normalised once at load (:mod:`trainers.batches` then keeps them on the training device);
+others (image folders, a user's datasets) go through a ``DataLoader``.
+
+``digits`` is scikit-learn's 8x8 digits with the fixed split of the shared benchmark work:
+pixels / 16, ``RandomState(0).permutation`` with the first 1437 indices for training and the last
+360 for validation. Where a dataset has an official test split, validation is carved from the
+training split with a fixed seed (the same for every trial) and the test split is only read by
+:func:`trainers.evaluate_test`.
+"""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+from torch.utils.data import Dataset, TensorDataset
+
+from .datafiles import check_data_files, data_root
+from .errors import DataError
+from .settings import TrainSettings
+from .system import file_lock
+
+DIGITS_TRAIN = 1437
+SPLIT_SEED = 0  # validation carved from a training split: the same images for every trial
+FAKE_SIZES = {"train": 1024, "val": 256, "test": 256}
+
+
+@dataclass(frozen=True)
+class Normalization:
+    """Raw pixels to model input: ``(raw / scale - mean) / std`` per channel.
+
+    ``scale`` is the raw pixels' full range (255 for images, 16 for digits); an exported model
+    carries this so that serving takes raw pixels.
+    """
+
+    scale: float
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def apply(self, raw: torch.Tensor) -> torch.Tensor:
+        """``raw`` pixels (N x C x H x W, any dtype) as normalised float32."""
+        mean = torch.tensor(self.mean, dtype=torch.float32).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32).view(1, -1, 1, 1)
+        return (raw.to(torch.float32) / self.scale - mean) / std
+
+
+STATS = {  # per-dataset channel statistics of pixels in [0, 1]
+    "mnist": Normalization(255.0, (0.1307,), (0.3081,)),
+    "fashion_mnist": Normalization(255.0, (0.2860,), (0.3530,)),
+    "cifar10": Normalization(255.0, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": Normalization(255.0, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "fake": Normalization(255.0, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+    "image_folder": Normalization(255.0, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    "digits": Normalization(16.0, (0.0,), (1.0,)),
+}
+
+
+@dataclass(frozen=True)
+class Data:
+    """The splits of one dataset and what a model needs to know about its images."""
+
+    train: Dataset
+    val: Dataset
+    test: Dataset | None
+    num_classes: int
+    classes: tuple[str, ...]
+    in_channels: int
+    image_size: tuple[int, int]
+    normalization: Normalization | None  # None: a user's dataset, normalised by its own code
+
+    @property
+    def in_memory(self) -> bool:
+        return isinstance(self.train, TensorDataset)
+
+
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """Pixels (N, 64) and targets of scikit-learn's digits.
+
+    Read straight from the CSV that scikit-learn ships, so that a worker does not pay the
+    ~1 s import of scikit-learn; falls back to ``load_digits`` if the file has moved.
+    """
+    spec = importlib.util.find_spec("sklearn")
+    if spec is not None and spec.submodule_search_locations:
+        package = Path(list(spec.submodule_search_locations)[0])
+        path = package / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            with gzip.open(path, "rt") as f:
+                raw = np.loadtxt(f, delimiter=",", dtype=np.float64)
+            return raw[:, :-1], raw[:, -1].astype(np.int64)
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return d.data, d.target.astype(np.int64)
+
+
+def _digits(s: TrainSettings) -> Data:
+    pixels, target = _digits_arrays()
+    x = torch.tensor(pixels.reshape(-1, 8, 8) / 16.0, dtype=torch.float32).unsqueeze(1)
+    y = torch.tensor(target, dtype=torch.int64)
+    idx = torch.from_numpy(np.random.RandomState(0).permutation(len(y)))
+    train, val = idx[:DIGITS_TRAIN], idx[DIGITS_TRAIN:]
+    return _in_memory(s, (x[train], y[train]), (x[val], y[val]), None,
+                      tuple(str(i) for i in range(10)), STATS["digits"])
+
+
+def raw_to_tensors(images, labels, norm: Normalization) -> tuple[torch.Tensor, torch.Tensor]:
+    """Torchvision's raw arrays as model inputs: uint8 ``N x H x W`` (MNIST) or
+    ``N x H x W x C`` (CIFAR, numpy) become normalised float32 ``N x C x H x W``; labels int64."""
+    x = torch.as_tensor(np.asarray(images))
+    x = x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)
+    return norm.apply(x), torch.as_tensor(np.asarray(labels), dtype=torch.int64)
+
+
+def carve_validation(x: torch.Tensor, y: torch.Tensor, fraction: float):
+    """Split one training split into (train, val) pairs, the same for every trial."""
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(SPLIT_SEED))
+    n_val = max(1, round(len(y) * fraction))
+    val, train = order[:n_val], order[n_val:]
+    return (x[train], y[train]), (x[val], y[val])
+
+
+def _download_lock(root: Path):
+    """One download at a time per data folder: parallel workers would write the same files."""
+    return file_lock(root / ".sweep-download.lock")
+
+
+def _torchvision(s: TrainSettings) -> Data:
+    from torchvision import datasets
+
+    cls = {"mnist": datasets.MNIST, "fashion_mnist": datasets.FashionMNIST,
+           "cifar10": datasets.CIFAR10, "cifar100": datasets.CIFAR100}[s.dataset]
+    root = data_root(s)
+    check_data_files(s)
+    lock = _download_lock(root) if s.download else contextlib.nullcontext()
+    try:
+        with lock:
+            train = cls(str(root), train=True, download=s.download)
+            test = cls(str(root), train=False, download=s.download)
+    except RuntimeError as e:  # torchvision: files missing or failing their checksums
+        raise DataError("dataset", s.dataset, f"cannot be read from {root}: {e}; delete the "
+                                              f"folder and set download: true") from None
+    norm = STATS[s.dataset]
+    train_xy, val_xy = carve_validation(*raw_to_tensors(train.data, train.targets, norm),
+                                        s.val_fraction)
+    return _in_memory(s, train_xy, val_xy, raw_to_tensors(test.data, test.targets, norm),
+                      tuple(train.classes), norm)
+
+
+def _fake(s: TrainSettings) -> Data:
+    """Random images and labels from torchvision's FakeData: a smoke test, nothing to learn."""
+    from torchvision.datasets import FakeData
+    from torchvision.transforms.functional import pil_to_tensor
+
+    side = s.image_size or 32
+    splits = []
+    offset = 0
+    for size in FAKE_SIZES.values():
+        fake = FakeData(size=size, image_size=(3, side, side), num_classes=10,
+                        random_offset=offset)
+        offset += size
+        items = [fake[i] for i in range(size)]
+        raw = torch.stack([pil_to_tensor(img) for img, _ in items])
+        splits.append((STATS["fake"].apply(raw),
+                       torch.tensor([int(label) for _, label in items], dtype=torch.int64)))
+    return _in_memory(s, *splits, tuple(str(i) for i in range(10)), STATS["fake"])
+
+
+def _image_folder(s: TrainSettings) -> Data:
+    from torchvision import datasets, transforms
+
+    check_data_files(s)
+    root = data_root(s)
+    norm = STATS["image_folder"]
+    transform = transforms.Compose([
+        transforms.Resize((s.image_size, s.image_size)), transforms.ToTensor(),
+        transforms.Normalize(norm.mean, norm.std)])
+    splits = {}
+    for split in ("train", "val", "test"):
+        if split == "test" and not (root / split).is_dir():
+            splits[split] = None
+            continue
+        try:
+            splits[split] = datasets.ImageFolder(str(root / split), transform=transform)
+        except (FileNotFoundError, RuntimeError) as e:
+            raise DataError("data_dir", s.data_dir, f"{split}/ holds no images: {e}") from None
+    classes = splits["train"].classes
+    for split in ("val", "test"):
+        if splits[split] is not None and splits[split].classes != classes:
+            raise DataError("data_dir", s.data_dir,
+                            f"{split}/ has classes {splits[split].classes}, train/ has "
+                            f"{classes}: give every split the same class folders")
+    return Data(splits["train"], splits["val"], splits["test"], len(classes), tuple(classes), 3,
+                (s.image_size, s.image_size), norm)
+
+
+def _user(s: TrainSettings) -> Data:
+    """``module:function()`` returning ``(train_dataset, val_dataset, num_classes)``."""
+    module, _, function = s.dataset.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError) as e:
+        raise DataError("dataset", s.dataset, f"cannot be imported ({e})") from None
+    result = found()
+    if not (isinstance(result, tuple) and len(result) == 3):
+        raise DataError("dataset", s.dataset, "must return (train_dataset, val_dataset, "
+                                              "num_classes)")
+    train, val, num_classes = result
+    image, _ = train[0]
+    if not (isinstance(image, torch.Tensor) and image.ndim == 3):
+        raise DataError("dataset", s.dataset, f"items must be (C x H x W tensor, label), got an "
+                                              f"image of type {type(image).__name__}")
+    return Data(train, val, None, int(num_classes), tuple(str(i) for i in range(num_classes)),
+                int(image.shape[0]), (int(image.shape[1]), int(image.shape[2])), None)
+
+
+def _in_memory(s: TrainSettings, train, val, test, classes, norm) -> Data:
+    """Tensor splits, resized once to ``image_size`` when that differs from the native size."""
+    splits = [train, val, test]
+    if s.image_size is not None and tuple(train[0].shape[2:]) != (s.image_size,) * 2:
+        splits = [None if p is None else
+                  (F.interpolate(p[0], size=(s.image_size, s.image_size), mode="bilinear",
+                                 antialias=True, align_corners=False), p[1]) for p in splits]
+    x = splits[0][0]
+    return Data(*[None if p is None else TensorDataset(*p) for p in splits],
+                num_classes=len(classes), classes=classes, in_channels=int(x.shape[1]),
+                image_size=(int(x.shape[2]), int(x.shape[3])), normalization=norm)
+
+
+BUILT_IN: dict[str, Callable[[TrainSettings], Data]] = {  # name -> loader; else module:function
+    "digits": _digits, "mnist": _torchvision, "fashion_mnist": _torchvision,
+    "cifar10": _torchvision, "cifar100": _torchvision, "fake": _fake,
+    "image_folder": _image_folder}
+
+_cache: dict[tuple, Data] = {}
+
+
+def load_data(s: TrainSettings) -> Data:
+    """The dataset of ``s`` on the CPU, loaded once per process and then cached.
+
+    Raises:
+        DataError: files are missing or unreadable, or a user dataset is malformed.
+    """
+    key = (s.dataset, s.data_dir, s.val_fraction, s.image_size)
+    if key not in _cache:
+        _cache[key] = BUILT_IN.get(s.dataset, _user)(s)
+    return _cache[key]
+
+
+def labels_as_long(y: torch.Tensor, dataset: str) -> torch.Tensor:
+    """Integer class labels as int64; float labels are a bug in the dataset, not something to
+    round away."""
+    if y.dtype == torch.int64:
+        return y
+    if y.is_floating_point() or y.dtype == torch.bool:
+        raise DataError("dataset", dataset, f"labels are {y.dtype}: return integer class "
+                                            f"indices (torch.long)")
+    return y.long()
