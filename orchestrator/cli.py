@@ -489,7 +489,7 @@ def cmd_export(args, console: Console) -> int:
                   "dir": str(Path(tmp) / "export")}
         tracker.log_export(args.run_id, result)
         shutil.copytree(Path(tmp) / "export", out, dirs_exist_ok=True)
-    from .runner import export_line
+    from .phases import export_line
 
     console.print(export_line(result), soft_wrap=True)
     console.print(f"files in {out}/ and in the run's artifacts under export/", soft_wrap=True)

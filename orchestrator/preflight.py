@@ -2,7 +2,8 @@
 
 The checks themselves are the trainer's (:func:`trainers.preflight.preflight`); they run in a
 worker before the first trial of ``sweep run``, or in the CLI process for ``sweep doctor``.
-Results travel as plain dicts (``PreflightReport.to_dict()``), so this module never imports torch.
+Requests travel as :class:`~orchestrator.protocol.Preflight` messages and reports as plain dicts
+(``PreflightReport.to_dict()``), so this module never imports torch.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from rich.table import Table
 from trainers import TrainSettings
 
 from . import space as sp
+from .protocol import Preflight
 from .spec import SweepSpec, settings_of
 
 STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
@@ -57,34 +59,39 @@ def label(settings: dict[str, Any]) -> str:
     return f"{settings['dataset']} / {settings['model']}"
 
 
-def request(spec: SweepSpec, settings: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+def request(spec: SweepSpec, settings: dict[str, Any], out_dir: Path) -> Preflight:
     """What a worker (or ``sweep doctor``) needs to run the checks of one configuration."""
     options = spec.preflight
-    return {"settings": settings, "dir": str(out_dir),
-            "overfit_steps": options.overfit_steps if options else 300,
-            "lr_range_test": bool(options and options.lr_range_test),
-            "lr_search": lr_search(spec)}
+    return Preflight(settings=settings, dir=str(out_dir),
+                     overfit_steps=options.overfit_steps if options else 300,
+                     lr_range_test=bool(options and options.lr_range_test),
+                     lr_search=lr_search(spec))
 
 
-def run_checks(req: dict[str, Any]) -> dict[str, Any]:
+def failed_report(check: str, evidence: str, cause: str, fix: str) -> dict[str, Any]:
+    """The report of a configuration whose checks could not run: one FAIL, of ``check``."""
+    return {"status": "FAIL", "files": {}, "seconds": 0.0, "suggested_lr": None,
+            "checks": [{"name": check, "status": "FAIL", "evidence": evidence, "cause": cause,
+                        "fix": fix}]}
+
+
+def run_checks(req: Preflight) -> dict[str, Any]:
     """Run the trainer's checks for one :func:`request`: the report as a dict, or a FAIL of the
     ``settings`` check when the settings themselves are unusable."""
     import trainers
     from trainers.preflight import preflight
 
     try:
-        settings = trainers.TrainSettings.from_dict(req["settings"])
+        settings = trainers.TrainSettings.from_dict(req.settings)
     except trainers.SettingsError as e:
-        return {"status": "FAIL", "files": {}, "seconds": 0.0, "suggested_lr": None,
-                "checks": [{"name": "settings", "status": "FAIL", "evidence": str(e),
-                            "cause": "a setting cannot be used", "fix": e.fix}]}
-    lr_search_range = tuple(req["lr_search"]) if req.get("lr_search") else None
-    return preflight(settings, out_dir=req["dir"], overfit_steps=req["overfit_steps"],
-                     lr_range_test=req["lr_range_test"], lr_search=lr_search_range).to_dict()
+        return failed_report("settings", str(e), "a setting cannot be used", e.fix)
+    lr_search_range = tuple(req.lr_search) if req.lr_search else None
+    return preflight(settings, out_dir=req.dir, overfit_steps=req.overfit_steps,
+                     lr_range_test=req.lr_range_test, lr_search=lr_search_range).to_dict()
 
 
 def check_all(spec: SweepSpec, out_dir: Path,
-              ask: Callable[[dict[str, Any]], dict[str, Any] | None]) -> list[dict[str, Any]]:
+              ask: Callable[[Preflight], dict[str, Any] | None]) -> list[dict[str, Any]]:
     """Every configuration's checks, asked of ``ask`` (a worker, or :func:`run_checks` in
     process); stops early when ``ask`` returns None (the worker died, a signal came).
 

@@ -1,19 +1,9 @@
 """A training worker process: imports torch once, then trains the trials its parent sends.
 
 Started by :mod:`orchestrator.workers` as ``python -m orchestrator.worker FD THREADS``; talks to
-its parent over the connection on file descriptor FD and never touches Optuna or MLflow. It dies
-with its parent (``PR_SET_PDEATHSIG``, and an end-of-file on the connection).
-
-Protocol (pickled dicts of plain types):
-  parent -> worker: {"op": "trial", "number", "settings", "checkpoint_dir", "output_dir"}
-                    | {"op": "test", "settings", "weights"} | {"op": "stop"}
-                    | {"op": "preflight", "settings", "dir", ...} (see orchestrator.preflight)
-  worker -> parent: {"op": "ready", ...environment} once, then per trial
-                    {"op": "epoch", "epoch", "metrics", "lr_steps", "warnings"} (answered by
-                    {"stop": bool}) and {"op": "done", "state": complete|pruned|failed,
-                    "weights": path of the final state dict, "warnings", ...};
-                    per test {"op": "tested", "metrics": dict | None, "error": str | None},
-                    per preflight {"op": "checked", "report": dict}
+its parent over the connection on file descriptor FD with the messages of
+:mod:`orchestrator.protocol` and never touches Optuna or MLflow. It dies with its parent
+(``PR_SET_PDEATHSIG``, and an end-of-file on the connection).
 """
 from __future__ import annotations
 
@@ -23,9 +13,34 @@ import signal
 import sys
 import traceback
 import warnings
+from dataclasses import replace
 from multiprocessing.connection import Connection
 
 from trainers.system import die_with_parent  # imports no torch
+
+from .protocol import (
+    REQUESTS,
+    Checked,
+    Decision,
+    Done,
+    Epoch,
+    Export,
+    Exported,
+    Failed,
+    Message,
+    Preflight,
+    ProtocolError,
+    Ready,
+    Request,
+    Stop,
+    Test,
+    Tested,
+    Train,
+    receive,
+    send,
+)
+
+EXIT_PROTOCOL = 2  # the parent sent something that is not a request: a bug, never a trial
 
 
 def main(fd: int, threads: int) -> int:
@@ -39,34 +54,45 @@ def main(fd: int, threads: int) -> int:
     torch.set_num_threads(threads)
     import trainers
 
-    # plain types only: a torch object in a message would make the parent import torch to
-    # unpickle it (torch.__version__ is a TorchVersion)
-    conn.send({"op": "ready", "pid": os.getpid(), "torch_version": str(torch.__version__),
-               "torch_threads": torch.get_num_threads(),
-               "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-               "cuda_available": torch.cuda.is_available(),
-               "cuda_version": str(torch.version.cuda or ""),
-               "cudnn_version": str(torch.backends.cudnn.version() or ""),
-               "device_name": (torch.cuda.get_device_name(0) if torch.cuda.is_available()
-                               else platform.processor() or platform.machine())})
+    send(conn, ready(torch))
     while True:
         try:
-            msg = conn.recv()
+            request = receive(conn, *REQUESTS)
         except EOFError:
             return 0
-        if msg["op"] == "stop":
+        if isinstance(request, Stop):
             # nothing is left to save: skip the second-long teardown of torch's modules
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
-        if msg["op"] == "test":
-            conn.send(run_test(msg, trainers))
-        elif msg["op"] == "export":
-            conn.send({"op": "exported", **run_export(msg, trainers)})
-        elif msg["op"] == "preflight":
-            conn.send({"op": "checked", "report": run_preflight(msg)})
-        else:
-            conn.send(run_trial(conn, msg, trainers))
+        send(conn, answer(conn, request, trainers))
+
+
+def ready(torch) -> Ready:
+    """What this worker runs on, in plain types: a torch object in a message would make the
+    parent import torch to unpickle it (``torch.__version__`` is a TorchVersion)."""
+    cuda = torch.cuda.is_available()
+    return Ready(pid=os.getpid(), torch_version=str(torch.__version__),
+                 torch_threads=torch.get_num_threads(),
+                 cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                 cuda_available=cuda, cuda_version=str(torch.version.cuda or ""),
+                 cudnn_version=str(torch.backends.cudnn.version() or ""),
+                 device_name=(torch.cuda.get_device_name(0) if cuda
+                              else platform.processor() or platform.machine()))
+
+
+def answer(conn: Connection, request: Request, trainers) -> Message:
+    """Carry out one request (a trial streams its epochs on ``conn`` meanwhile)."""
+    if isinstance(request, Train):
+        return run_trial(conn, request, trainers)
+    if isinstance(request, Test):
+        return run_test(request, trainers)
+    if isinstance(request, Export):
+        return run_export(request.settings, request.weights, request.formats, request.dir,
+                          trainers)
+    if isinstance(request, Preflight):
+        return run_preflight(request)
+    raise ProtocolError(f"no handler for a {request.op.value} request")
 
 
 class _Warnings:
@@ -99,86 +125,76 @@ class _Warnings:
         return out
 
 
-def run_trial(conn: Connection, msg: dict, trainers) -> dict:
+def run_trial(conn: Connection, request: Train, trainers) -> Done | Failed:
     """Train one trial, streaming each epoch to the parent; return the final message."""
     with _Warnings() as caught:
         def on_epoch_end(report) -> bool:
-            conn.send({"op": "epoch", "epoch": report.epoch, "metrics": report.metrics,
-                       "lr_steps": report.lr_steps, "resumed": report.resumed,
-                       "warnings": caught.new()})
-            return conn.recv()["stop"]
+            send(conn, Epoch(epoch=report.epoch, metrics=report.metrics,
+                             lr_steps=report.lr_steps, resumed=report.resumed,
+                             warnings=tuple(caught.new())))
+            return receive(conn, Decision).stop
 
-        done = _train(msg, trainers, on_epoch_end)
-        done["warnings"] = caught.new()
-    return done
+        end = _train(request, trainers, on_epoch_end)
+        return replace(end, warnings=tuple(caught.new()))
 
 
-def _train(msg: dict, trainers, on_epoch_end) -> dict:
+def _train(request: Train, trainers, on_epoch_end) -> Done | Failed:
     try:
-        settings = trainers.TrainSettings.from_dict(msg["settings"])
+        settings = trainers.TrainSettings.from_dict(request.settings)
         result = trainers.train(settings, on_epoch_end=on_epoch_end,
-                                checkpoint_dir=msg["checkpoint_dir"])
-        weights = trainers.save_weights(result.model, os.path.join(msg["output_dir"],
+                                checkpoint_dir=request.checkpoint_dir)
+        weights = trainers.save_weights(result.model, os.path.join(request.output_dir,
                                                                    "weights.pt"))
     except trainers.DETERMINISTIC_ERRORS as e:
-        return {"op": "done", "state": "failed", "reason": f"{type(e).__name__}: {e}",
-                "retryable": False}
-    except EOFError:
+        return Failed(reason=f"{type(e).__name__}: {e}", retryable=False)
+    except (EOFError, ProtocolError):  # the parent is gone, or broke the protocol
         raise
     except Exception as e:  # a bug in user or trainer code must end the trial, not the worker
         tb = traceback.format_exc(limit=-8)
         # the same code, settings and seed raise again; only I/O trouble may pass
-        retryable = isinstance(e, OSError)
-        return {"op": "done", "state": "failed", "reason": f"{type(e).__name__}: {e}\n{tb}",
-                "retryable": retryable}
-    done = {"op": "done", "state": "pruned" if result.stopped else "complete",
-            "epochs": result.epochs_run, "train_seconds": result.train_seconds,
-            "device": result.device, "resumed_from": result.resumed_from,
-            "weights": str(weights)}
-    if msg.get("export") and not result.stopped:  # export_for: all
-        done["export"] = run_export({**msg["export"], "settings": msg["settings"]}, trainers,
-                                    result.model)
-    return done
+        return Failed(reason=f"{type(e).__name__}: {e}\n{tb}", retryable=isinstance(e, OSError))
+    export = None
+    if request.export_formats and not result.stopped:  # export_for: all
+        export = run_export(request.settings, result.model, request.export_formats,
+                            request.export_dir, trainers)
+    return Done(state="pruned" if result.stopped else "complete", epochs=result.epochs_run,
+                train_seconds=result.train_seconds, device=result.device,
+                resumed_from=result.resumed_from, weights=str(weights), export=export)
 
 
-def run_export(msg: dict, trainers, model=None) -> dict:
-    """Export a model (given, or from ``msg["weights"]``) into ``msg["dir"]``: {"report",
-    "metrics", "error", "dir"}; a failed export never fails the trial."""
+def run_export(settings: dict, model, formats, folder: str, trainers) -> Exported:
+    """Export ``model`` (a module, or the path of saved weights) into ``folder`` in
+    ``formats``; a failed export never fails the trial."""
     try:
         from trainers.export import export, summary_metrics
 
-        settings = trainers.TrainSettings.from_dict(msg["settings"])
-        report = export(settings, model if model is not None else msg["weights"], msg["dir"],
-                        tuple(msg["formats"])).to_dict()
-        result = {"report": report, "metrics": summary_metrics(report), "error": None}
+        report = export(trainers.TrainSettings.from_dict(settings), model, folder,
+                        tuple(formats)).to_dict()
     except Exception as e:  # reported on the run; the trial's result stands
-        result = {"report": None, "metrics": {}, "error": f"{type(e).__name__}: {e}"}
-    return {**result, "dir": msg["dir"]}
+        return Exported.failed(f"{type(e).__name__}: {e}", folder)
+    return Exported(report=report, metrics=summary_metrics(report), error=None, dir=folder)
 
 
-def run_preflight(msg: dict) -> dict:
-    """The preflight checks of one configuration, as a report dict (a crash of the checks
-    themselves is a FAIL of the configuration, not of the worker)."""
-    from .preflight import run_checks
+def run_preflight(request: Preflight) -> Checked:
+    """The preflight checks of one configuration (a crash of the checks themselves is a FAIL of
+    the configuration, not of the worker)."""
+    from .preflight import failed_report, run_checks
 
     try:
-        return run_checks(msg)
+        return Checked(run_checks(request))
     except Exception as e:  # noqa: BLE001 - reported as the finding it is
-        return {"status": "FAIL", "files": {}, "seconds": 0.0, "suggested_lr": None,
-                "checks": [{"name": "preflight", "status": "FAIL",
-                            "evidence": f"{type(e).__name__}: {e}"[:500],
-                            "cause": "the checks themselves crashed", "fix": "see the worker "
-                                                                             "log"}]}
+        return Checked(failed_report("preflight", f"{type(e).__name__}: {e}"[:500],
+                                     "the checks themselves crashed", "see the worker log"))
 
 
-def run_test(msg: dict, trainers) -> dict:
-    """Evaluate saved weights on the test split: {"metrics": ... or None, "error": ...}."""
+def run_test(request: Test, trainers) -> Tested:
+    """Evaluate saved weights on the test split (metrics None: the dataset has none)."""
     try:
-        settings = trainers.TrainSettings.from_dict(msg["settings"])
-        metrics = trainers.evaluate_test(settings, msg["weights"])
+        settings = trainers.TrainSettings.from_dict(request.settings)
+        metrics = trainers.evaluate_test(settings, request.weights)
     except Exception as e:  # reported on the run; the sweep's results stand without it
-        return {"op": "tested", "metrics": None, "error": f"{type(e).__name__}: {e}"}
-    return {"op": "tested", "metrics": metrics, "error": None}
+        return Tested(metrics=None, error=f"{type(e).__name__}: {e}")
+    return Tested(metrics=metrics)
 
 
 if __name__ == "__main__":
@@ -186,3 +202,6 @@ if __name__ == "__main__":
         sys.exit(main(int(sys.argv[1]), int(sys.argv[2])))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         sys.exit(0)  # the parent is gone
+    except ProtocolError as e:
+        sys.stderr.write(f"orchestrator.worker: {e}\n")
+        sys.exit(EXIT_PROTOCOL)

@@ -12,11 +12,11 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
 
+from .protocol import FROM_WORKER, Message, Ready, Stop, decode, send
 from .slots import Slot
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -28,18 +28,22 @@ class Worker:
     proc: subprocess.Popen
     conn: Connection
     log_path: Path
-    ready: bool = False
-    info: dict[str, Any] = field(default_factory=dict)
+    info: Ready | None = None  # what it said once it imported torch
     kill_reason: str | None = None  # set when the runner kills it (a trial past its timeout)
+
+    @property
+    def ready(self) -> bool:
+        """Whether it started and takes requests."""
+        return self.info is not None
 
     @property
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def send(self, msg: dict) -> bool:
+    def send(self, msg: Message) -> bool:
         """Send ``msg``; False when the worker is already gone."""
         try:
-            self.conn.send(msg)
+            send(self.conn, msg)
             return True
         except (BrokenPipeError, ConnectionResetError, OSError):
             return False
@@ -112,24 +116,30 @@ class WorkerPool:
         self.workers[self.workers.index(worker)] = new
         return new
 
-    def wait(self, timeout: float) -> list[tuple[Worker, dict | None]]:
-        """Messages that arrived within ``timeout`` s; ``None`` means the worker's pipe closed."""
+    def wait(self, timeout: float) -> list[tuple[Worker, Message | None]]:
+        """Messages that arrived within ``timeout`` s; ``None`` means the worker's pipe closed.
+
+        Raises:
+            ProtocolError: a worker sent something that is not one of its messages.
+        """
         by_conn = {w.conn: w for w in self.workers if not w.conn.closed}
         out = []
         for conn in wait(list(by_conn), timeout=timeout):
             worker = by_conn[conn]
             try:
-                out.append((worker, conn.recv()))
+                raw = conn.recv()
             except (EOFError, OSError):
                 conn.close()
                 out.append((worker, None))
+                continue
+            out.append((worker, decode(raw, *FROM_WORKER)))
         return out
 
     def stop(self, grace: float = 3.0) -> None:
         """Ask every worker to stop, then terminate, then kill what is left."""
         for w in self.workers:
             if w.alive:
-                w.send({"op": "stop"})
+                w.send(Stop())
         self._reap(grace, signal.SIGTERM)
         self._reap(2.0, signal.SIGKILL)
         for w in self.workers:

@@ -1,0 +1,477 @@
+"""The trial book: every trial kept in step in both stores, the Optuna study and MLflow.
+
+Starts, epochs, ends, failures and their retries, and what a dead process left behind (orphaned
+trials, stale heartbeats, runs no trial points at). Only the ``sweep run`` process keeps it.
+"""
+from __future__ import annotations
+
+import math
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import paths
+from .errors import SweepError
+from .paths import mask
+from .protocol import Done, Epoch, Failed, Ready
+from .spec import SweepSpec
+from .study import (
+    FAIL_KIND,
+    OWNER,
+    REASON,
+    RETRY_ROOT,
+    RUN_ID,
+    WILL_RETRY,
+    PendingTrial,
+    SweepStudy,
+)
+
+# Epochs reach MLflow at least this often (and at every trial's end): one call per flush, not per
+# epoch, keeps this process's share of the CPU small when epochs take a fraction of a second.
+FLUSH_SECONDS = 1.0
+WARNINGS = "sweep.warnings"  # trial run tag: the trainer's distinct warnings, one a line
+RESUMED_FROM = "sweep.resumed_from_epoch"  # trial run tag: the checkpoint's epoch it went on from
+
+
+@dataclass
+class Active:
+    """A trial running on a worker."""
+
+    pending: PendingTrial
+    started: float
+    settings: dict[str, Any]  # what the run logs as params
+    params: dict[str, Any]  # extra params (lr_effective)
+    tags: dict[str, str]
+    run_id: str | None = None  # None until MLflow is attached (see TrialBook.attach_tracking)
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    curve: list[float] = field(default_factory=list)
+    unlogged: list[tuple[int, dict, list]] = field(default_factory=list)
+    flushed: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # from the trainer, shown on the run
+
+    def warning_tags(self) -> dict[str, str]:
+        return {WARNINGS: "\n".join(self.warnings)} if self.warnings else {}
+
+
+def check_tracking_uri(uri: str) -> None:
+    """The mistakes in a tracking URI that can be caught without importing MLflow."""
+    db = paths.sqlite_file(uri)
+    if db is not None and not db.parent.is_dir():
+        raise SweepError(f"--tracking-uri {uri}: folder {db.parent} does not exist; create it "
+                         f"first")
+
+
+@dataclass
+class Tracking:
+    """The MLflow side of a sweep, once open."""
+
+    tracker: Any  # tracking.Tracker (imported in the thread that opens it: MLflow is slow)
+    experiment_id: str
+    parent_id: str
+    env_tags: dict[str, str]  # the same on every trial run
+    packages: str  # `name==version` lines, an artifact of every trial run
+
+
+def open_tracking(tracking_uri: str, spec: SweepSpec, study: SweepStudy, spec_text: str,
+                  storage: str) -> Tracking:
+    """Open the MLflow store, the sweep's experiment and its parent run.
+
+    Several machines share one parent run: MLflow has no uniqueness rule to lean on, so the
+    machine that created the study creates the parent run and stores its id in the study; the
+    others read it from there (waiting for it when they join at the same moment).
+    """
+    from .tracking import Tracker, environment_tags, installed_packages
+
+    tracker = Tracker(tracking_uri)
+    experiment_id = tracker.experiment(spec.name, spec.description)
+    env_tags = environment_tags()
+    packages = installed_packages()
+    shared = study.shared_parent()
+    if shared is None and not study.created:
+        shared = tracker.find_parent(experiment_id, study.name) or study.wait_for_shared_parent()
+    if shared is not None:
+        tracker.resume_parent(shared)
+        return Tracking(tracker, experiment_id, shared, env_tags, packages)
+    parent_id, _ = tracker.parent_run(
+        experiment_id, study.name, spec_text, spec.raw,
+        {**env_tags, "sweep.storage": mask(storage), "sweep.fingerprint": spec.fingerprint()})
+    study.set_shared_parent(parent_id)
+    return Tracking(tracker, experiment_id, parent_id, env_tags, packages)
+
+
+class Heartbeat:
+    """A thread recording the heartbeat of every trial this process runs, every ``interval``
+    seconds (Optuna beats only inside ``study.optimize``, which a sweep does not use)."""
+
+    def __init__(self, study: SweepStudy, active: dict[int, Active], interval: float):
+        self.study, self.active, self.interval = study, active, interval
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, name="sweep-heartbeat", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            for a in list(self.active.values()):
+                try:
+                    self.study.beat(a.pending)
+                except Exception:  # noqa: BLE001 - finished meanwhile, or the database blinked
+                    pass
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def run_tags(study: str, slot: int, pending: PendingTrial, worker: Ready) -> dict[str, str]:
+    """The tags of a trial's run: its study, repeat and seed, and where it runs."""
+    tags = {"sweep.study": study,
+            "sweep.repeat": str(pending.repeat), "sweep.seed": str(pending.seed),
+            "sweep.worker": str(slot),
+            "sweep.cuda_visible_devices": worker.cuda_visible_devices,
+            "sweep.torch_threads": str(worker.torch_threads),
+            "sweep.torch_version": worker.torch_version,
+            "sweep.cuda_version": worker.cuda_version,
+            "sweep.cudnn_version": worker.cudnn_version,
+            "sweep.device_name": worker.device_name}
+    if pending.retry_of is not None:
+        tags["sweep.retry_of"] = str(pending.retry_of)
+    return tags
+
+
+class Runs:
+    """The MLflow side of the book: opened in a thread, because importing MLflow and creating its
+    store take seconds while the first trials already train. Until it is attached, trials live
+    in Optuna only; their runs are created then, with their true start times."""
+
+    def __init__(self, tracking_uri: str, spec: SweepSpec, study: SweepStudy, spec_text: str,
+                 storage: str, active: dict[int, Active]):
+        self.study, self.active = study, active
+        self._setup = ThreadPoolExecutor(1).submit(
+            open_tracking, tracking_uri, spec, study, spec_text, storage)
+        self.opened: Tracking | None = None
+        self._unclosed: list[tuple[str, str]] = []  # (run id, reason): to fail once attached
+
+    @property
+    def tracker(self):
+        """The :class:`~orchestrator.tracking.Tracker`; only once attached."""
+        assert self.opened is not None, "attach() first"
+        return self.opened.tracker
+
+    def attach(self, wait: bool = True) -> bool:
+        """Take the MLflow side once its thread opened it (with ``wait``, block until then):
+        create the runs of the trials that started before, log their epochs, and close the runs
+        that dead processes left RUNNING. Returns whether MLflow is attached.
+
+        Raises:
+            SweepError: the MLflow store cannot be opened.
+        """
+        if self.opened is not None:
+            return True
+        if not wait and not self._setup.done():
+            return False
+        self.opened = self._setup.result()
+        for run_id, reason in self._unclosed:
+            self.tracker.fail_run(run_id, reason)
+        self._close_stray_runs()
+        for active in self.active.values():
+            self.open_run(active)
+            self.flush(active)
+        return True
+
+    def _close_stray_runs(self) -> None:
+        """Close trial runs left RUNNING whose trial is no longer running.
+
+        A process killed between creating a trial's run and recording its id on the trial leaves
+        a run that no trial points at; the run's ``sweep.trial_number`` tag finds it.
+        """
+        running = {t.number for t in self.study.trials() if t.state.name == "RUNNING"}
+        for run_id, number in self.tracker.running_trial_runs(self.opened.experiment_id,
+                                                               self.opened.parent_id):
+            if number not in running:
+                self.tracker.fail_run(run_id, "the sweep run process that owned it was gone "
+                                      "before the run was linked to its trial")
+
+    def fail_run(self, run_id: str | None, reason: str) -> None:
+        """Close a run another process left RUNNING: now if attached, else once attached."""
+        if run_id and self.attach(wait=False):
+            self.tracker.fail_run(run_id, reason)
+        elif run_id:
+            self._unclosed.append((run_id, reason))
+
+    def open_run(self, active: Active) -> None:
+        """Create the trial's run now if MLflow is attached (else :meth:`attach` will), and
+        record its id on the trial."""
+        if active.run_id is not None or self.opened is None:
+            return
+        t = self.opened
+        active.run_id = t.tracker.start_trial(
+            t.experiment_id, t.parent_id, active.pending.number, active.settings, active.params,
+            {**t.env_tags, **active.tags}, start_time=active.started_ms, packages=t.packages)
+        self.study.set_attr(active.pending, RUN_ID, active.run_id)
+
+    def flush(self, active: Active) -> None:
+        """Log the trial's epochs not logged yet (they wait in memory until attached)."""
+        if active.run_id is None:
+            return
+        if active.unlogged:
+            self.tracker.log_epochs(active.run_id, active.unlogged)
+            active.unlogged = []
+        active.flushed = time.monotonic()
+
+    def complete(self, active: Active) -> None:
+        """Make sure a trial about to end has its run, with every epoch logged."""
+        self.attach()
+        self.open_run(active)
+        self.flush(active)
+
+
+class TrialBook:
+    """Both stores of one sweep kept in step, trial by trial: the study (Optuna) and the runs
+    (MLflow, see :class:`Runs`). Trials are kept by the worker slot that runs them.
+
+    Every trial started here ends here in both stores: complete, pruned or failed, a failure
+    queued for retry when it crashed with ``retries`` left or was interrupted.
+
+    Args:
+        say: shows one line to the user (a trial ended, a sweep resumed...).
+    """
+
+    def __init__(self, spec: SweepSpec, study: SweepStudy, *, tracking_uri: str, storage: str,
+                 spec_text: str, say: Callable[[str], None] | None = None):
+        self.spec, self.study = spec, study
+        self.storage, self.tracking_uri = storage, tracking_uri
+        self.say = say or (lambda line: None)
+        self.active: dict[int, Active] = {}  # by worker slot index
+        self.runs = Runs(tracking_uri, spec, study, spec_text, storage, self.active)
+        work = paths.work_dir(tracking_uri, study.name)
+        self.checkpoints, self.outputs = work / "checkpoints", work / "trials"
+        self.best_value: float | None = None
+        self._next_stale_check = 0.0
+        self._heartbeat = Heartbeat(study, self.active, spec.heartbeat_seconds) \
+            if study.heartbeat else None
+
+    @classmethod
+    def open(cls, spec: SweepSpec, storage: str, tracking_uri: str, *, spec_text: str,
+             new: bool = False, say: Callable[[str], None] | None = None) -> TrialBook:
+        """Open (or create, with ``new`` a fresh) study, start opening MLflow, and recover the
+        trials a dead ``sweep run`` left RUNNING.
+
+        Raises:
+            SweepError: a store cannot be opened, or the study belongs to another sweep.
+        """
+        check_tracking_uri(tracking_uri)  # bad input fails here, before anything is written
+        study = SweepStudy.open(spec, storage, new=new)
+        book = cls(spec, study, tracking_uri=tracking_uri, storage=storage, spec_text=spec_text,
+                   say=say)
+        if new:
+            book.say(f"starting a fresh study {study.name!r} (--new)")
+        book.recover_orphans()
+        c = study.counts()
+        if c["finished"] or c["retried"]:
+            book.say(f"resuming sweep {study.name!r}: {c['finished']} of {spec.trials} trials "
+                     f"already finished, {c['waiting']} queued")
+        return book
+
+    # ---------------------------------------------------------------------------- MLflow
+
+    @property
+    def tracking_ready(self) -> bool:
+        """Whether MLflow is attached (see :meth:`attach_tracking`)."""
+        return self.runs.opened is not None
+
+    def attach_tracking(self, wait: bool = True) -> bool:
+        """See :meth:`Runs.attach`."""
+        return self.runs.attach(wait)
+
+    @property
+    def tracker(self):
+        """The MLflow :class:`~orchestrator.tracking.Tracker`; only once attached."""
+        return self.runs.tracker
+
+    @property
+    def experiment_id(self) -> str:
+        return self.runs.opened.experiment_id
+
+    @property
+    def parent_id(self) -> str:
+        return self.runs.opened.parent_id
+
+    def end_parent(self, status: str) -> None:
+        """End the sweep's parent run (FINISHED, KILLED or FAILED)."""
+        self.attach_tracking()
+        self.tracker.end_parent(self.parent_id, status)
+
+    # ---------------------------------------------------------------------------- trials
+
+    def checkpoint_dir(self, pending: PendingTrial) -> Path:
+        """Where a trial's checkpoints go: shared by the retries of one first attempt."""
+        return self.checkpoints / f"trial-{pending.root}"
+
+    def output_dir(self, pending: PendingTrial) -> Path:
+        """Where a trial's worker leaves its final weights (and export) for its run."""
+        return self.outputs / f"trial-{pending.number}"
+
+    def start(self, slot: int, pending: PendingTrial, worker: Ready) -> Active | None:
+        """Book ``pending`` as running on worker ``slot`` (its run follows: :meth:`Runs.open_run`);
+        None when its settings cannot be used (the trial is failed for good)."""
+        from trainers import SettingsError, TrainSettings  # settings only: no torch import here
+
+        tags = run_tags(self.study.name, slot, pending, worker)
+        try:
+            resolved = TrainSettings.from_dict(pending.settings)
+        except SettingsError as e:  # a combination the spec's checks could not rule out
+            self._fail(Active(pending, time.monotonic(), pending.settings, {}, tags),
+                       f"bad setting: {e}", "deterministic")
+            return None
+        device = worker.device if resolved.device == "auto" else resolved.device
+        active = Active(pending, time.monotonic(), resolved.to_dict(),
+                        {"lr_effective": resolved.lr_effective}, {**tags, "sweep.device": device})
+        self.active[slot] = active
+        if self._heartbeat is not None:  # beat at once: the thread's first beat comes later
+            self.study.beat(pending)
+        return active
+
+    def report_epoch(self, slot: int, epoch: Epoch) -> bool:
+        """Report an epoch's objective to the study; True when the pruner says stop."""
+        active = self.active[slot]
+        value = epoch.metrics[self.spec.objective.metric]
+        active.curve.append(value)
+        if not math.isfinite(value):
+            return False
+        # an epoch restored from a checkpoint already passed the pruner: report it only
+        return bool(self.study.report(active.pending, epoch.epoch, value,
+                                      ask_pruner=not epoch.resumed))
+
+    def log_epoch(self, slot: int, epoch: Epoch) -> None:
+        """Queue an epoch for the trial's run, logged every :data:`FLUSH_SECONDS` at most."""
+        active = self.active[slot]
+        active.warnings += epoch.warnings
+        active.unlogged.append((epoch.epoch, epoch.metrics, epoch.lr_steps))
+        if time.monotonic() - active.flushed >= FLUSH_SECONDS:
+            self.runs.flush(active)
+
+    def finish(self, slot: int, end: Done | Failed) -> None:
+        """End the trial on ``slot`` in both stores as its worker reported: complete, pruned
+        (a complete trial with a non-finite objective fails) or failed."""
+        active = self.active.pop(slot)
+        active.warnings += end.warnings
+        self.runs.complete(active)
+        if isinstance(end, Done):
+            if end.weights:  # the final state dict, for export and test evaluation
+                self.tracker.log_weights(active.run_id, end.weights)
+            if end.export:
+                self.tracker.log_export(active.run_id, end.export.result())
+        shutil.rmtree(self.output_dir(active.pending), ignore_errors=True)
+        if isinstance(end, Failed):
+            self._fail(active, end.reason, "crash" if end.retryable else "deterministic")
+        elif end.state == "complete" and not all(math.isfinite(v) for v in active.curve):
+            self._fail(active, f"objective {self.spec.objective.metric} is not finite: "
+                               f"{active.curve[-1]}", "deterministic")
+        else:
+            self._end(active, end)
+            self._drop_checkpoint(active.pending.root)
+
+    def _end(self, active: Active, done: Done) -> None:
+        metrics = {"train_seconds": done.train_seconds}
+        tags = {RESUMED_FROM: str(done.resumed_from), **active.warning_tags()}
+        number = active.pending.number
+        if done.state == "complete":
+            value = self.study.complete(active.pending, active.curve)
+            self.tracker.end_trial(active.run_id, "complete", metrics, tags)
+            self._record_if_best(value)
+            self.say(f"trial {number} complete: {value:.4f}")
+        else:
+            self.study.prune(active.pending)
+            self.tracker.end_trial(active.run_id, "pruned", metrics, tags)
+            self.say(f"trial {number} pruned at epoch {len(active.curve)}")
+
+    def fail(self, slot: int, reason: str, kind: str) -> None:
+        """Fail the trial on worker ``slot``, if any (``kind``: crash, interrupt or
+        deterministic); see :meth:`will_retry`."""
+        active = self.active.pop(slot, None)
+        if active is not None:
+            self._fail(active, reason, kind)
+
+    def _fail(self, active: Active, reason: str, kind: str) -> None:
+        """Fail a trial in both stores; queue its retry when :meth:`will_retry`, else drop its
+        checkpoint."""
+        pending = active.pending
+        self.runs.complete(active)
+        retry = self.will_retry(kind, pending.root)
+        self.study.fail(pending, reason, kind, retry)
+        state = "interrupted" if kind == "interrupt" else "failed"
+        self.tracker.end_trial(active.run_id, state, tags={REASON: reason, FAIL_KIND: kind,
+                                                           WILL_RETRY: str(retry).lower(),
+                                                           **active.warning_tags()})
+        if not retry:
+            self._drop_checkpoint(pending.root)
+        then = ", will be retried" if retry else ""
+        self.say(f"trial {pending.number} failed{then}: {reason.splitlines()[0]}")
+
+    def will_retry(self, kind: str, root: int) -> bool:
+        """The retry rule, before a failure is recorded: interrupts are always retried; crashes
+        while the trial first started as number ``root`` has ``retries`` left."""
+        return kind == "interrupt" or (
+            kind == "crash" and self.study.crashes(root) < self.spec.retries)
+
+    def abort(self, reason: str, kind: str = "crash") -> None:
+        """Fail every running trial (an interrupt is queued for retry: the next run resumes it
+        from its checkpoint) and end the parent run KILLED (interrupt) or FAILED. Best effort:
+        the store itself may be what failed, and a later run recovers what is left RUNNING."""
+        for slot in list(self.active):
+            active = self.active.pop(slot)
+            try:
+                self._fail(active, reason, kind)
+            except Exception:  # MLflow failed: still fail the trial in Optuna
+                self.study.fail(active.pending, reason, kind, retry=kind == "interrupt")
+        try:
+            self.end_parent("KILLED" if kind == "interrupt" else "FAILED")
+        except Exception:
+            pass
+
+    def _record_if_best(self, value: float) -> None:  # called once the trial's run exists
+        better = (self.best_value is None or
+                  (value > self.best_value if self.spec.objective.direction == "maximize"
+                   else value < self.best_value))
+        if better:
+            best = self.study.best(1)[0]
+            self.best_value = best.value
+            self.tracker.record_best(self.parent_id, best.value,
+                                     best.user_attrs.get(RUN_ID, ""), best.number,
+                                     self.study.counts()["finished"])
+
+    def _drop_checkpoint(self, root: int) -> None:
+        if not self.spec.keep_checkpoints:
+            shutil.rmtree(self.checkpoints / f"trial-{root}", ignore_errors=True)
+
+    # ---------------------------------------------------------------- what others left behind
+
+    def recover_orphans(self) -> None:
+        """Fail (and retry, within ``retries``) the trials a dead ``sweep run`` on this host left
+        RUNNING; their runs are closed FAILED once MLflow is attached."""
+        for t in self.study.orphans():
+            reason = f"the sweep run process that owned it ({t.user_attrs.get(OWNER)}) is gone"
+            root = t.user_attrs.get(RETRY_ROOT, t.number)
+            retry = self.will_retry("crash", root)
+            if self.study.fail(t, reason, "crash", retry):
+                self.runs.fail_run(t.user_attrs.get(RUN_ID), reason)
+                if not retry:
+                    self._drop_checkpoint(root)
+
+    def fail_stale_trials(self) -> None:
+        """With heartbeats (an RDB storage shared by machines), at most once an interval: fail
+        the trials of machines that stopped beating, retry them here, close their runs."""
+        if self._heartbeat is None or time.monotonic() < self._next_stale_check:
+            return
+        self._next_stale_check = time.monotonic() + self.spec.heartbeat_seconds
+        for t in self.study.fail_stale():
+            reason = (f"no heartbeat for {2 * self.spec.heartbeat_seconds} s: the machine or "
+                      f"process running it is gone")
+            root = t.user_attrs.get(RETRY_ROOT, t.number)
+            retry = self.study.crashes(root) <= self.spec.retries  # this failure included
+            if retry:
+                self.study.retry(t)
+            self.say(f"trial {t.number} failed: {reason}{' (queued for retry)' if retry else ''}")
+            self.runs.fail_run(t.user_attrs.get(RUN_ID), reason)

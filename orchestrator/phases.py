@@ -1,0 +1,185 @@
+"""The phases of a sweep that borrow one idle worker: the preflight before the first trial, and
+at the end the held-out test split and the export of the best trial.
+
+Each is a function given the trial book and the loop's :class:`Workers`; none imports the loop.
+"""
+from __future__ import annotations
+
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from . import preflight as pf
+from .book import TrialBook
+from .errors import SweepError
+from .protocol import Export, Preflight, Reply, Request, Test
+from .study import RUN_ID
+
+EXPORTED = "sweep.exported"  # trial run tag: its weights were exported (see tracking)
+TEST_TRIALS = "sweep.test_trials"  # parent run tag: the trials whose weights saw the test split
+
+# Send one request to the borrowed worker and wait for its answer (None: the worker died, or a
+# signal came).
+Ask = Callable[[Request], "Reply | None"]
+
+
+@dataclass(frozen=True)
+class Workers:
+    """What the loop lends a phase."""
+
+    borrow: Callable[[], Ask | None]  # an idle worker, waiting for one to start; None: none can
+    interrupted: Callable[[], bool]  # SIGINT or SIGTERM arrived: stop
+
+
+def preflight(book: TrialBook, workers: Workers, *, force: bool = False,
+              show: Callable[[Any], None] | None = None) -> None:
+    """Before the first trial: the trainer's checks on each dataset and model of the sweep, in a
+    worker (while MLflow opens its store), logged on the parent run. A resumed sweep does not
+    repeat them.
+
+    Args:
+        force: go on when a check FAILs.
+        show: shows each configuration's table (a rich renderable).
+
+    Raises:
+        SweepError: a check FAILed, without ``force``.
+    """
+    spec = book.spec
+    if spec.preflight is None or book.study.trials():
+        return  # off, or checked by the run that started these trials
+    ask = workers.borrow()
+    if ask is None:  # no worker could start: the loop says why
+        return
+    out = book.outputs.parent / "preflight"
+    shutil.rmtree(out, ignore_errors=True)
+    book.say("preflight: checking data, devices, model and loss before the first trial "
+             "(preflight: false skips it)")
+
+    def check(request: Preflight) -> dict[str, Any] | None:
+        reply = ask(request)
+        return reply.report if reply else None
+
+    results = pf.check_all(spec, out, check)
+    if workers.interrupted() or not results:
+        return
+    for r in results if show else ():
+        show(pf.table(r["label"], r["report"]))
+    status = pf.status_of(results)
+    pf.write(out, results)
+    book.attach_tracking()
+    forced = status == "FAIL" and force
+    book.tracker.log_preflight(book.parent_id, out, status + (" (forced)" if forced else ""))
+    if status == "FAIL" and not forced:
+        raise SweepError(*pf.failures(results),
+                         "preflight failed: no trial was started; fix the cause above and run "
+                         "again (sweep doctor SPEC checks without running), or pass --force to "
+                         "run anyway")
+
+
+def evaluate_test_split(book: TrialBook, workers: Workers) -> dict[str, Any] | None:
+    """The held-out test split, read once: by the final weights of the best configuration's
+    trials (every repeat), after selection. Datasets without a test split skip it.
+
+    Returns:
+        The :func:`summarize_test` of the trials evaluated, or None when none was.
+    """
+    group = book.study.best_configuration()
+    if not group or workers.interrupted():
+        return None
+    book.attach_tracking()
+    if book.tracker.tag(book.parent_id, TEST_TRIALS) == ",".join(str(t.number) for t in group):
+        return None  # a rerun of a finished sweep: these weights were already tested
+    ask = workers.borrow()
+    if ask is None:
+        return None
+    results: dict[int, dict[str, float]] = {}
+    scratch = book.outputs / "test"
+    try:
+        for trial in group:
+            if not _test_one(book, ask, trial, scratch / str(trial.number), results):
+                break
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if not results:
+        return None
+    test = summarize_test(results)
+    book.tracker.log_final(book.parent_id, {k: v for k, v in test.items()
+                                            if isinstance(v, float)},
+                           {TEST_TRIALS: ",".join(map(str, results))})
+    book.say(f"held-out test split (not used for selection): test_acc {test['test_acc']:.4f} "
+             f"over trial(s) {', '.join(map(str, results))}")
+    return test
+
+
+def _test_one(book: TrialBook, ask: Ask, trial, scratch: Path, results: dict) -> bool:
+    """Evaluate one trial's weights on the test split into ``results``; False when there is no
+    point in going on (no test split, the worker is gone, a signal came)."""
+    run_id = trial.user_attrs.get(RUN_ID)
+    weights = book.tracker.weights_path(run_id, scratch) if run_id else None
+    if weights is None:
+        return True
+    reply = ask(Test(settings=book.study.trial_settings(trial), weights=weights))
+    if reply is None or (reply.metrics is None and not reply.error):
+        return False
+    if reply.error:
+        book.tracker.log_final(run_id, {}, {"sweep.test_error": reply.error})
+        book.say(f"trial {trial.number}: test evaluation failed: {reply.error.splitlines()[0]}")
+        return True
+    book.tracker.log_final(run_id, reply.metrics)
+    results[trial.number] = reply.metrics
+    return True
+
+
+def export_best(book: TrialBook, workers: Workers) -> None:
+    """``export_for: best``: the best trial's weights exported in ``export`` formats, checked,
+    and logged into its run (once: a rerun of a finished sweep does not export again)."""
+    spec, best = book.spec, book.study.best(1)
+    if spec.export_for != "best" or not spec.export or not best:
+        return
+    book.attach_tracking()
+    run_id = best[0].user_attrs.get(RUN_ID)
+    if not run_id or book.tracker.tag(run_id, EXPORTED):
+        return
+    scratch = book.outputs / f"export-{best[0].number}"
+    try:
+        weights = book.tracker.weights_path(run_id, scratch / "weights")
+        ask = workers.borrow() if weights else None
+        if ask is None:
+            return
+        book.say(f"exporting trial {best[0].number} as {', '.join(spec.export)} and checking "
+                 f"parity...")
+        reply = ask(Export(settings=book.study.trial_settings(best[0]), weights=weights,
+                           formats=tuple(spec.export), dir=str(scratch / "export")))
+        if reply is None:
+            return
+        book.tracker.log_export(run_id, reply.result(), mlflow_model=True)
+        book.say(f"trial {best[0].number} export: {export_line(reply.result())}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def summarize_test(results: dict[int, dict[str, float]]) -> dict[str, Any]:
+    """Mean (and, over several repeats, the sample standard deviation) of each test metric."""
+    out: dict[str, Any] = {"trials": sorted(results)}
+    for name in next(iter(results.values())):
+        values = [r[name] for r in results.values()]
+        mean = sum(values) / len(values)
+        out[name] = mean
+        if len(values) > 1:
+            out[f"{name}_std"] = math.sqrt(sum((v - mean) ** 2 for v in values)
+                                           / (len(values) - 1))
+    return out
+
+
+def export_line(result: dict[str, Any]) -> str:
+    """One line on an export: each format passed / failed parity / could not export."""
+    if result.get("error"):
+        return f"failed: {result['error'].splitlines()[0]}"
+    parts = []
+    for fmt, r in result["report"]["formats"].items():
+        state = ("passed parity" if r.get("passed") else
+                 f"export failed ({r['error']})" if r.get("error") else "FAILED parity")
+        parts.append(f"{fmt} {state}")
+    return "; ".join(parts)
