@@ -286,7 +286,15 @@ def apply_overrides(raw: dict, overrides, source: str) -> dict:
 
 
 def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
-    """Validate a sweep mapping; raise :class:`SpecError` listing every problem found."""
+    """Validate a sweep mapping: each key against :class:`SweepSpec`'s fields, then the rules
+    across keys (settings together, sampler, pruner, objective, trials, GPU slots).
+
+    Returns:
+        the spec, with the fields its docstring names resolved.
+
+    Raises:
+        SpecError: one line per problem found, each starting with ``source``.
+    """
     try:
         top = SweepSpec.model_validate(raw)
     except ValidationError as e:

@@ -1,7 +1,8 @@
 import pytest
+from pydantic import ValidationError
 
 from orchestrator import SpecError, load_spec
-from orchestrator.spec import validate
+from orchestrator.spec import PreflightSpec, validate
 from tests.conftest import SWEEPS, run_cli, tiny_spec
 
 
@@ -96,6 +97,30 @@ def test_each_kind_of_bad_yaml_gives_one_clear_line(change, expected):
 def test_grid_larger_trials_than_configurations_is_refused():
     spec = tiny_spec(sampler={"name": "grid"}, trials=5, space={"batch_size": [32, 64]})
     assert "the grid has 2 configurations x 1 repeats = 2 trials, got trials: 5" in problems(spec)[0]
+
+
+def test_a_grid_without_trials_runs_every_configuration_times_its_repeats():
+    spec = validate(tiny_spec(sampler={"name": "grid"}, trials=None, repeats=3,
+                              space={"batch_size": [32, 64]}), source="s.yaml")
+    assert spec.trials == 6 and spec.grid() == [{"batch_size": 32}, {"batch_size": 64}]
+
+
+def test_validate_resolves_preflight_gpus_and_export_and_keeps_the_mapping():
+    raw = tiny_spec(preflight=True, gpus=[0, 1], export=["onnx"])
+    spec = validate(raw, source="s.yaml")
+    assert spec.preflight == PreflightSpec() and spec.gpus == (0, 1) and spec.export == ("onnx",)
+    assert spec.raw == raw and spec.source == "s.yaml"
+    assert validate(tiny_spec(preflight=False)).preflight is None
+    assert validate(tiny_spec(preflight={"overfit_steps": 5})).preflight.overfit_steps == 5
+
+
+def test_the_spec_is_frozen_and_its_space_is_parsed():
+    from orchestrator import space as sp
+
+    spec = validate(tiny_spec())
+    with pytest.raises(ValidationError):
+        spec.name = "other"
+    assert {node.setting for _, node in sp.walk(spec.space)} == {"lr", "batch_size"}
 
 
 def test_numeric_only_samplers_warn_about_categoricals():
