@@ -14,10 +14,7 @@ import platform
 import tempfile
 from dataclasses import dataclass
 
-import yaml
-
-from .errors import SweepError
-from .tracking import PARENT_ROLE, Tracker, git_commit, git_diff_hash
+from .tracking import Tracker, git_commit, git_diff_hash, param_text
 
 COMPARED = ("train_loss", "train_acc", "val_loss", "val_acc", "grad_norm", "clipped_fraction")
 GPU_RTOL = 1e-3  # nondeterministic GPU kernels: curves agree to this relative tolerance
@@ -30,10 +27,6 @@ class Verdict:
     reasons: list[str]
     tolerance: float
     reproduction_id: str
-
-
-def _param(value) -> str:
-    return "None" if value is None else str(value)
 
 
 def environment_differences(tags: dict[str, str], settings_edits: list[str]) -> list[str]:
@@ -64,47 +57,57 @@ def reproduce(run_id: str, tracking_uri: str, progress=None) -> Verdict:
     """
     import torch
 
-    from trainers import TrainSettings, train
+    from trainers import TrainSettings
 
     tracker = Tracker(tracking_uri)
-    client = tracker.client
-    try:
-        run = client.get_run(run_id)
-    except Exception:  # MLflow raises its own kinds for unknown ids
-        raise SweepError(f"RUN_ID {run_id}: no such run; copy a trial's id from the UI or "
-                         f"pass --tracking-uri") from None
-    if run.data.tags.get(PARENT_ROLE) != "trial":
-        raise SweepError(f"RUN_ID {run_id}: is not a trial run; pick one of the sweep's trials")
+    run = tracker.trial_run(run_id)
     with tempfile.TemporaryDirectory() as tmp:
-        settings = yaml.safe_load(open(client.download_artifacts(run_id, "settings.yaml", tmp)))
+        settings = tracker.trial_settings(run_id, tmp)
     edits = [f"settings.yaml differs from the run's logged params: {k} is {settings.get(k)!r} "
              f"in the artifact, {run.data.params.get(k)!r} as a param"
-             for k in sorted(settings) if _param(settings.get(k)) != run.data.params.get(k)]
+             for k in sorted(settings) if param_text(settings.get(k)) != run.data.params.get(k)]
     tags = run.data.tags
     threads = int(tags.get("sweep.torch_threads") or torch.get_num_threads())
     torch.set_num_threads(threads)
     s = TrainSettings.from_dict(settings)
     epochs = int(run.data.params.get("epochs", s.epochs))
-    original = {k: {m.step: m.value for m in client.get_metric_history(run_id, k)}
-                for k in COMPARED}
+    original = {k: dict(v) for k, v in tracker.metric_histories(run_id, COMPARED).items()}
     ran = max((len(v) for v in original.values()), default=0)
-    again = client.create_run(run.info.experiment_id,
-                              run_name=f"reproduce-{run.info.run_name}",
-                              tags={PARENT_ROLE: "reproduction", "sweep.reproduces": run_id,
-                                    "sweep.torch_threads": str(threads)})
+    again = tracker.start_reproduction(run, threads)
+    result, history = _train_again(tracker, again, s, epochs, ran, progress)
+    tracker.end_run(again)
+    gpu = result.device.startswith("cuda") and not s.deterministic
+    tol = GPU_RTOL if gpu else 0.0
+    same, rows = compare(original, history, tol)
+    reasons = [] if same else environment_differences(tags, edits)
+    if not same and result.device != tags.get("sweep.device", result.device):
+        reasons.append(f"device: run {tags.get('sweep.device')}, here {result.device}")
+    return Verdict(same, rows, reasons, tol, again)
+
+
+def _train_again(tracker: Tracker, run_id: str, settings, epochs: int, ran: int, progress):
+    """Train ``settings`` logging each epoch on run ``run_id``, stopping after epoch ``ran``
+    (a pruned original stopped there: so does its reproduction). Returns the result and each
+    epoch's metrics."""
+    from trainers import train
+
     history = []
 
     def on_epoch(report):
         history.append(report.metrics)
-        tracker.log_epochs(again.info.run_id, [(report.epoch, report.metrics, report.lr_steps)])
+        tracker.log_epochs(run_id, [(report.epoch, report.metrics, report.lr_steps)])
         if progress:
             progress(report.epoch, epochs)
-        return report.epoch >= ran  # a pruned original stopped there: so does its reproduction
+        return report.epoch >= ran
 
-    result = train(s, on_epoch_end=on_epoch)
-    client.set_terminated(again.info.run_id)
-    gpu = result.device.startswith("cuda") and not s.deterministic
-    tol = GPU_RTOL if gpu else 0.0
+    return train(settings, on_epoch_end=on_epoch), history
+
+
+def compare(original: dict[str, dict[int, float]], history: list[dict[str, float]],
+            tol: float) -> tuple[bool, list[tuple[str, int, float, float, float]]]:
+    """Whether each original ``{metric: {epoch: value}}`` is matched by the epochs' metrics in
+    ``history`` (exactly, or within relative ``tol``), and the rows
+    ``(metric, epoch, original, again, difference)``."""
     rows, same = [], True
     for k in COMPARED:
         for epoch, value in sorted(original[k].items()):
@@ -113,7 +116,4 @@ def reproduce(run_id: str, tracking_uri: str, progress=None) -> Verdict:
             ok = (new == value) if tol == 0 else math.isclose(new, value, rel_tol=tol)
             same = same and ok
             rows.append((k, epoch, value, new, diff))
-    reasons = [] if same else environment_differences(tags, edits)
-    if not same and result.device != tags.get("sweep.device", result.device):
-        reasons.append(f"device: run {tags.get('sweep.device')}, here {result.device}")
-    return Verdict(same, rows, reasons, tol, again.info.run_id)
+    return same, rows

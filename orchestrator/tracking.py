@@ -12,10 +12,10 @@ import os
 import platform
 import subprocess
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.tracking import MlflowClient
 
 from trainers.system import file_lock
@@ -23,6 +23,9 @@ from trainers.system import file_lock
 from . import paths
 from .errors import SweepError
 from .paths import mask
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # after the import: MLflow sets its own level then; its INFO lines would break the progress display
 for _name in ("mlflow", "alembic"):
@@ -88,30 +91,41 @@ def _store_lock(tracking_uri: str):
         yield
 
 
+def open_store(tracking_uri: str) -> MlflowClient:
+    """A client of the MLflow store at ``tracking_uri``, its database created if needed.
+
+    Raises:
+        SweepError: the folder of a SQLite file is missing, or the store cannot be opened.
+    """
+    db = paths.sqlite_file(tracking_uri)
+    if db is not None and not db.parent.is_dir():
+        raise SweepError(f"--tracking-uri {tracking_uri}: folder {db.parent} does not exist; "
+                         f"create it first")
+    client = MlflowClient(tracking_uri=tracking_uri)
+    try:
+        with _store_lock(tracking_uri):
+            # creates the database and runs its migrations: not safe to race, so only the
+            # `sweep run` process does it, and concurrent ones on one file take turns
+            client.search_experiments(max_results=1)
+    except Exception as e:  # MLflow raises many kinds here (driver, migration, HTTP)
+        raise SweepError(f"--tracking-uri {mask(tracking_uri)}: cannot open the MLflow store: "
+                         f"{str(e).splitlines()[0]}") from None
+    return client
+
+
+def _artifact_root(tracking_uri: str) -> str | None:
+    if paths.sqlite_file(tracking_uri) is not None:
+        return (paths.home(tracking_uri) / "mlartifacts").as_uri()
+    return None  # the server's or the store's default
+
+
 class Tracker:
-    """MLflow bookkeeping of one sweep: experiment, parent run, trial runs."""
+    """MLflow bookkeeping of one sweep (experiment, parent run, trial runs), and every read of
+    the store by the commands that look at a sweep afterwards (report, export, reproduce)."""
 
     def __init__(self, tracking_uri: str):
         self.uri = tracking_uri
-        db = paths.sqlite_file(tracking_uri)
-        if db is not None:
-            if not db.parent.is_dir():
-                raise SweepError(f"--tracking-uri {tracking_uri}: folder {db.parent} does not "
-                                 f"exist; create it first")
-        self.client = MlflowClient(tracking_uri=tracking_uri)
-        try:
-            with _store_lock(tracking_uri):
-                # creates the database and runs its migrations: not safe to race, so only the
-                # `sweep run` process does it, and concurrent ones on one file take turns
-                self.client.search_experiments(max_results=1)
-        except Exception as e:  # MLflow raises many kinds here (driver, migration, HTTP)
-            raise SweepError(f"--tracking-uri {mask(tracking_uri)}: cannot open the MLflow store: "
-                             f"{str(e).splitlines()[0]}") from None
-
-    def _artifact_root(self) -> str | None:
-        if paths.sqlite_file(self.uri) is not None:
-            return (paths.home(self.uri) / "mlartifacts").as_uri()
-        return None  # the server's or the store's default
+        self.client = open_store(tracking_uri)
 
     def experiment(self, name: str, description: str = "") -> str:
         """The id of experiment ``name``, created if needed (tagged as model development)."""
@@ -123,7 +137,7 @@ class Tracker:
             if EXPERIMENT_KIND not in exp.tags:  # made by an older sweep or by hand
                 self.client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND, MODEL_KIND)
             return exp.experiment_id
-        root = self._artifact_root()
+        root = _artifact_root(self.uri)
         tags = {EXPERIMENT_KIND: MODEL_KIND}
         if description:
             tags["mlflow.note.content"] = description
@@ -138,12 +152,37 @@ class Tracker:
                 raise
             return exp.experiment_id
 
-    def find_parent(self, experiment_id: str, study_name: str) -> str | None:
-        """The id of study ``study_name``'s parent run, if it has one (the oldest)."""
+    def experiment_id(self, name: str) -> str | None:
+        """The id of experiment ``name``, or None if there is none (nothing is created)."""
+        exp = self.client.get_experiment_by_name(name)
+        return exp.experiment_id if exp else None
+
+    def find_parent_run(self, experiment_id: str, study_name: str) -> Run | None:
+        """Study ``study_name``'s parent run, if any: the oldest (each ``sweep run`` uses it)."""
         query = f"tags.`{PARENT_ROLE}` = 'parent' and tags.`sweep.study` = '{study_name}'"
         found = self.client.search_runs([experiment_id], filter_string=query, max_results=1,
                                         order_by=["attributes.start_time ASC"])
-        return found[0].info.run_id if found else None
+        return found[0] if found else None
+
+    def find_parent(self, experiment_id: str, study_name: str) -> str | None:
+        """The id of study ``study_name``'s parent run, if it has one (the oldest)."""
+        found = self.find_parent_run(experiment_id, study_name)
+        return found.info.run_id if found else None
+
+    def trial_runs(self, experiment_id: str, study_name: str) -> pd.DataFrame:
+        """Study ``study_name``'s trial runs, a row each: ``run_id``, ``params.*``, ``tags.*``,
+        ``metrics.*`` (the last value)."""
+        import mlflow
+
+        mlflow.set_tracking_uri(self.uri)
+        return mlflow.search_runs(
+            [experiment_id], output_format="pandas", max_results=50000,
+            filter_string=f"tags.`{PARENT_ROLE}` = 'trial' and tags.`sweep.study` = '{study_name}'")
+
+    def metric_histories(self, run_id: str, keys) -> dict[str, list[tuple[int, float]]]:
+        """Every logged ``(step, value)`` of each metric in ``keys``, in the store's order."""
+        return {key: [(m.step, m.value) for m in self.client.get_metric_history(run_id, key)]
+                for key in keys}
 
     def resume_parent(self, run_id: str) -> None:
         """Mark the parent run RUNNING again (a rerun, or another machine joining)."""
@@ -179,7 +218,7 @@ class Tracker:
             tags={"mlflow.parentRunId": parent_id, PARENT_ROLE: "trial",
                   "sweep.trial_number": str(number), **tags})
         run_id = run.info.run_id
-        params = [Param(k, _param(v)) for k, v in {**settings, **extra_params}.items()]
+        params = [Param(k, param_text(v)) for k, v in {**settings, **extra_params}.items()]
         self.client.log_batch(run_id, params=params)
         self.client.log_text(run_id, yaml.safe_dump(settings, sort_keys=False), "settings.yaml")
         if packages:
@@ -223,56 +262,23 @@ class Tracker:
 
     def log_export(self, run_id: str, result: dict[str, Any], mlflow_model: bool = False) -> None:
         """An export's files under ``export/``, its figures as ``export_<format>_*`` metrics, and
-        one tag per format (``sweep.export.<format>``: passed, failed or the export's error);
-        with ``mlflow_model`` the ONNX file also becomes an MLflow model (``model_onnx``)."""
-        tags = {"sweep.exported": "true"}
-        if result.get("error"):
-            tags["sweep.export_error"] = result["error"]
-        for fmt, r in ((result.get("report") or {}).get("formats") or {}).items():
-            tags[f"sweep.export.{fmt}"] = ("passed" if r.get("passed") else
-                                          f"error: {r['error']}" if r.get("error") else "failed")
-            if r.get("method"):  # torchscript: script or trace; int8: static or dynamic
-                tags[f"sweep.export.{fmt}.method"] = r["method"]
+        the tags of :func:`export_tags`; with ``mlflow_model`` the ONNX file also becomes an
+        MLflow model (``model_onnx``)."""
+        tags = export_tags(result)
         folder = result.get("dir")
         if folder and os.path.isdir(folder):
             self.client.log_artifacts(run_id, folder, "export")
         self.log_final(run_id, result.get("metrics") or {}, tags)
         onnx_file = os.path.join(folder or "", "model.onnx")
         if mlflow_model and tags.get("sweep.export.onnx") == "passed":
-            self.log_onnx_model(run_id, onnx_file, os.path.join(folder, "input_example.npy"))
+            log_onnx_model(self.uri, run_id, onnx_file,
+                           os.path.join(folder, "input_example.npy"))
 
-    def log_onnx_model(self, run_id: str, onnx_file: str, example_file: str) -> None:
-        """The ONNX file as an MLflow model with a signature and an input example: MLflow's
-        serving and registry load it without unpickling any Python class."""
-        import mlflow
-        import numpy as np
-        import onnx
-        import onnxruntime as ort
-        from mlflow.models import infer_signature
-
-        example = np.load(example_file, allow_pickle=False)
-        session = ort.InferenceSession(onnx_file, providers=["CPUExecutionProvider"])
-        logits, classes = session.run(["logits", "class_index"], {"pixels": example})
-        signature = infer_signature({"pixels": example},
-                                    {"logits": logits, "class_index": classes})
-        mlflow.set_tracking_uri(self.uri)
-        # mlflow.onnx warns on a CPU-only machine that the model declares CUDA first: meant for
-        # the serving machine (onnxruntime falls back to the CPU), not news to this one
-        quiet = logging.getLogger("mlflow.onnx")
-        level = quiet.level
-        quiet.setLevel(logging.ERROR)
-        try:
-            with mlflow.start_run(run_id=run_id):
-                mlflow.onnx.log_model(onnx.load(onnx_file), name="model_onnx",
-                                      signature=signature, input_example={"pixels": example})
-        finally:
-            quiet.setLevel(level)
-
-    def trial_files(self, run_id: str, dst_dir: str | os.PathLike) -> tuple[dict, str]:
-        """A finished trial's settings (its ``settings.yaml``) and a local copy of its weights.
+    def trial_run(self, run_id: str) -> Run:
+        """The MLflow run of a trial (its params, tags and info).
 
         Raises:
-            SweepError: no such run, not a trial run, or a run without weights.
+            SweepError: no such run, or not a trial run.
         """
         from mlflow.exceptions import MlflowException
 
@@ -285,19 +291,44 @@ class Tracker:
         if run.data.tags.get(PARENT_ROLE) != "trial":
             raise SweepError(f"RUN_ID {run_id}: is not a trial run (it is the sweep's parent "
                              f"run or another run); pick one of its trials")
+        return run
+
+    def trial_settings(self, run_id: str, dst_dir: str | os.PathLike) -> dict[str, Any]:
+        """A trial's settings, read from its ``settings.yaml`` (fetched into ``dst_dir``)."""
+        with open(self.client.download_artifacts(run_id, "settings.yaml", str(dst_dir))) as f:
+            return yaml.safe_load(f)
+
+    def trial_files(self, run_id: str, dst_dir: str | os.PathLike) -> tuple[dict, str]:
+        """A finished trial's settings (its ``settings.yaml``) and a local copy of its weights.
+
+        Raises:
+            SweepError: no such run, not a trial run, or a run without weights.
+        """
+        self.trial_run(run_id)
         weights = self.weights_path(run_id, dst_dir)
         if weights is None:
             raise SweepError(f"RUN_ID {run_id}: has no {WEIGHTS_DIR}/{WEIGHTS_FILE} (the trial "
                              f"failed, or ran before weights were logged); export another")
-        settings = yaml.safe_load(open(self.client.download_artifacts(run_id, "settings.yaml",
-                                                                      str(dst_dir))))
-        return settings, weights
+        return self.trial_settings(run_id, dst_dir), weights
+
+    def start_reproduction(self, original: Run, threads: int) -> str:
+        """A run beside trial run ``original`` for training it again (``sweep.role =
+        reproduction``, ``sweep.reproduces = its id``); returns the new run's id."""
+        run = self.client.create_run(
+            original.info.experiment_id, run_name=f"reproduce-{original.info.run_name}",
+            tags={PARENT_ROLE: "reproduction", "sweep.reproduces": original.info.run_id,
+                  "sweep.torch_threads": str(threads)})
+        return run.info.run_id
 
     def log_preflight(self, parent_id: str, folder: str | os.PathLike, status: str) -> None:
         """The preflight's JSON, Markdown and images under ``preflight/``, its status as the
         tag ``sweep.preflight``."""
         self.client.log_artifacts(parent_id, str(folder), "preflight")
         self.client.set_tag(parent_id, PREFLIGHT, status)
+
+    def log_report(self, parent_id: str, folder: str | os.PathLike) -> None:
+        """A ``sweep report``'s files on the sweep's parent run, under ``report/``."""
+        self.client.log_artifacts(parent_id, str(folder), "report")
 
     def tag(self, run_id: str, key: str) -> str | None:
         return self.client.get_run(run_id).data.tags.get(key)
@@ -319,6 +350,9 @@ class Tracker:
     def end_parent(self, parent_id: str, status: str) -> None:
         self.client.set_terminated(parent_id, status)
 
+    def end_run(self, run_id: str, status: str = "FINISHED") -> None:
+        self.client.set_terminated(run_id, status)
+
     def running_trial_runs(self, experiment_id: str, parent_id: str) -> list[tuple[str, int]]:
         """``(run_id, trial number)`` of the sweep's trial runs still marked RUNNING."""
         query = (f"tags.`mlflow.parentRunId` = '{parent_id}' and tags.`{PARENT_ROLE}` = 'trial' "
@@ -335,8 +369,51 @@ class Tracker:
             self.client.set_terminated(run_id, status)
 
 
-def _param(value: Any) -> str:
+def param_text(value: Any) -> str:
+    """A setting's value as MLflow stores a param (``None`` included)."""
     return "None" if value is None else str(value)
+
+
+def export_tags(result: dict[str, Any]) -> dict[str, str]:
+    """The tags of an export: ``sweep.exported``, ``sweep.export_error`` if it failed, and one
+    per format (``sweep.export.<format>``: passed, failed or its error; ``.method`` if any)."""
+    tags = {"sweep.exported": "true"}
+    if result.get("error"):
+        tags["sweep.export_error"] = result["error"]
+    for fmt, r in ((result.get("report") or {}).get("formats") or {}).items():
+        tags[f"sweep.export.{fmt}"] = ("passed" if r.get("passed") else
+                                      f"error: {r['error']}" if r.get("error") else "failed")
+        if r.get("method"):  # torchscript: script or trace; int8: static or dynamic
+            tags[f"sweep.export.{fmt}.method"] = r["method"]
+    return tags
+
+
+def log_onnx_model(tracking_uri: str, run_id: str, onnx_file: str, example_file: str) -> None:
+    """The ONNX file as an MLflow model with a signature and an input example: MLflow's
+    serving and registry load it without unpickling any Python class."""
+    import mlflow
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from mlflow.models import infer_signature
+
+    example = np.load(example_file, allow_pickle=False)
+    session = ort.InferenceSession(onnx_file, providers=["CPUExecutionProvider"])
+    logits, classes = session.run(["logits", "class_index"], {"pixels": example})
+    signature = infer_signature({"pixels": example},
+                                {"logits": logits, "class_index": classes})
+    mlflow.set_tracking_uri(tracking_uri)
+    # mlflow.onnx warns on a CPU-only machine that the model declares CUDA first: meant for
+    # the serving machine (onnxruntime falls back to the CPU), not news to this one
+    quiet = logging.getLogger("mlflow.onnx")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        with mlflow.start_run(run_id=run_id):
+            mlflow.onnx.log_model(onnx.load(onnx_file), name="model_onnx",
+                                  signature=signature, input_example={"pixels": example})
+    finally:
+        quiet.setLevel(level)
 
 
 def environment_tags() -> dict[str, str]:
