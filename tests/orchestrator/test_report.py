@@ -115,3 +115,51 @@ def test_too_few_pairs_is_insufficient_evidence_and_a_partial_sweep_says_so(tmp_
     assert "incomplete:" in rep.stdout
     bad = run_cli("report", "nope", cwd=tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_report_reads_the_parent_run_every_sweep_run_logs_to(grid):
+    from orchestrator.report import load_sweep
+    from orchestrator.tracking import Tracker
+
+    stores, _, _ = grid
+    data = load_sweep("grid", stores.tracking_uri, str(stores.journal))
+    tracker = Tracker(stores.tracking_uri)
+    experiment_id = tracker.experiment_id("grid")
+    assert data.parent_id == tracker.find_parent(experiment_id, "grid")
+    assert data.parent_id == stores.runs("grid", "parent")[0].info.run_id
+    assert tracker.experiment_id("no-such-sweep") is None
+
+
+def test_the_verdict_names_a_better_level_only_when_the_interval_excludes_zero():
+    from orchestrator.report.stats import verdict
+
+    row = {"a": "adam", "b": "sgd"}
+    assert verdict({**row, "ci95_low": 0.01, "ci95_high": 0.2}).startswith("sgd better than adam")
+    assert verdict({**row, "ci95_low": -0.2, "ci95_high": -0.01}).startswith("adam better")
+    assert verdict({**row, "ci95_low": -0.1, "ci95_high": 0.1}).startswith("no significant")
+
+
+def _paired_trials(diffs: list[float]) -> pd.DataFrame:
+    """Complete trials of a two-level setting, a pair per repeat, level b = a + diff."""
+    rows = []
+    for repeat, diff in enumerate(diffs):
+        rows += [{"state": "COMPLETE", "repeat": repeat, "params.opt": "a", "value": 0.5},
+                 {"state": "COMPLETE", "repeat": repeat, "params.opt": "b", "value": 0.5 + diff}]
+    return pd.DataFrame(rows)
+
+
+def test_pairs_that_all_differ_alike_get_an_interval_but_no_p_value():
+    from orchestrator.report import paired_differences
+
+    row = paired_differences(_paired_trials([0.25, 0.25, 0.25]), ["opt"]).iloc[0]
+    assert row["pairs"] == 3 and row["mean_diff_b_minus_a"] == pytest.approx(0.25)
+    assert row["verdict"] == "every pair differs by the same amount"
+    assert math.isnan(row["t_test_p"]) and math.isnan(row["wilcoxon_p"])
+
+
+def test_a_pair_short_of_the_minimum_has_no_interval():
+    from orchestrator.report import paired_differences
+
+    row = paired_differences(_paired_trials([0.1, 0.3]), ["opt"]).iloc[0]
+    assert row["verdict"] == "insufficient evidence (2 pairs, need 3)"
+    assert math.isnan(row["ci95_low"]) and math.isnan(row["t_test_p"])

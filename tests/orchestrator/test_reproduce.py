@@ -1,4 +1,5 @@
 """`sweep reproduce` trains a trial again from its run alone and compares the curves."""
+import math
 import shutil
 from pathlib import Path
 from urllib.parse import urlparse
@@ -57,3 +58,17 @@ def test_reproduce_refuses_a_run_that_is_not_a_trial(swept):
                   cwd=swept.dir)
     assert out.returncode == 2 and "is not a trial run" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_curves_compare_bit_for_bit_without_a_tolerance_and_relatively_with_one():
+    from orchestrator.reproduce import COMPARED, compare
+
+    original = {k: {} for k in COMPARED}
+    original["val_loss"] = {1: 1.0, 2: 0.5}
+    same, rows = compare(original, [{"val_loss": 1.0}, {"val_loss": 0.5}], tol=0.0)
+    assert same and rows == [("val_loss", 1, 1.0, 1.0, 0.0), ("val_loss", 2, 0.5, 0.5, 0.0)]
+    assert not compare(original, [{"val_loss": 1.0}, {"val_loss": 0.5000001}], tol=0.0)[0]
+    assert compare(original, [{"val_loss": 1.0}, {"val_loss": 0.5000001}], tol=1e-3)[0]
+    # a reproduction that stopped early lacks the later epochs: NaN, never equal
+    same, rows = compare(original, [{"val_loss": 1.0}], tol=1e-3)
+    assert not same and math.isnan(rows[1][3])

@@ -1,0 +1,129 @@
+"""A sweep as tables: its study (Optuna) joined with its runs (MLflow, read through the Tracker)."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .. import paths
+from .. import space as sp
+from ..errors import SweepError
+from ..spec import SweepSpec, load_spec, validate
+from ..study import IDENTITY, REPEAT, RUN_ID, default_storage, open_storage
+from ..tracking import Tracker
+
+CURVES = ("val_acc", "val_loss", "train_loss")  # the per-epoch metrics a report plots
+
+
+@dataclass
+class SweepData:
+    """One sweep as tables: ``trials`` (a row per Optuna trial, joined with its MLflow run),
+    ``curves`` (trial, epoch, metric, value) and the parent run's metrics and tags."""
+
+    spec: SweepSpec
+    study_name: str
+    trials: pd.DataFrame
+    curves: pd.DataFrame
+    lr: pd.DataFrame
+    parent_id: str | None
+    parent_metrics: dict[str, float] = field(default_factory=dict)
+    parent_tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def factors(self) -> list[str]:
+        """The searched settings (the space's non-fixed nodes), in YAML order."""
+        out = []
+        for _, node in sp.walk(self.spec.space):
+            if not isinstance(node, sp.Fixed) and node.setting not in out:
+                out.append(node.setting)
+        return out
+
+
+def load_sweep(spec_or_name: str, tracking_uri: str | None = None,
+               storage: str | None = None) -> SweepData:
+    """The study and runs of a sweep given by its YAML file or its name.
+
+    Raises:
+        SweepError: no such sweep in the stores.
+    """
+    import optuna
+
+    tracking_uri = tracking_uri or paths.default_tracking_uri()
+    storage = storage or default_storage(tracking_uri)
+    is_file = os.path.isfile(spec_or_name)
+    name = load_spec(spec_or_name).name if is_file else spec_or_name
+    try:
+        study = optuna.load_study(study_name=name, storage=open_storage(storage))
+    except KeyError:
+        raise SweepError(f"no sweep {name!r} in the study storage {storage}; run it first, or "
+                         f"pass --storage / --tracking-uri") from None
+    spec = load_spec(spec_or_name) if is_file else _spec_from_study(name, study)
+    tracker = Tracker(tracking_uri)
+    experiment_id = tracker.experiment_id(spec.name)
+    runs = tracker.trial_runs(experiment_id, name) if experiment_id else pd.DataFrame()
+    trials = _trial_table(study, runs)
+    curves, lr = _curves(tracker, trials)
+    parent = tracker.find_parent_run(experiment_id, name) if experiment_id else None
+    return SweepData(spec, name, trials, curves, lr, parent.info.run_id if parent else None,
+                     dict(parent.data.metrics) if parent else {},
+                     dict(parent.data.tags) if parent else {})
+
+
+def _spec_from_study(name: str, study) -> SweepSpec:
+    identity = json.loads(study.user_attrs.get(IDENTITY, "{}"))
+    if not identity:
+        raise SweepError(f"study {name!r} was not made by sweep run; pass its YAML file instead")
+    raw = {**identity, "name": identity.get("name", name)}
+    if raw.get("sampler", {}).get("name") != "grid":
+        raw["trials"] = max(1, len(study.trials))
+        raw["trials"] += (-raw["trials"]) % raw.get("repeats", 1)
+    return validate(raw, f"study {name}")
+
+
+def _trial_table(study, runs: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    by_run = runs.set_index("run_id") if len(runs) else None
+    for t in study.get_trials(deepcopy=False):
+        row = {"trial": t.number, "state": t.state.name, "value": t.value,
+               "repeat": t.user_attrs.get(REPEAT), "run_id": t.user_attrs.get(RUN_ID),
+               "retry_of": t.user_attrs.get("sweep.retry_of"),
+               "fail_reason": t.user_attrs.get("sweep.fail_reason"),
+               "epochs": len(t.intermediate_values)}
+        if by_run is not None and row["run_id"] in by_run.index:
+            run = by_run.loc[row["run_id"]]
+            for col, value in run.items():
+                if col.startswith(("params.", "metrics.")) or col in (
+                        "tags.sweep.seed", "tags.sweep.export.onnx"):
+                    row[col] = value
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    for col in [c for c in table.columns if c.startswith("params.")]:
+        table[col] = table[col].map(_typed)
+    return table
+
+
+def _typed(text):
+    """MLflow params are strings: numbers back to numbers, for sorting and plotting."""
+    if not isinstance(text, str):
+        return text
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _curves(tracker: Tracker, trials: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows, lr_rows = [], []
+    for _, t in trials.dropna(subset=["run_id"]).iterrows():
+        for key, history in tracker.metric_histories(t["run_id"], CURVES).items():
+            for step, value in history:
+                rows.append({"trial": t["trial"], "metric": key, "epoch": step, "value": value})
+        if t["state"] == "COMPLETE":
+            for step, value in tracker.metric_histories(t["run_id"], ("lr",))["lr"]:
+                lr_rows.append({"trial": t["trial"], "step": step, "lr": value})
+    return (pd.DataFrame(rows, columns=["trial", "metric", "epoch", "value"]),
+            pd.DataFrame(lr_rows, columns=["trial", "step", "lr"]))
