@@ -258,15 +258,9 @@ class SweepStudy:
             # another machine may have created it a moment ago: its attributes come next
             _wait_for(lambda: FINGERPRINT in existing.user_attrs)
             _check_same_sweep(spec, name, existing)
-            offset = len(existing.get_trials(deepcopy=False))
-            creator = existing.user_attrs.get(CREATOR)
-            if not offset and creator and Owner(**creator).is_alive():
-                # machines joining at the same moment: each draws its own trials
-                offset = 1 + int.from_bytes(
-                    hashlib.sha256(f"{socket.gethostname()}:{os.getpid()}".encode()).digest()[:3],
-                    "big")
             study = optuna.load_study(study_name=name, storage=storage,
-                                      sampler=make_sampler(spec, offset), pruner=make_pruner(spec))
+                                      sampler=make_sampler(spec, _sampler_offset(existing)),
+                                      pruner=make_pruner(spec))
         self = cls(spec, study, created, stale)
         if created:
             study.set_user_attr(CREATOR, self.owner.as_dict())
@@ -483,6 +477,18 @@ def retried_numbers(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
     retry_of = {t.user_attrs.get(RETRY_OF) for t in trials}
     return {t.number for t in trials if t.state == TrialState.FAIL and
             (t.user_attrs.get(WILL_RETRY) or t.number in retry_of)}
+
+
+def _sampler_offset(existing: optuna.Study) -> int:
+    """The sampler seed offset of a process loading a study: the trials it already holds, or,
+    while it holds none and its creator is alive, a number drawn from this host and pid (machines
+    joining at the same moment each draw their own trials)."""
+    offset = len(existing.get_trials(deepcopy=False))
+    creator = existing.user_attrs.get(CREATOR)
+    if not offset and creator and Owner(**creator).is_alive():
+        offset = 1 + int.from_bytes(
+            hashlib.sha256(f"{socket.gethostname()}:{os.getpid()}".encode()).digest()[:3], "big")
+    return offset
 
 
 def _wait_for(ready, timeout: float = JOIN_WAIT_S):
