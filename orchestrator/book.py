@@ -298,6 +298,10 @@ class TrialBook:
     def parent_id(self) -> str:
         return self.runs.opened.parent_id
 
+    def open_run(self, active: Active) -> None:
+        """Create a started trial's run now if MLflow is attached (else attaching will)."""
+        self.runs.open_run(active)
+
     def end_parent(self, status: str) -> None:
         """End the sweep's parent run (FINISHED, KILLED or FAILED)."""
         self.attach_tracking()
@@ -314,7 +318,7 @@ class TrialBook:
         return self.outputs / f"trial-{pending.number}"
 
     def start(self, slot: int, pending: PendingTrial, worker: Ready) -> Active | None:
-        """Book ``pending`` as running on worker ``slot`` (its run follows: :meth:`Runs.open_run`);
+        """Book ``pending`` as running on worker ``slot`` (its run follows: :meth:`open_run`);
         None when its settings cannot be used (the trial is failed for good)."""
         from trainers import SettingsError, TrainSettings  # settings only: no torch import here
 

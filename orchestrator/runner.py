@@ -205,7 +205,7 @@ class _Loop:
             self._worker_died(worker)
             return
         if self.book.attach_tracking(wait=False):
-            self.book.runs.open_run(active)
+            self.book.open_run(active)
 
     def _handle(self, worker: Worker, msg: Message | None) -> None:
         slot = worker.slot.index

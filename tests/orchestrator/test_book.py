@@ -1,0 +1,243 @@
+"""The trial book on real stores in tmp_path, without a sweep: each trial kept in step in the
+Optuna study and MLflow, the retry rule, orphans, stale heartbeats and stray runs."""
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+from optuna.trial import TrialState
+
+from orchestrator.book import TrialBook
+from orchestrator.protocol import Done, Epoch, Failed, Ready
+from orchestrator.spec import validate
+from orchestrator.study import OWNER, RETRY_OF, RUN_ID, WILL_RETRY
+from tests.conftest import tiny_spec
+
+WORKER = Ready(pid=1, torch_version="2.0", torch_threads=1, cuda_visible_devices="",
+               cuda_available=False, cuda_version="", cudnn_version="", device_name="cpu")
+DEAD_OWNER = {"host": socket.gethostname(), "pid": os.getpid(), "started": -2}  # not this start
+
+
+def epoch(n: int, val_acc: float, resumed: bool = False) -> Epoch:
+    return Epoch(epoch=n, metrics={"val_acc": val_acc, "val_loss": 1 - val_acc},
+                 lr_steps=[(n, 0.01)], resumed=resumed)
+
+
+def done(state: str = "complete") -> Done:
+    return Done(state=state, epochs=2, train_seconds=1.5, device="cpu", resumed_from=0,
+                weights="")
+
+
+@pytest.fixture
+def open_book(stores):
+    """Opens a TrialBook of ``tiny_spec(**overrides)`` on the test's stores (once more: a second
+    ``sweep run`` on the same study); ``storage`` replaces the journal."""
+    def open_(storage: str | None = None, say=None, **overrides) -> TrialBook:
+        return TrialBook.open(validate(tiny_spec(**overrides)), storage or str(stores.journal),
+                              stores.tracking_uri, spec_text="name: tiny\n", say=say)
+    return open_
+
+
+def run_trial(book: TrialBook, curve: list[float], slot: int = 0):
+    """Start the next trial on ``slot`` as the loop does and report ``curve``, one value an
+    epoch."""
+    pending = book.study.next_trial()
+    book.open_run(book.start(slot, pending, WORKER))
+    for n, value in enumerate(curve, 1):
+        book.report_epoch(slot, epoch(n, value))
+        book.log_epoch(slot, epoch(n, value))
+    return pending
+
+
+def crash(book: TrialBook, slot: int = 0) -> int:
+    """Start the next trial on ``slot`` and crash it (its worker died); its number."""
+    number = run_trial(book, [0.5], slot).number
+    book.fail(slot, "worker 0 (pid 1) killed by SIGKILL", "crash")
+    return number
+
+
+def trial(stores, number: int):
+    return stores.study("tiny").trials[number]
+
+
+def run_of(stores, number: int):
+    return stores.client().get_run(trial(stores, number).user_attrs[RUN_ID])
+
+
+def waiting_retries(stores) -> list[int]:
+    """The trials each queued retry retries."""
+    return [t.user_attrs[RETRY_OF] for t in stores.study("tiny").trials
+            if t.state == TrialState.WAITING and RETRY_OF in t.user_attrs]
+
+
+# ------------------------------------------------------------------------ one trial, both stores
+
+def test_a_complete_trial_is_told_to_optuna_and_its_run_finished_with_every_epoch(
+        stores, open_book):
+    lines: list[str] = []
+    book = open_book(say=lines.append)
+    pending = run_trial(book, [0.5, 0.75])
+    book.finish(0, done())
+    t = trial(stores, pending.number)
+    assert t.state == TrialState.COMPLETE and t.value == 0.75
+    assert t.intermediate_values == {1: 0.5, 2: 0.75}
+    client = stores.client()
+    run = run_of(stores, pending.number)
+    assert run.info.status == "FINISHED" and run.data.tags["sweep.state"] == "complete"
+    assert [m.value for m in client.get_metric_history(run.info.run_id, "val_acc")] == [0.5, 0.75]
+    assert run.data.metrics["train_seconds"] == 1.5
+    assert run.data.params["lr"] == str(pending.settings["lr"])
+    parent = client.get_run(book.parent_id)
+    assert parent.data.tags["sweep.best_run_id"] == run.info.run_id
+    assert lines == [f"trial {pending.number} complete: 0.7500"]
+
+
+def test_a_pruned_trial_ends_pruned_in_optuna_and_killed_in_mlflow(stores, open_book):
+    book = open_book()
+    pending = run_trial(book, [0.5])
+    book.finish(0, done("pruned"))
+    assert trial(stores, pending.number).state == TrialState.PRUNED
+    run = run_of(stores, pending.number)
+    assert run.info.status == "KILLED" and run.data.tags["sweep.state"] == "pruned"
+
+
+def test_a_complete_trial_with_a_non_finite_objective_fails_for_good(stores, open_book):
+    book = open_book()
+    pending = run_trial(book, [0.5, float("nan")])
+    book.finish(0, done())
+    t = trial(stores, pending.number)
+    assert t.state == TrialState.FAIL and "is not finite" in t.user_attrs["sweep.fail_reason"]
+    assert waiting_retries(stores) == []
+    assert run_of(stores, pending.number).info.status == "FAILED"
+
+
+def test_the_runs_of_trials_started_before_mlflow_attached_are_created_on_attach(
+        stores, open_book):
+    book = open_book()
+    pending = book.study.next_trial()
+    active = book.start(0, pending, WORKER)
+    assert active.run_id is None  # created once MLflow is attached
+    book.attach_tracking()
+    assert trial(stores, pending.number).user_attrs[RUN_ID] == active.run_id
+    assert stores.client().get_run(active.run_id).info.status == "RUNNING"
+
+
+# ----------------------------------------------------------------------------- the retry rule
+
+def test_a_crash_is_retried_while_retries_are_left_and_not_beyond(stores, open_book):
+    book = open_book(retries=1)
+    first = crash(book)
+    assert waiting_retries(stores) == [first]
+    assert trial(stores, first).user_attrs[WILL_RETRY] is True
+    second = crash(book)  # the retry of the first, crashing again: retries spent
+    assert trial(stores, second).user_attrs[RETRY_OF] == first
+    assert waiting_retries(stores) == []
+    run = run_of(stores, second)
+    assert run.info.status == "FAILED" and run.data.tags["sweep.will_retry"] == "false"
+
+
+def test_no_crash_is_retried_with_zero_retries(stores, open_book):
+    book = open_book(retries=0)
+    crash(book)
+    assert waiting_retries(stores) == []
+
+
+def test_a_deterministic_failure_is_not_retried_even_with_retries_left(stores, open_book):
+    book = open_book(retries=3)
+    pending = run_trial(book, [0.5])
+    book.finish(0, Failed(reason="TrainingDiverged: loss is nan", retryable=False))
+    assert trial(stores, pending.number).user_attrs["sweep.fail_kind"] == "deterministic"
+    assert waiting_retries(stores) == []
+
+
+def test_a_retryable_failure_from_the_worker_is_a_crash(stores, open_book):
+    book = open_book(retries=1)
+    pending = run_trial(book, [0.5])
+    book.finish(0, Failed(reason="OSError: disk full", retryable=True))
+    assert waiting_retries(stores) == [pending.number]
+
+
+def test_an_interrupted_trial_is_always_retried_and_the_parent_run_killed(stores, open_book):
+    book = open_book(retries=0)
+    pending = run_trial(book, [0.5])
+    book.abort("interrupted by SIGINT", kind="interrupt")
+    assert waiting_retries(stores) == [pending.number]
+    run = run_of(stores, pending.number)
+    assert run.info.status == "KILLED" and run.data.tags["sweep.state"] == "interrupted"
+    assert stores.client().get_run(book.parent_id).info.status == "KILLED"
+    assert book.active == {}
+
+
+# -------------------------------------------------------------------- what others left behind
+
+def orphan_one(book: TrialBook) -> int:
+    """A trial RUNNING with its run, as a ``sweep run`` that was killed leaves it."""
+    pending = run_trial(book, [0.5])
+    book.attach_tracking()
+    book.study.set_attr(pending, OWNER, DEAD_OWNER)
+    return pending.number
+
+
+def test_orphans_of_a_dead_owner_are_failed_retried_and_their_runs_closed(stores, open_book):
+    number = orphan_one(open_book(retries=1))
+    again = open_book(retries=1)
+    again.attach_tracking()
+    t = trial(stores, number)
+    assert t.state == TrialState.FAIL and "is gone" in t.user_attrs["sweep.fail_reason"]
+    assert waiting_retries(stores) == [number]
+    run = run_of(stores, number)
+    assert run.info.status == "FAILED" and "is gone" in run.data.tags["sweep.fail_reason"]
+
+
+def test_orphans_are_not_retried_beyond_retries(stores, open_book):
+    number = orphan_one(open_book(retries=0))
+    open_book(retries=0).attach_tracking()
+    assert trial(stores, number).state == TrialState.FAIL
+    assert waiting_retries(stores) == []
+
+
+def test_trials_of_a_live_owner_are_not_orphans(stores, open_book):
+    first = open_book()
+    pending = run_trial(first, [0.5])  # owned by this very process
+    first.attach_tracking()
+    open_book().attach_tracking()
+    assert trial(stores, pending.number).state == TrialState.RUNNING
+    assert run_of(stores, pending.number).info.status == "RUNNING"
+
+
+def test_a_running_run_without_a_running_trial_is_closed(stores, open_book):
+    first = open_book()
+    first.attach_tracking()
+    live = run_trial(first, [0.5])
+    first.attach_tracking()
+    stray = first.tracker.start_trial(first.experiment_id, first.parent_id, 99, {}, {}, {})
+    open_book().attach_tracking()
+    client = stores.client()
+    closed = client.get_run(stray)
+    assert closed.info.status == "FAILED"
+    assert "before the run was linked" in closed.data.tags["sweep.fail_reason"]
+    assert run_of(stores, live.number).info.status == "RUNNING"
+
+
+def test_a_trial_whose_heartbeat_stopped_is_failed_retried_and_its_run_closed(tmp_path,
+                                                                               stores, open_book):
+    book = open_book(retries=1, heartbeat_seconds=1,
+                     storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    book.attach_tracking()
+    pending = book.study.next_trial()  # started by a machine that beats once, then dies
+    book.study.beat(pending)
+    run_id = book.tracker.start_trial(book.experiment_id, book.parent_id, pending.number, {}, {},
+                                      {})
+    book.study.set_attr(pending, RUN_ID, run_id)
+    deadline = time.monotonic() + 15  # two intervals without a beat (the store counts seconds)
+    while book.study.trials()[pending.number].state == TrialState.RUNNING and \
+            time.monotonic() < deadline:
+        time.sleep(0.5)
+        book.fail_stale_trials()
+    trials = book.study.trials()
+    assert trials[pending.number].state == TrialState.FAIL
+    assert [t.user_attrs.get(RETRY_OF) for t in trials if t.state == TrialState.WAITING] == [
+        pending.number]
+    assert stores.client().get_run(run_id).info.status == "FAILED"
