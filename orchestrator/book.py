@@ -140,6 +140,32 @@ def run_tags(study: str, slot: int, pending: PendingTrial, worker: Ready) -> dic
     return tags
 
 
+@dataclass(frozen=True)
+class Folders:
+    """Where the trials of a sweep keep files: ``.sweep/<study>`` beside the MLflow store."""
+
+    work: Path
+    keep_checkpoints: bool
+
+    @property
+    def outputs(self) -> Path:
+        """Scratch space of trials and phases, emptied as each is logged."""
+        return self.work / "trials"
+
+    def checkpoint(self, pending: PendingTrial) -> Path:
+        """A trial's epoch checkpoints: shared by the retries of one first attempt."""
+        return self.work / "checkpoints" / f"trial-{pending.root}"
+
+    def output(self, pending: PendingTrial) -> Path:
+        """Where a trial's worker leaves its final weights (and export) for its run."""
+        return self.outputs / f"trial-{pending.number}"
+
+    def drop_checkpoint(self, root: int) -> None:
+        """Delete the checkpoints of the trial first started as ``root`` (unless kept)."""
+        if not self.keep_checkpoints:
+            shutil.rmtree(self.work / "checkpoints" / f"trial-{root}", ignore_errors=True)
+
+
 class Runs:
     """The MLflow side of the book: opened in a thread, because importing MLflow and creating its
     store take seconds while the first trials already train. Until it is attached, trials live
@@ -245,8 +271,7 @@ class TrialBook:
         self.say = say or (lambda line: None)
         self.active: dict[int, Active] = {}  # by worker slot index
         self.runs = Runs(tracking_uri, spec, study, spec_text, storage, self.active)
-        work = paths.work_dir(tracking_uri, study.name)
-        self.checkpoints, self.outputs = work / "checkpoints", work / "trials"
+        self.folders = Folders(paths.work_dir(tracking_uri, study.name), spec.keep_checkpoints)
         self.best_value: float | None = None
         self._next_stale_check = 0.0
         self._heartbeat = Heartbeat(study, self.active, spec.heartbeat_seconds) \
@@ -309,14 +334,6 @@ class TrialBook:
 
     # ---------------------------------------------------------------------------- trials
 
-    def checkpoint_dir(self, pending: PendingTrial) -> Path:
-        """Where a trial's checkpoints go: shared by the retries of one first attempt."""
-        return self.checkpoints / f"trial-{pending.root}"
-
-    def output_dir(self, pending: PendingTrial) -> Path:
-        """Where a trial's worker leaves its final weights (and export) for its run."""
-        return self.outputs / f"trial-{pending.number}"
-
     def start(self, slot: int, pending: PendingTrial, worker: Ready) -> Active | None:
         """Book ``pending`` as running on worker ``slot`` (its run follows: :meth:`open_run`);
         None when its settings cannot be used (the trial is failed for good)."""
@@ -367,7 +384,7 @@ class TrialBook:
                 self.tracker.log_weights(active.run_id, end.weights)
             if end.export:
                 self.tracker.log_export(active.run_id, end.export.result())
-        shutil.rmtree(self.output_dir(active.pending), ignore_errors=True)
+        shutil.rmtree(self.folders.output(active.pending), ignore_errors=True)
         if isinstance(end, Failed):
             self._fail(active, end.reason, "crash" if end.retryable else "deterministic")
         elif end.state == "complete" and not all(math.isfinite(v) for v in active.curve):
@@ -375,7 +392,7 @@ class TrialBook:
                                f"{active.curve[-1]}", "deterministic")
         else:
             self._end(active, end)
-            self._drop_checkpoint(active.pending.root)
+            self.folders.drop_checkpoint(active.pending.root)
 
     def _end(self, active: Active, done: Done) -> None:
         metrics = {"train_seconds": done.train_seconds}
@@ -410,7 +427,7 @@ class TrialBook:
                                                            WILL_RETRY: str(retry).lower(),
                                                            **active.warning_tags()})
         if not retry:
-            self._drop_checkpoint(pending.root)
+            self.folders.drop_checkpoint(pending.root)
         then = ", will be retried" if retry else ""
         self.say(f"trial {pending.number} failed{then}: {reason.splitlines()[0]}")
 
@@ -446,10 +463,6 @@ class TrialBook:
                                      best.user_attrs.get(RUN_ID, ""), best.number,
                                      self.study.counts()["finished"])
 
-    def _drop_checkpoint(self, root: int) -> None:
-        if not self.spec.keep_checkpoints:
-            shutil.rmtree(self.checkpoints / f"trial-{root}", ignore_errors=True)
-
     # ---------------------------------------------------------------- what others left behind
 
     def recover_orphans(self) -> None:
@@ -462,7 +475,7 @@ class TrialBook:
             if self.study.fail(t, reason, "crash", retry):
                 self.runs.fail_run(t.user_attrs.get(RUN_ID), reason)
                 if not retry:
-                    self._drop_checkpoint(root)
+                    self.folders.drop_checkpoint(root)
 
     def fail_stale_trials(self) -> None:
         """With heartbeats (an RDB storage shared by machines), at most once an interval: fail

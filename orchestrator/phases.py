@@ -52,7 +52,7 @@ def preflight(book: TrialBook, workers: Workers, *, force: bool = False,
     ask = workers.borrow()
     if ask is None:  # no worker could start: the loop says why
         return
-    out = book.outputs.parent / "preflight"
+    out = book.folders.work / "preflight"
     shutil.rmtree(out, ignore_errors=True)
     book.say("preflight: checking data, devices, model and loss before the first trial "
              "(preflight: false skips it)")
@@ -95,7 +95,7 @@ def evaluate_test_split(book: TrialBook, workers: Workers) -> dict[str, Any] | N
     if ask is None:
         return None
     results: dict[int, dict[str, float]] = {}
-    scratch = book.outputs / "test"
+    scratch = book.folders.outputs / "test"
     try:
         for trial in group:
             if not _test_one(book, ask, trial, scratch / str(trial.number), results):
@@ -142,7 +142,7 @@ def export_best(book: TrialBook, workers: Workers) -> None:
     run_id = best[0].user_attrs.get(RUN_ID)
     if not run_id or book.tracker.tag(run_id, EXPORTED):
         return
-    scratch = book.outputs / f"export-{best[0].number}"
+    scratch = book.folders.outputs / f"export-{best[0].number}"
     try:
         weights = book.tracker.weights_path(run_id, scratch / "weights")
         ask = workers.borrow() if weights else None

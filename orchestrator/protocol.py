@@ -194,8 +194,8 @@ class Test(Message):
     """Evaluate ``weights`` on the test split of ``settings``' dataset."""
 
     op: ClassVar[Op] = Op.TEST
-    settings: dict[str, Any]
     weights: str
+    settings: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -203,8 +203,8 @@ class Export(Message):
     """Export ``weights`` in ``formats`` into ``dir`` and check each file against the model."""
 
     op: ClassVar[Op] = Op.EXPORT
-    settings: dict[str, Any]
     weights: str
+    settings: dict[str, Any]
     formats: tuple[str, ...]
     dir: str
 

@@ -196,12 +196,13 @@ class _Loop:
         active = self.book.start(worker.slot.index, pending, worker.info)
         if active is None:
             return
-        output_dir = self.book.output_dir(pending)
-        export = self.spec.export if self.spec.export_for == "all" else ()
-        if not worker.send(Train(number=pending.number, settings=active.settings,
-                                 checkpoint_dir=str(self.book.checkpoint_dir(pending)),
-                                 output_dir=str(output_dir), export_formats=tuple(export or ()),
-                                 export_dir=str(output_dir / "export") if export else "")):
+        folder = self.book.folders.output(pending)
+        formats = tuple(self.spec.export or ()) if self.spec.export_for == "all" else ()
+        train = Train(number=pending.number, settings=active.settings,
+                      checkpoint_dir=str(self.book.folders.checkpoint(pending)),
+                      output_dir=str(folder), export_formats=formats,
+                      export_dir=str(folder / "export") if formats else "")
+        if not worker.send(train):
             self._worker_died(worker)
             return
         if self.book.attach_tracking(wait=False):
