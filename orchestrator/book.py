@@ -14,27 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import paths
+from . import keys, paths
 from .errors import SweepError
 from .paths import mask
 from .protocol import Done, Epoch, Failed, Ready
 from .spec import SweepSpec
-from .study import (
-    FAIL_KIND,
-    OWNER,
-    REASON,
-    RETRY_ROOT,
-    RUN_ID,
-    WILL_RETRY,
-    PendingTrial,
-    SweepStudy,
-)
+from .study import PendingTrial, SweepStudy
 
 # Epochs reach MLflow at least this often (and at every trial's end): one call per flush, not per
 # epoch, keeps this process's share of the CPU small when epochs take a fraction of a second.
 FLUSH_SECONDS = 1.0
-WARNINGS = "sweep.warnings"  # trial run tag: the trainer's distinct warnings, one a line
-RESUMED_FROM = "sweep.resumed_from_epoch"  # trial run tag: the checkpoint's epoch it went on from
 
 
 @dataclass
@@ -54,7 +43,7 @@ class Active:
     warnings: list[str] = field(default_factory=list)  # from the trainer, shown on the run
 
     def warning_tags(self) -> dict[str, str]:
-        return {WARNINGS: "\n".join(self.warnings)} if self.warnings else {}
+        return {keys.WARNINGS: "\n".join(self.warnings)} if self.warnings else {}
 
 
 def check_tracking_uri(uri: str) -> None:
@@ -98,7 +87,7 @@ def open_tracking(tracking_uri: str, spec: SweepSpec, study: SweepStudy, spec_te
         return Tracking(tracker, experiment_id, shared, env_tags, packages)
     parent_id, _ = tracker.parent_run(
         experiment_id, study.name, spec_text, spec.raw,
-        {**env_tags, "sweep.storage": mask(storage), "sweep.fingerprint": spec.fingerprint()})
+        {**env_tags, keys.STORAGE: mask(storage), keys.FINGERPRINT: spec.fingerprint()})
     study.set_shared_parent(parent_id)
     return Tracking(tracker, experiment_id, parent_id, env_tags, packages)
 
@@ -126,17 +115,17 @@ class Heartbeat:
 
 def run_tags(study: str, slot: int, pending: PendingTrial, worker: Ready) -> dict[str, str]:
     """The tags of a trial's run: its study, repeat and seed, and where it runs."""
-    tags = {"sweep.study": study,
-            "sweep.repeat": str(pending.repeat), "sweep.seed": str(pending.seed),
-            "sweep.worker": str(slot),
-            "sweep.cuda_visible_devices": worker.cuda_visible_devices,
-            "sweep.torch_threads": str(worker.torch_threads),
-            "sweep.torch_version": worker.torch_version,
-            "sweep.cuda_version": worker.cuda_version,
-            "sweep.cudnn_version": worker.cudnn_version,
-            "sweep.device_name": worker.device_name}
+    tags = {keys.STUDY: study,
+            keys.REPEAT: str(pending.repeat), keys.SEED: str(pending.seed),
+            keys.WORKER: str(slot),
+            keys.CUDA_VISIBLE_DEVICES: worker.cuda_visible_devices,
+            keys.TORCH_THREADS: str(worker.torch_threads),
+            keys.TORCH_VERSION: worker.torch_version,
+            keys.CUDA_VERSION: worker.cuda_version,
+            keys.CUDNN_VERSION: worker.cudnn_version,
+            keys.DEVICE_NAME: worker.device_name}
     if pending.retry_of is not None:
-        tags["sweep.retry_of"] = str(pending.retry_of)
+        tags[keys.RETRY_OF] = str(pending.retry_of)
     return tags
 
 
@@ -235,7 +224,7 @@ class Runs:
         active.run_id = t.tracker.start_trial(
             t.experiment_id, t.parent_id, active.pending.number, active.settings, active.params,
             {**t.env_tags, **active.tags}, start_time=active.started_ms, packages=t.packages)
-        self.study.set_attr(active.pending, RUN_ID, active.run_id)
+        self.study.set_attr(active.pending, keys.RUN_ID, active.run_id)
 
     def flush(self, active: Active) -> None:
         """Log the trial's epochs not logged yet (they wait in memory until attached)."""
@@ -348,7 +337,7 @@ class TrialBook:
             return None
         device = worker.device if resolved.device == "auto" else resolved.device
         active = Active(pending, time.monotonic(), resolved.to_dict(),
-                        {"lr_effective": resolved.lr_effective}, {**tags, "sweep.device": device})
+                        {keys.LR_EFFECTIVE: resolved.lr_effective}, {**tags, keys.DEVICE: device})
         self.active[slot] = active
         if self._heartbeat is not None:  # beat at once: the thread's first beat comes later
             self.study.beat(pending)
@@ -395,8 +384,8 @@ class TrialBook:
             self.folders.drop_checkpoint(active.pending.root)
 
     def _end(self, active: Active, done: Done) -> None:
-        metrics = {"train_seconds": done.train_seconds}
-        tags = {RESUMED_FROM: str(done.resumed_from), **active.warning_tags()}
+        metrics = {keys.TRAIN_SECONDS: done.train_seconds}
+        tags = {keys.RESUMED_FROM: str(done.resumed_from), **active.warning_tags()}
         number = active.pending.number
         if done.state == "complete":
             value = self.study.complete(active.pending, active.curve)
@@ -423,9 +412,9 @@ class TrialBook:
         retry = self.will_retry(kind, pending.root)
         self.study.fail(pending, reason, kind, retry)
         state = "interrupted" if kind == "interrupt" else "failed"
-        self.tracker.end_trial(active.run_id, state, tags={REASON: reason, FAIL_KIND: kind,
-                                                           WILL_RETRY: str(retry).lower(),
-                                                           **active.warning_tags()})
+        self.tracker.end_trial(active.run_id, state, tags={
+            keys.FAIL_REASON: reason, keys.FAIL_KIND: kind, keys.WILL_RETRY: str(retry).lower(),
+            **active.warning_tags()})
         if not retry:
             self.folders.drop_checkpoint(pending.root)
         then = ", will be retried" if retry else ""
@@ -460,7 +449,7 @@ class TrialBook:
             best = self.study.best(1)[0]
             self.best_value = best.value
             self.tracker.record_best(self.parent_id, best.value,
-                                     best.user_attrs.get(RUN_ID, ""), best.number,
+                                     best.user_attrs.get(keys.RUN_ID, ""), best.number,
                                      self.study.counts()["finished"])
 
     # ---------------------------------------------------------------- what others left behind
@@ -469,11 +458,11 @@ class TrialBook:
         """Fail (and retry, within ``retries``) the trials a dead ``sweep run`` on this host left
         RUNNING; their runs are closed FAILED once MLflow is attached."""
         for t in self.study.orphans():
-            reason = f"the sweep run process that owned it ({t.user_attrs.get(OWNER)}) is gone"
-            root = t.user_attrs.get(RETRY_ROOT, t.number)
+            reason = f"the sweep run process that owned it ({t.user_attrs.get(keys.OWNER)}) is gone"
+            root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
             retry = self.will_retry("crash", root)
             if self.study.fail(t, reason, "crash", retry):
-                self.runs.fail_run(t.user_attrs.get(RUN_ID), reason)
+                self.runs.fail_run(t.user_attrs.get(keys.RUN_ID), reason)
                 if not retry:
                     self.folders.drop_checkpoint(root)
 
@@ -486,9 +475,9 @@ class TrialBook:
         for t in self.study.fail_stale():
             reason = (f"no heartbeat for {2 * self.spec.heartbeat_seconds} s: the machine or "
                       f"process running it is gone")
-            root = t.user_attrs.get(RETRY_ROOT, t.number)
+            root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
             retry = self.study.crashes(root) <= self.spec.retries  # this failure included
             if retry:
                 self.study.retry(t)
             self.say(f"trial {t.number} failed: {reason}{' (queued for retry)' if retry else ''}")
-            self.runs.fail_run(t.user_attrs.get(RUN_ID), reason)
+            self.runs.fail_run(t.user_attrs.get(keys.RUN_ID), reason)

@@ -11,14 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from . import keys
 from . import preflight as pf
 from .book import TrialBook
 from .errors import SweepError
 from .protocol import Export, Preflight, Reply, Request, Test
-from .study import RUN_ID
-
-EXPORTED = "sweep.exported"  # trial run tag: its weights were exported (see tracking)
-TEST_TRIALS = "sweep.test_trials"  # parent run tag: the trials whose weights saw the test split
 
 # Send one request to the borrowed worker and wait for its answer (None: the worker died, or a
 # signal came).
@@ -89,7 +86,7 @@ def evaluate_test_split(book: TrialBook, workers: Workers) -> dict[str, Any] | N
     if not group or workers.interrupted():
         return None
     book.attach_tracking()
-    if book.tracker.tag(book.parent_id, TEST_TRIALS) == ",".join(str(t.number) for t in group):
+    if book.tracker.tag(book.parent_id, keys.TEST_TRIALS) == ",".join(str(t.number) for t in group):
         return None  # a rerun of a finished sweep: these weights were already tested
     ask = workers.borrow()
     if ask is None:
@@ -107,7 +104,7 @@ def evaluate_test_split(book: TrialBook, workers: Workers) -> dict[str, Any] | N
     test = summarize_test(results)
     book.tracker.log_final(book.parent_id, {k: v for k, v in test.items()
                                             if isinstance(v, float)},
-                           {TEST_TRIALS: ",".join(map(str, results))})
+                           {keys.TEST_TRIALS: ",".join(map(str, results))})
     book.say(f"held-out test split (not used for selection): test_acc {test['test_acc']:.4f} "
              f"over trial(s) {', '.join(map(str, results))}")
     return test
@@ -116,7 +113,7 @@ def evaluate_test_split(book: TrialBook, workers: Workers) -> dict[str, Any] | N
 def _test_one(book: TrialBook, ask: Ask, trial, scratch: Path, results: dict) -> bool:
     """Evaluate one trial's weights on the test split into ``results``; False when there is no
     point in going on (no test split, the worker is gone, a signal came)."""
-    run_id = trial.user_attrs.get(RUN_ID)
+    run_id = trial.user_attrs.get(keys.RUN_ID)
     weights = book.tracker.weights_path(run_id, scratch) if run_id else None
     if weights is None:
         return True
@@ -124,7 +121,7 @@ def _test_one(book: TrialBook, ask: Ask, trial, scratch: Path, results: dict) ->
     if reply is None or (reply.metrics is None and not reply.error):
         return False
     if reply.error:
-        book.tracker.log_final(run_id, {}, {"sweep.test_error": reply.error})
+        book.tracker.log_final(run_id, {}, {keys.TEST_ERROR: reply.error})
         book.say(f"trial {trial.number}: test evaluation failed: {reply.error.splitlines()[0]}")
         return True
     book.tracker.log_final(run_id, reply.metrics)
@@ -139,8 +136,8 @@ def export_best(book: TrialBook, workers: Workers) -> None:
     if spec.export_for != "best" or not spec.export or not best:
         return
     book.attach_tracking()
-    run_id = best[0].user_attrs.get(RUN_ID)
-    if not run_id or book.tracker.tag(run_id, EXPORTED):
+    run_id = best[0].user_attrs.get(keys.RUN_ID)
+    if not run_id or book.tracker.tag(run_id, keys.EXPORTED):
         return
     scratch = book.folders.outputs / f"export-{best[0].number}"
     try:

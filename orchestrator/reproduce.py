@@ -14,6 +14,7 @@ import platform
 import tempfile
 from dataclasses import dataclass
 
+from . import keys
 from .tracking import Tracker, git_commit, git_diff_hash, param_text
 
 COMPARED = ("train_loss", "train_acc", "val_loss", "val_acc", "grad_norm", "clipped_fraction")
@@ -33,17 +34,17 @@ def environment_differences(tags: dict[str, str], settings_edits: list[str]) -> 
     """What differs between the run's recorded environment and this process's."""
     import torch
 
-    now = {"sweep.torch_version": str(torch.__version__),
-           "sweep.python_version": platform.python_version(),
-           "sweep.cuda_version": str(torch.version.cuda or ""),
-           "sweep.cudnn_version": str(torch.backends.cudnn.version() or "")}
+    now = {keys.TORCH_VERSION: str(torch.__version__),
+           keys.PYTHON_VERSION: platform.python_version(),
+           keys.CUDA_VERSION: str(torch.version.cuda or ""),
+           keys.CUDNN_VERSION: str(torch.backends.cudnn.version() or "")}
     out = [f"{key.removeprefix('sweep.')}: run {tags[key]!r}, here {value!r}"
            for key, value in now.items() if key in tags and tags[key] != value]
     git = git_commit()
-    if "sweep.git_commit" in tags and git and git[0] != tags["sweep.git_commit"]:
-        out.append(f"git commit: run {tags['sweep.git_commit'][:12]}, here {git[0][:12]}")
-    if git and (git[1] or tags.get("sweep.git_dirty") == "true"):
-        recorded, here = tags.get("sweep.git_diff_sha256"), git_diff_hash() if git[1] else None
+    if keys.GIT_COMMIT in tags and git and git[0] != tags[keys.GIT_COMMIT]:
+        out.append(f"git commit: run {tags[keys.GIT_COMMIT][:12]}, here {git[0][:12]}")
+    if git and (git[1] or tags.get(keys.GIT_DIRTY) == "true"):
+        recorded, here = tags.get(keys.GIT_DIFF), git_diff_hash() if git[1] else None
         if recorded != here:
             out.append("uncommitted changes differ from the run's (git diff hash)")
     return settings_edits + out
@@ -67,7 +68,7 @@ def reproduce(run_id: str, tracking_uri: str, progress=None) -> Verdict:
              f"in the artifact, {run.data.params.get(k)!r} as a param"
              for k in sorted(settings) if param_text(settings.get(k)) != run.data.params.get(k)]
     tags = run.data.tags
-    threads = int(tags.get("sweep.torch_threads") or torch.get_num_threads())
+    threads = int(tags.get(keys.TORCH_THREADS) or torch.get_num_threads())
     torch.set_num_threads(threads)
     s = TrainSettings.from_dict(settings)
     epochs = int(run.data.params.get("epochs", s.epochs))
@@ -80,8 +81,8 @@ def reproduce(run_id: str, tracking_uri: str, progress=None) -> Verdict:
     tol = GPU_RTOL if gpu else 0.0
     same, rows = compare(original, history, tol)
     reasons = [] if same else environment_differences(tags, edits)
-    if not same and result.device != tags.get("sweep.device", result.device):
-        reasons.append(f"device: run {tags.get('sweep.device')}, here {result.device}")
+    if not same and result.device != tags.get(keys.DEVICE, result.device):
+        reasons.append(f"device: run {tags.get(keys.DEVICE)}, here {result.device}")
     return Verdict(same, rows, reasons, tol, again)
 
 

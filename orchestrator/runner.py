@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import paths, phases
+from . import keys, paths, phases
 from . import space as sp
 from .book import TrialBook
 from .errors import SweepError
@@ -33,7 +33,7 @@ from .protocol import (
 )
 from .slots import plan_slots
 from .spec import SweepSpec
-from .study import RUN_ID, PendingTrial, default_storage
+from .study import PendingTrial, default_storage
 from .workers import Worker, WorkerPool
 
 EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED = 0, 1, 130
@@ -293,7 +293,7 @@ class _Loop:
         counts = self.study.counts()
         best = [{"number": t.number, "value": t.value,
                  "settings": sp.settings_for(self.spec.space, t.params),
-                 "run_id": t.user_attrs.get(RUN_ID)} for t in self.study.best(5)]
+                 "run_id": t.user_attrs.get(keys.RUN_ID)} for t in self.study.best(5)]
         code = (EXIT_INTERRUPTED if interrupted else
                 EXIT_FAILED_TRIALS if counts["fail"] else EXIT_OK)
         return Outcome(code, counts, best, self.book.experiment_id, self.book.parent_id,

@@ -17,21 +17,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import paths
+from . import keys, paths
 from .display import clock, params_text
 from .errors import SweepError, did_you_mean
 from .paths import mask
-from .study import (
-    IDENTITY,
-    RDB_SCHEMES,
-    REASON,
-    RETRY_OF,
-    RUN_ID,
-    default_storage,
-    open_storage,
-    retried_numbers,
-    state_counts,
-)
+from .study import RDB_SCHEMES, default_storage, open_storage, retried_numbers, state_counts
 
 NUMERIC = {"trials", "complete", "running", "pruned", "failed", "#", "epochs", "value"}
 WRAPS = {"sweep", "best", "started", "last activity", "params", "note"}
@@ -112,17 +102,17 @@ def trial_rows(study: optuna.Study, now: datetime) -> list[dict[str, str]]:
         notes = []
         if best is not None and t.number == best.number:
             notes.append("best")
-        if t.user_attrs.get(RETRY_OF) is not None:
-            notes.append(f"retry of {t.user_attrs[RETRY_OF]}")
+        if t.user_attrs.get(keys.RETRY_OF) is not None:
+            notes.append(f"retry of {t.user_attrs[keys.RETRY_OF]}")
         if t.number in retried:
             notes.append("retried")
-        if t.state == TrialState.FAIL and t.user_attrs.get(REASON):
-            notes.append(_first_line(t.user_attrs[REASON]))
+        if t.state == TrialState.FAIL and t.user_attrs.get(keys.FAIL_REASON):
+            notes.append(_first_line(t.user_attrs[keys.FAIL_REASON]))
         rows.append({"#": str(t.number), "state": t.state.name,
                      "value": f"{t.value:.4f}" if t.value is not None else "",
                      "epochs": str(len(t.intermediate_values)) if t.intermediate_values else "",
                      "params": params_text(t.params), "duration": _duration(t, now),
-                     "MLflow run": t.user_attrs.get(RUN_ID, ""), "note": "; ".join(notes)})
+                     "MLflow run": t.user_attrs.get(keys.RUN_ID, ""), "note": "; ".join(notes)})
     return rows
 
 
@@ -153,7 +143,7 @@ def _best(study: optuna.Study, trials: list[FrozenTrial]) -> FrozenTrial | None:
 
 
 def _metric(study: optuna.Study) -> str:
-    identity = json.loads(study.user_attrs.get(IDENTITY) or "{}")
+    identity = json.loads(study.user_attrs.get(keys.IDENTITY) or "{}")
     if not identity:
         return "value"  # a study not made by sweep run
     return (identity.get("objective") or {}).get("metric", "val_acc")

@@ -25,7 +25,7 @@ from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import TrialState
 
-from . import paths
+from . import keys, paths
 from . import space as sp
 from .errors import SweepError
 from .paths import mask
@@ -36,20 +36,6 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 # a sweep records heartbeats itself, from a thread, since it does not use Study.optimize
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
 
-REPEAT = "sweep.repeat"
-SEED = "sweep.seed"
-RUN_ID = "sweep.mlflow_run_id"
-OWNER = "sweep.owner"
-REASON = "sweep.fail_reason"
-GRID_DONE = "sweep.grid_enqueued"
-FINGERPRINT = "sweep.fingerprint"
-IDENTITY = "sweep.spec"
-RETRY_OF = "sweep.retry_of"
-RETRY_ROOT = "sweep.retry_root"
-WILL_RETRY = "sweep.will_retry"
-FAIL_KIND = "sweep.fail_kind"
-CREATOR = "sweep.creator"  # study attr: the sweep run process that created the study
-PARENT_RUN = "sweep.parent_run_id"  # study attr: the MLflow parent run every machine shares
 JOIN_WAIT_S = 60  # a machine joining a study waits this long for its creator's bookkeeping
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")
 
@@ -256,19 +242,20 @@ class SweepStudy:
             created = False
             existing = optuna.load_study(study_name=name, storage=storage)
             # another machine may have created it a moment ago: its attributes come next
-            _wait_for(lambda: FINGERPRINT in existing.user_attrs)
+            _wait_for(lambda: keys.FINGERPRINT in existing.user_attrs)
             _check_same_sweep(spec, name, existing)
             study = optuna.load_study(study_name=name, storage=storage,
                                       sampler=make_sampler(spec, _sampler_offset(existing)),
                                       pruner=make_pruner(spec))
         self = cls(spec, study, created, stale)
         if created:
-            study.set_user_attr(CREATOR, self.owner.as_dict())
-            study.set_user_attr(IDENTITY, json.dumps(spec.identity(), sort_keys=True, default=str))
-            study.set_user_attr(FINGERPRINT, spec.fingerprint())  # last: joiners wait for it
+            study.set_user_attr(keys.CREATOR, self.owner.as_dict())
+            study.set_user_attr(keys.IDENTITY,
+                                json.dumps(spec.identity(), sort_keys=True, default=str))
+            study.set_user_attr(keys.FINGERPRINT, spec.fingerprint())  # last: joiners wait for it
         elif spec.is_grid:  # the creator enqueues the grid; a joiner waits for it to be done
-            _wait_for(lambda: GRID_DONE in study.user_attrs)
-        if spec.is_grid and not study.user_attrs.get(GRID_DONE):
+            _wait_for(lambda: keys.GRID_DONE in study.user_attrs)
+        if spec.is_grid and not study.user_attrs.get(keys.GRID_DONE):
             self._enqueue_grid()
         self._enqueue_lost_retries()
         return self
@@ -279,13 +266,14 @@ class SweepStudy:
 
     def _enqueue_grid(self) -> None:
         present = {(_key(t.params or t.system_attrs.get("fixed_params", {})),
-                    t.user_attrs.get(REPEAT, 0)) for t in self.study.get_trials(deepcopy=False)}
+                    t.user_attrs.get(keys.REPEAT, 0))
+                   for t in self.study.get_trials(deepcopy=False)}
         configs = self.spec.grid()
         for repeat in range(self.spec.repeats):  # seed-major: one full comparison per seed first
             for params in configs:
                 if (_key(params), repeat) not in present:
-                    self.study.enqueue_trial(params, user_attrs={REPEAT: repeat})
-        self.study.set_user_attr(GRID_DONE, len(configs) * self.spec.repeats)
+                    self.study.enqueue_trial(params, user_attrs={keys.REPEAT: repeat})
+        self.study.set_user_attr(keys.GRID_DONE, len(configs) * self.spec.repeats)
 
     # ------------------------------------------------------------------------------- counts
 
@@ -304,19 +292,19 @@ class SweepStudy:
             return None
         trial = self.study.ask()
         sampled = sp.sample(trial, self.spec.space)
-        repeat = trial.user_attrs.get(REPEAT)
+        repeat = trial.user_attrs.get(keys.REPEAT)
         if repeat is None:
             repeat = 0
-            trial.set_user_attr(REPEAT, 0)
+            trial.set_user_attr(keys.REPEAT, 0)
             for copy in range(1, self.spec.repeats):
-                self.study.enqueue_trial(trial.params, user_attrs={REPEAT: copy})
+                self.study.enqueue_trial(trial.params, user_attrs={keys.REPEAT: copy})
         seed = self.spec.seed + repeat
-        trial.set_user_attr(SEED, seed)
-        trial.set_user_attr(OWNER, self.owner.as_dict())
+        trial.set_user_attr(keys.SEED, seed)
+        trial.set_user_attr(keys.OWNER, self.owner.as_dict())
         settings = {**settings_of(self.spec, sampled), "seed": seed}
         return PendingTrial(trial, settings, repeat, seed,
-                            retry_of=trial.user_attrs.get(RETRY_OF),
-                            root=trial.user_attrs.get(RETRY_ROOT, trial.number))
+                            retry_of=trial.user_attrs.get(keys.RETRY_OF),
+                            root=trial.user_attrs.get(keys.RETRY_ROOT, trial.number))
 
     def report(self, pending: PendingTrial, epoch: int, value: float,
                ask_pruner: bool = True) -> bool:
@@ -343,9 +331,9 @@ class SweepStudy:
         t = trial.trial if isinstance(trial, PendingTrial) else trial
         storage = self.study._storage
         # Optuna has no public call to set a user attr on a trial another process left RUNNING.
-        attrs = {REASON: reason[-4000:], FAIL_KIND: kind}
+        attrs = {keys.FAIL_REASON: reason[-4000:], keys.FAIL_KIND: kind}
         if retry:
-            attrs[WILL_RETRY] = True
+            attrs[keys.WILL_RETRY] = True
         try:
             for key, value in attrs.items():
                 storage.set_trial_user_attr(t._trial_id, key, value)
@@ -359,15 +347,15 @@ class SweepStudy:
     def _enqueue_retry(self, failed: optuna.trial.FrozenTrial) -> None:
         attrs = failed.user_attrs
         self.study.enqueue_trial(failed.params, user_attrs={
-            REPEAT: attrs.get(REPEAT, 0), RETRY_OF: failed.number,
-            RETRY_ROOT: attrs.get(RETRY_ROOT, failed.number)})
+            keys.REPEAT: attrs.get(keys.REPEAT, 0), keys.RETRY_OF: failed.number,
+            keys.RETRY_ROOT: attrs.get(keys.RETRY_ROOT, failed.number)})
 
     def _enqueue_lost_retries(self) -> None:
         """Queue the retry of a FAIL marked for retry whose process died before queueing it."""
         trials = self.trials()
-        retried = {t.user_attrs.get(RETRY_OF) for t in trials}
+        retried = {t.user_attrs.get(keys.RETRY_OF) for t in trials}
         for t in trials:
-            if t.state == TrialState.FAIL and t.user_attrs.get(WILL_RETRY) and \
+            if t.state == TrialState.FAIL and t.user_attrs.get(keys.WILL_RETRY) and \
                     t.number not in retried:
                 self._enqueue_retry(t)
 
@@ -375,8 +363,8 @@ class SweepStudy:
         """How many attempts of the trial started as number ``root`` crashed (a trial failed
         for a stale heartbeat has no kind: its machine died, a crash)."""
         return sum(1 for t in self.trials(states=(TrialState.FAIL,))
-                   if t.user_attrs.get(RETRY_ROOT, t.number) == root
-                   and t.user_attrs.get(FAIL_KIND, "crash") == "crash")
+                   if t.user_attrs.get(keys.RETRY_ROOT, t.number) == root
+                   and t.user_attrs.get(keys.FAIL_KIND, "crash") == "crash")
 
     # ---------------------------------------------------------------- several machines
 
@@ -408,14 +396,14 @@ class SweepStudy:
         return len(self.trials(states=(TrialState.RUNNING,)))
 
     def shared_parent(self) -> str | None:
-        return self.study.user_attrs.get(PARENT_RUN)
+        return self.study.user_attrs.get(keys.PARENT_RUN)
 
     def set_shared_parent(self, run_id: str) -> None:
-        self.study.set_user_attr(PARENT_RUN, run_id)
+        self.study.set_user_attr(keys.PARENT_RUN, run_id)
 
     def wait_for_shared_parent(self) -> str | None:
         """The parent run id the creating machine stores, waiting up to :data:`JOIN_WAIT_S`."""
-        found = _wait_for(lambda: self.study.user_attrs.get(PARENT_RUN))
+        found = _wait_for(lambda: self.study.user_attrs.get(keys.PARENT_RUN))
         return found or None
 
     def set_attr(self, pending: PendingTrial, key: str, value: Any) -> None:
@@ -430,7 +418,7 @@ class SweepStudy:
         """RUNNING trials whose owning ``sweep run`` process on this host is gone."""
         out = []
         for t in self.trials(states=(TrialState.RUNNING,)):
-            owner = t.user_attrs.get(OWNER)
+            owner = t.user_attrs.get(keys.OWNER)
             if owner is None or not Owner(**owner).is_alive():
                 out.append(t)
         return out
@@ -438,7 +426,7 @@ class SweepStudy:
     def trial_settings(self, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
         """The trainer settings a finished trial ran with (fixed, sampled, and its seed)."""
         return {**settings_of(self.spec, sp.settings_for(self.spec.space, trial.params)),
-                "seed": trial.user_attrs[SEED]}
+                "seed": trial.user_attrs[keys.SEED]}
 
     def best_configuration(self) -> list[optuna.trial.FrozenTrial]:
         """The complete trials of the configuration with the best mean objective over its
@@ -474,9 +462,9 @@ def state_counts(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
 
 def retried_numbers(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
     """The numbers of the FAIL trials (of a whole study) whose retry is queued or has run."""
-    retry_of = {t.user_attrs.get(RETRY_OF) for t in trials}
+    retry_of = {t.user_attrs.get(keys.RETRY_OF) for t in trials}
     return {t.number for t in trials if t.state == TrialState.FAIL and
-            (t.user_attrs.get(WILL_RETRY) or t.number in retry_of)}
+            (t.user_attrs.get(keys.WILL_RETRY) or t.number in retry_of)}
 
 
 def _sampler_offset(existing: optuna.Study) -> int:
@@ -484,7 +472,7 @@ def _sampler_offset(existing: optuna.Study) -> int:
     while it holds none and its creator is alive, a number drawn from this host and pid (machines
     joining at the same moment each draw their own trials)."""
     offset = len(existing.get_trials(deepcopy=False))
-    creator = existing.user_attrs.get(CREATOR)
+    creator = existing.user_attrs.get(keys.CREATOR)
     if not offset and creator and Owner(**creator).is_alive():
         offset = 1 + int.from_bytes(
             hashlib.sha256(f"{socket.gethostname()}:{os.getpid()}".encode()).digest()[:3], "big")
@@ -506,8 +494,8 @@ def _check_same_sweep(spec: SweepSpec, name: str, study: optuna.Study) -> None:
         raise SweepError(f"{spec.source}: study {name!r} was started to "
                          f"{study.direction.name.lower()}, not {spec.objective.direction}; "
                          f"rerun with --new to start a fresh study")
-    stored = study.user_attrs.get(IDENTITY)
-    if stored is None or study.user_attrs.get(FINGERPRINT) == spec.fingerprint():
+    stored = study.user_attrs.get(keys.IDENTITY)
+    if stored is None or study.user_attrs.get(keys.FINGERPRINT) == spec.fingerprint():
         return
     before = json.loads(stored)
     now = json.loads(json.dumps(spec.identity(), sort_keys=True, default=str))

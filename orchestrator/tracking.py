@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from trainers.system import file_lock
 
-from . import paths
+from . import keys, paths
 from .errors import SweepError
 from .paths import mask
 
@@ -31,14 +31,11 @@ if TYPE_CHECKING:
 for _name in ("mlflow", "alembic"):
     logging.getLogger(_name).setLevel(logging.WARNING)
 
-PARENT_ROLE = "sweep.role"
-PREFLIGHT = "sweep.preflight"  # parent run tag: PASS, WARN, FAIL or FAIL (forced)
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
-WEIGHTS_DIR, WEIGHTS_FILE = "model", "weights.pt"
 # the experiment's type in MLflow 3: "Machine learning" (runs, models), not "GenAI apps & agents"
 # (traces); UIs that read it open the runs table without asking. MLflow 3.17's UI follows its
 # GenAI / Model training toggle instead (mlflow/mlflow#24498); `sweep ui` prints the runs table URL.
-EXPERIMENT_KIND, MODEL_KIND = "mlflow.experimentKind", "custom_model_development"
+MODEL_KIND = "custom_model_development"
 STATUS = {"complete": "FINISHED", "pruned": "KILLED", "failed": "FAILED", "interrupted": "KILLED"}
 
 
@@ -134,13 +131,13 @@ class Tracker:
             if exp.lifecycle_stage == "deleted":
                 raise SweepError(f"MLflow experiment {name!r} is deleted; restore it in the UI "
                                  f"or `mlflow gc` it, or use another sweep name")
-            if EXPERIMENT_KIND not in exp.tags:  # made by an older sweep or by hand
-                self.client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND, MODEL_KIND)
+            if keys.EXPERIMENT_KIND not in exp.tags:  # made by an older sweep or by hand
+                self.client.set_experiment_tag(exp.experiment_id, keys.EXPERIMENT_KIND, MODEL_KIND)
             return exp.experiment_id
         root = _artifact_root(self.uri)
-        tags = {EXPERIMENT_KIND: MODEL_KIND}
+        tags = {keys.EXPERIMENT_KIND: MODEL_KIND}
         if description:
-            tags["mlflow.note.content"] = description
+            tags[keys.NOTE] = description
         from mlflow.exceptions import MlflowException
 
         try:
@@ -159,7 +156,7 @@ class Tracker:
 
     def find_parent_run(self, experiment_id: str, study_name: str) -> Run | None:
         """Study ``study_name``'s parent run, if any: the oldest (each ``sweep run`` uses it)."""
-        query = f"tags.`{PARENT_ROLE}` = 'parent' and tags.`sweep.study` = '{study_name}'"
+        query = f"tags.`{keys.ROLE}` = 'parent' and tags.`{keys.STUDY}` = '{study_name}'"
         found = self.client.search_runs([experiment_id], filter_string=query, max_results=1,
                                         order_by=["attributes.start_time ASC"])
         return found[0] if found else None
@@ -177,7 +174,7 @@ class Tracker:
         mlflow.set_tracking_uri(self.uri)
         return mlflow.search_runs(
             [experiment_id], output_format="pandas", max_results=50000,
-            filter_string=f"tags.`{PARENT_ROLE}` = 'trial' and tags.`sweep.study` = '{study_name}'")
+            filter_string=f"tags.`{keys.ROLE}` = 'trial' and tags.`{keys.STUDY}` = '{study_name}'")
 
     def metric_histories(self, run_id: str, keys) -> dict[str, list[tuple[int, float]]]:
         """Every logged ``(step, value)`` of each metric in ``keys``, in the store's order."""
@@ -200,12 +197,12 @@ class Tracker:
             self.resume_parent(found)
             return found, True
         run = self.client.create_run(experiment_id, run_name=study_name,
-                                     tags={PARENT_ROLE: "parent", "sweep.study": study_name,
+                                     tags={keys.ROLE: "parent", keys.STUDY: study_name,
                                            **tags})
         run_id = run.info.run_id
-        self.client.log_text(run_id, spec_text, "sweep.yaml")
+        self.client.log_text(run_id, spec_text, keys.SPEC_FILE)
         self.client.log_text(run_id, yaml.safe_dump(resolved, sort_keys=False),
-                             "sweep.resolved.yaml")
+                             keys.RESOLVED_FILE)
         return run_id, False
 
     def start_trial(self, experiment_id: str, parent_id: str, number: int,
@@ -215,14 +212,14 @@ class Tracker:
         """A nested run for trial ``number`` with every setting as a param."""
         run = self.client.create_run(
             experiment_id, run_name=f"trial-{number}", start_time=start_time,
-            tags={"mlflow.parentRunId": parent_id, PARENT_ROLE: "trial",
-                  "sweep.trial_number": str(number), **tags})
+            tags={keys.PARENT_RUN_ID: parent_id, keys.ROLE: "trial",
+                  keys.TRIAL_NUMBER: str(number), **tags})
         run_id = run.info.run_id
         params = [Param(k, param_text(v)) for k, v in {**settings, **extra_params}.items()]
         self.client.log_batch(run_id, params=params)
-        self.client.log_text(run_id, yaml.safe_dump(settings, sort_keys=False), "settings.yaml")
+        self.client.log_text(run_id, yaml.safe_dump(settings, sort_keys=False), keys.SETTINGS_FILE)
         if packages:
-            self.client.log_text(run_id, packages, "environment/packages.txt")
+            self.client.log_text(run_id, packages, keys.PACKAGES_FILE)
         return run_id
 
     def log_epochs(self, run_id: str, epochs: list[tuple[int, dict[str, float], list]]) -> None:
@@ -233,7 +230,7 @@ class Tracker:
         batch = []
         for epoch, metrics, lr_steps in epochs:
             batch += [Metric(k, float(v), ts, epoch) for k, v in metrics.items()]
-            batch += [Metric("lr", float(lr), ts, step) for step, lr in lr_steps]
+            batch += [Metric(keys.LR, float(lr), ts, step) for step, lr in lr_steps]
         for i in range(0, len(batch), MAX_BATCH):
             self.client.log_batch(run_id, metrics=batch[i:i + MAX_BATCH])
 
@@ -243,21 +240,21 @@ class Tracker:
         ts = _now_ms()
         self.client.log_batch(
             run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in (metrics or {}).items()],
-            tags=[RunTag(k, str(v)[:5000]) for k, v in {"sweep.state": state,
+            tags=[RunTag(k, str(v)[:5000]) for k, v in {keys.STATE: state,
                                                         **(tags or {})}.items()])
         self.client.set_terminated(run_id, STATUS[state])
 
     def log_weights(self, run_id: str, path: str) -> None:
         """A trial's final state dict, as the artifact ``model/weights.pt``."""
-        self.client.log_artifact(run_id, path, WEIGHTS_DIR)
+        self.client.log_artifact(run_id, path, keys.WEIGHTS_DIR)
 
     def weights_path(self, run_id: str, dst_dir: str | os.PathLike) -> str | None:
         """A local copy of a trial's ``model/weights.pt`` in ``dst_dir`` (None if it has none)."""
-        names = {a.path for a in self.client.list_artifacts(run_id, WEIGHTS_DIR)}
-        if f"{WEIGHTS_DIR}/{WEIGHTS_FILE}" not in names:
+        names = {a.path for a in self.client.list_artifacts(run_id, keys.WEIGHTS_DIR)}
+        if f"{keys.WEIGHTS_DIR}/{keys.WEIGHTS_FILE}" not in names:
             return None
         os.makedirs(dst_dir, exist_ok=True)
-        return self.client.download_artifacts(run_id, f"{WEIGHTS_DIR}/{WEIGHTS_FILE}",
+        return self.client.download_artifacts(run_id, f"{keys.WEIGHTS_DIR}/{keys.WEIGHTS_FILE}",
                                               str(dst_dir))
 
     def log_export(self, run_id: str, result: dict[str, Any], mlflow_model: bool = False) -> None:
@@ -267,10 +264,10 @@ class Tracker:
         tags = export_tags(result)
         folder = result.get("dir")
         if folder and os.path.isdir(folder):
-            self.client.log_artifacts(run_id, folder, "export")
+            self.client.log_artifacts(run_id, folder, keys.EXPORT_DIR)
         self.log_final(run_id, result.get("metrics") or {}, tags)
         onnx_file = os.path.join(folder or "", "model.onnx")
-        if mlflow_model and tags.get("sweep.export.onnx") == "passed":
+        if mlflow_model and tags.get(keys.export_tag("onnx")) == "passed":
             log_onnx_model(self.uri, run_id, onnx_file,
                            os.path.join(folder, "input_example.npy"))
 
@@ -288,14 +285,14 @@ class Tracker:
             raise SweepError(f"RUN_ID {run_id}: no such run in {mask(self.uri)}; copy the id "
                              f"from the UI or the end of `sweep run`, or pass --tracking-uri"
                              ) from None
-        if run.data.tags.get(PARENT_ROLE) != "trial":
+        if run.data.tags.get(keys.ROLE) != "trial":
             raise SweepError(f"RUN_ID {run_id}: is not a trial run (it is the sweep's parent "
                              f"run or another run); pick one of its trials")
         return run
 
     def trial_settings(self, run_id: str, dst_dir: str | os.PathLike) -> dict[str, Any]:
         """A trial's settings, read from its ``settings.yaml`` (fetched into ``dst_dir``)."""
-        with open(self.client.download_artifacts(run_id, "settings.yaml", str(dst_dir))) as f:
+        with open(self.client.download_artifacts(run_id, keys.SETTINGS_FILE, str(dst_dir))) as f:
             return yaml.safe_load(f)
 
     def trial_files(self, run_id: str, dst_dir: str | os.PathLike) -> tuple[dict, str]:
@@ -307,8 +304,9 @@ class Tracker:
         self.trial_run(run_id)
         weights = self.weights_path(run_id, dst_dir)
         if weights is None:
-            raise SweepError(f"RUN_ID {run_id}: has no {WEIGHTS_DIR}/{WEIGHTS_FILE} (the trial "
-                             f"failed, or ran before weights were logged); export another")
+            raise SweepError(f"RUN_ID {run_id}: has no {keys.WEIGHTS_DIR}/{keys.WEIGHTS_FILE} "
+                             f"(the trial failed, or ran before weights were logged); export "
+                             f"another")
         return self.trial_settings(run_id, dst_dir), weights
 
     def start_reproduction(self, original: Run, threads: int) -> str:
@@ -316,19 +314,19 @@ class Tracker:
         reproduction``, ``sweep.reproduces = its id``); returns the new run's id."""
         run = self.client.create_run(
             original.info.experiment_id, run_name=f"reproduce-{original.info.run_name}",
-            tags={PARENT_ROLE: "reproduction", "sweep.reproduces": original.info.run_id,
-                  "sweep.torch_threads": str(threads)})
+            tags={keys.ROLE: "reproduction", keys.REPRODUCES: original.info.run_id,
+                  keys.TORCH_THREADS: str(threads)})
         return run.info.run_id
 
     def log_preflight(self, parent_id: str, folder: str | os.PathLike, status: str) -> None:
         """The preflight's JSON, Markdown and images under ``preflight/``, its status as the
         tag ``sweep.preflight``."""
-        self.client.log_artifacts(parent_id, str(folder), "preflight")
-        self.client.set_tag(parent_id, PREFLIGHT, status)
+        self.client.log_artifacts(parent_id, str(folder), keys.PREFLIGHT_DIR)
+        self.client.set_tag(parent_id, keys.PREFLIGHT, status)
 
     def log_report(self, parent_id: str, folder: str | os.PathLike) -> None:
         """A ``sweep report``'s files on the sweep's parent run, under ``report/``."""
-        self.client.log_artifacts(parent_id, str(folder), "report")
+        self.client.log_artifacts(parent_id, str(folder), keys.REPORT_DIR)
 
     def tag(self, run_id: str, key: str) -> str | None:
         return self.client.get_run(run_id).data.tags.get(key)
@@ -343,9 +341,10 @@ class Tracker:
 
     def record_best(self, parent_id: str, value: float, run_id: str, number: int,
                     finished: int) -> None:
-        self.client.log_batch(parent_id, metrics=[Metric("best_value", value, _now_ms(), finished)],
-                              tags=[RunTag("sweep.best_run_id", run_id),
-                                    RunTag("sweep.best_trial", str(number))])
+        self.client.log_batch(parent_id,
+                              metrics=[Metric(keys.BEST_VALUE, value, _now_ms(), finished)],
+                              tags=[RunTag(keys.BEST_RUN_ID, run_id),
+                                    RunTag(keys.BEST_TRIAL, str(number))])
 
     def end_parent(self, parent_id: str, status: str) -> None:
         self.client.set_terminated(parent_id, status)
@@ -355,17 +354,17 @@ class Tracker:
 
     def running_trial_runs(self, experiment_id: str, parent_id: str) -> list[tuple[str, int]]:
         """``(run_id, trial number)`` of the sweep's trial runs still marked RUNNING."""
-        query = (f"tags.`mlflow.parentRunId` = '{parent_id}' and tags.`{PARENT_ROLE}` = 'trial' "
+        query = (f"tags.`{keys.PARENT_RUN_ID}` = '{parent_id}' and tags.`{keys.ROLE}` = 'trial' "
                  "and attributes.status = 'RUNNING'")
         runs = self.client.search_runs([experiment_id], filter_string=query, max_results=1000)
-        return [(r.info.run_id, int(r.data.tags["sweep.trial_number"])) for r in runs
-                if r.data.tags.get("sweep.trial_number", "").isdigit()]
+        return [(r.info.run_id, int(r.data.tags[keys.TRIAL_NUMBER])) for r in runs
+                if r.data.tags.get(keys.TRIAL_NUMBER, "").isdigit()]
 
     def fail_run(self, run_id: str, reason: str, status: str = "FAILED") -> None:
         """Mark a run left RUNNING by a dead process as ended, with the reason."""
         run = self.client.get_run(run_id)
         if run.info.status == "RUNNING":
-            self.client.set_tag(run_id, "sweep.fail_reason", reason[:5000])
+            self.client.set_tag(run_id, keys.FAIL_REASON, reason[:5000])
             self.client.set_terminated(run_id, status)
 
 
@@ -377,14 +376,14 @@ def param_text(value: Any) -> str:
 def export_tags(result: dict[str, Any]) -> dict[str, str]:
     """The tags of an export: ``sweep.exported``, ``sweep.export_error`` if it failed, and one
     per format (``sweep.export.<format>``: passed, failed or its error; ``.method`` if any)."""
-    tags = {"sweep.exported": "true"}
+    tags = {keys.EXPORTED: "true"}
     if result.get("error"):
-        tags["sweep.export_error"] = result["error"]
+        tags[keys.EXPORT_ERROR] = result["error"]
     for fmt, r in ((result.get("report") or {}).get("formats") or {}).items():
-        tags[f"sweep.export.{fmt}"] = ("passed" if r.get("passed") else
+        tags[keys.export_tag(fmt)] = ("passed" if r.get("passed") else
                                       f"error: {r['error']}" if r.get("error") else "failed")
         if r.get("method"):  # torchscript: script or trace; int8: static or dynamic
-            tags[f"sweep.export.{fmt}.method"] = r["method"]
+            tags[keys.export_tag(fmt, method=True)] = r["method"]
     return tags
 
 
@@ -410,7 +409,7 @@ def log_onnx_model(tracking_uri: str, run_id: str, onnx_file: str, example_file:
     quiet.setLevel(logging.ERROR)
     try:
         with mlflow.start_run(run_id=run_id):
-            mlflow.onnx.log_model(onnx.load(onnx_file), name="model_onnx",
+            mlflow.onnx.log_model(onnx.load(onnx_file), name=keys.ONNX_MODEL,
                                   signature=signature, input_example={"pixels": example})
     finally:
         quiet.setLevel(level)
@@ -426,14 +425,14 @@ def environment_tags() -> dict[str, str]:
         except PackageNotFoundError:
             return "not installed"
 
-    tags = {"sweep.version": v("sweep"), "sweep.python_version": platform.python_version(),
-            "sweep.optuna_version": v("optuna"), "sweep.mlflow_version": v("mlflow"),
-            "sweep.host": platform.node(), "sweep.platform": platform.platform()}
+    tags = {keys.VERSION: v("sweep"), keys.PYTHON_VERSION: platform.python_version(),
+            keys.OPTUNA_VERSION: v("optuna"), keys.MLFLOW_VERSION: v("mlflow"),
+            keys.HOST: platform.node(), keys.PLATFORM: platform.platform()}
     git = git_commit()
     if git:
-        tags["sweep.git_commit"], dirty = git[0], git[1]
-        tags["sweep.git_dirty"] = str(dirty).lower()
+        tags[keys.GIT_COMMIT], dirty = git[0], git[1]
+        tags[keys.GIT_DIRTY] = str(dirty).lower()
         if dirty:
-            tags["sweep.git_diff_sha256"] = git_diff_hash() or ""
+            tags[keys.GIT_DIFF] = git_diff_hash() or ""
     return tags
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .. import paths
+from .. import keys, paths
 from .. import space as sp
 from ..errors import SweepError
 from ..spec import SweepSpec, load_spec, validate
-from ..study import IDENTITY, REPEAT, RUN_ID, default_storage, open_storage
+from ..study import default_storage, open_storage
 from ..tracking import Tracker
 
 CURVES = ("val_acc", "val_loss", "train_loss")  # the per-epoch metrics a report plots
@@ -72,7 +72,7 @@ def load_sweep(spec_or_name: str, tracking_uri: str | None = None,
 
 
 def _spec_from_study(name: str, study) -> SweepSpec:
-    identity = json.loads(study.user_attrs.get(IDENTITY, "{}"))
+    identity = json.loads(study.user_attrs.get(keys.IDENTITY, "{}"))
     if not identity:
         raise SweepError(f"study {name!r} was not made by sweep run; pass its YAML file instead")
     raw = {**identity, "name": identity.get("name", name)}
@@ -87,15 +87,15 @@ def _trial_table(study, runs: pd.DataFrame) -> pd.DataFrame:
     by_run = runs.set_index("run_id") if len(runs) else None
     for t in study.get_trials(deepcopy=False):
         row = {"trial": t.number, "state": t.state.name, "value": t.value,
-               "repeat": t.user_attrs.get(REPEAT), "run_id": t.user_attrs.get(RUN_ID),
-               "retry_of": t.user_attrs.get("sweep.retry_of"),
-               "fail_reason": t.user_attrs.get("sweep.fail_reason"),
+               "repeat": t.user_attrs.get(keys.REPEAT), "run_id": t.user_attrs.get(keys.RUN_ID),
+               "retry_of": t.user_attrs.get(keys.RETRY_OF),
+               "fail_reason": t.user_attrs.get(keys.FAIL_REASON),
                "epochs": len(t.intermediate_values)}
         if by_run is not None and row["run_id"] in by_run.index:
             run = by_run.loc[row["run_id"]]
             for col, value in run.items():
                 if col.startswith(("params.", "metrics.")) or col in (
-                        "tags.sweep.seed", "tags.sweep.export.onnx"):
+                        f"tags.{keys.SEED}", f"tags.{keys.export_tag('onnx')}"):
                     row[col] = value
         rows.append(row)
     table = pd.DataFrame(rows)
@@ -123,7 +123,7 @@ def _curves(tracker: Tracker, trials: pd.DataFrame) -> tuple[pd.DataFrame, pd.Da
             for step, value in history:
                 rows.append({"trial": t["trial"], "metric": key, "epoch": step, "value": value})
         if t["state"] == "COMPLETE":
-            for step, value in tracker.metric_histories(t["run_id"], ("lr",))["lr"]:
+            for step, value in tracker.metric_histories(t["run_id"], (keys.LR,))[keys.LR]:
                 lr_rows.append({"trial": t["trial"], "step": step, "lr": value})
     return (pd.DataFrame(rows, columns=["trial", "metric", "epoch", "value"]),
             pd.DataFrame(lr_rows, columns=["trial", "step", "lr"]))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .. import keys
 from ..tracking import Tracker
 from .load import SweepData
 from .plots import plots
@@ -97,7 +98,7 @@ def _summary_lines(data: SweepData) -> list[str]:
         lines.append(f"Held-out test split (never used for selection): test_acc "
                      f"{data.parent_metrics['test_acc']:.4f}"
                      f"{f' +- {std:.4f}' if std is not None else ''} over trial(s) "
-                     f"{data.parent_tags.get('sweep.test_trials', '?')}.")
+                     f"{data.parent_tags.get(keys.TEST_TRIALS, '?')}.")
     return lines
 
 

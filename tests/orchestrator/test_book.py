@@ -9,10 +9,10 @@ import time
 import pytest
 from optuna.trial import TrialState
 
+from orchestrator import keys
 from orchestrator.book import TrialBook
 from orchestrator.protocol import Done, Epoch, Failed, Ready
 from orchestrator.spec import validate
-from orchestrator.study import OWNER, RETRY_OF, RUN_ID, WILL_RETRY
 from tests.conftest import tiny_spec
 
 WORKER = Ready(pid=1, torch_version="2.0", torch_threads=1, cuda_visible_devices="",
@@ -63,13 +63,13 @@ def trial(stores, number: int):
 
 
 def run_of(stores, number: int):
-    return stores.client().get_run(trial(stores, number).user_attrs[RUN_ID])
+    return stores.client().get_run(trial(stores, number).user_attrs[keys.RUN_ID])
 
 
 def waiting_retries(stores) -> list[int]:
     """The trials each queued retry retries."""
-    return [t.user_attrs[RETRY_OF] for t in stores.study("tiny").trials
-            if t.state == TrialState.WAITING and RETRY_OF in t.user_attrs]
+    return [t.user_attrs[keys.RETRY_OF] for t in stores.study("tiny").trials
+            if t.state == TrialState.WAITING and keys.RETRY_OF in t.user_attrs]
 
 
 # ------------------------------------------------------------------------ one trial, both stores
@@ -120,7 +120,7 @@ def test_the_runs_of_trials_started_before_mlflow_attached_are_created_on_attach
     active = book.start(0, pending, WORKER)
     assert active.run_id is None  # created once MLflow is attached
     book.attach_tracking()
-    assert trial(stores, pending.number).user_attrs[RUN_ID] == active.run_id
+    assert trial(stores, pending.number).user_attrs[keys.RUN_ID] == active.run_id
     assert stores.client().get_run(active.run_id).info.status == "RUNNING"
 
 
@@ -130,9 +130,9 @@ def test_a_crash_is_retried_while_retries_are_left_and_not_beyond(stores, open_b
     book = open_book(retries=1)
     first = crash(book)
     assert waiting_retries(stores) == [first]
-    assert trial(stores, first).user_attrs[WILL_RETRY] is True
+    assert trial(stores, first).user_attrs[keys.WILL_RETRY] is True
     second = crash(book)  # the retry of the first, crashing again: retries spent
-    assert trial(stores, second).user_attrs[RETRY_OF] == first
+    assert trial(stores, second).user_attrs[keys.RETRY_OF] == first
     assert waiting_retries(stores) == []
     run = run_of(stores, second)
     assert run.info.status == "FAILED" and run.data.tags["sweep.will_retry"] == "false"
@@ -176,7 +176,7 @@ def orphan_one(book: TrialBook) -> int:
     """A trial RUNNING with its run, as a ``sweep run`` that was killed leaves it."""
     pending = run_trial(book, [0.5])
     book.attach_tracking()
-    book.study.set_attr(pending, OWNER, DEAD_OWNER)
+    book.study.set_attr(pending, keys.OWNER, DEAD_OWNER)
     return pending.number
 
 
@@ -230,7 +230,7 @@ def test_a_trial_whose_heartbeat_stopped_is_failed_retried_and_its_run_closed(tm
     book.study.beat(pending)
     run_id = book.tracker.start_trial(book.experiment_id, book.parent_id, pending.number, {}, {},
                                       {})
-    book.study.set_attr(pending, RUN_ID, run_id)
+    book.study.set_attr(pending, keys.RUN_ID, run_id)
     deadline = time.monotonic() + 15  # two intervals without a beat (the store counts seconds)
     while book.study.trials()[pending.number].state == TrialState.RUNNING and \
             time.monotonic() < deadline:
@@ -238,6 +238,6 @@ def test_a_trial_whose_heartbeat_stopped_is_failed_retried_and_its_run_closed(tm
         book.fail_stale_trials()
     trials = book.study.trials()
     assert trials[pending.number].state == TrialState.FAIL
-    assert [t.user_attrs.get(RETRY_OF) for t in trials if t.state == TrialState.WAITING] == [
+    assert [t.user_attrs.get(keys.RETRY_OF) for t in trials if t.state == TrialState.WAITING] == [
         pending.number]
     assert stores.client().get_run(run_id).info.status == "FAILED"

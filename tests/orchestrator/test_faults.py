@@ -4,7 +4,7 @@ import signal
 import time
 from collections import Counter
 
-from orchestrator.study import REASON, RETRY_OF
+from orchestrator import keys
 from tests.conftest import ROOT, Stores, run_cli, tiny_spec
 from tests.orchestrator.test_signals import start, wait_for_epoch, worker_pids
 
@@ -251,6 +251,7 @@ def test_a_rank_killed_in_a_two_device_trial_is_retried_like_a_dead_worker(store
     out = run_cli("run", str(write_spec(spec)), cwd=stores.dir, env={"PYTHONPATH": str(ROOT)})
     assert out.returncode == 1, out.stderr
     first, retry = stores.study("tiny").trials
-    assert first.user_attrs[REASON].startswith("RankCrashed: rank 1 of 2 killed by SIGKILL")
-    assert retry.user_attrs[RETRY_OF] == first.number
+    assert first.user_attrs[keys.FAIL_REASON].startswith(
+        "RankCrashed: rank 1 of 2 killed by SIGKILL")
+    assert retry.user_attrs[keys.RETRY_OF] == first.number
     assert [r.info.status for r in stores.runs("tiny", "trial")] == ["FAILED", "FAILED"]

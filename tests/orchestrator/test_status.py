@@ -8,8 +8,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 from rich.console import Console
 
-from orchestrator import status
-from orchestrator.study import IDENTITY, REASON, RETRY_OF, RUN_ID, WILL_RETRY
+from orchestrator import keys, status
 from tests.conftest import run_cli
 
 
@@ -60,7 +59,7 @@ def test_status_name_shows_every_trial_with_its_mlflow_run(quickstart):
     for t, row in zip(study.trials, rows):
         cells = row.split()
         assert cells[:2] == [str(t.number), t.state.name]
-        assert t.user_attrs[RUN_ID] in cells and t.user_attrs[RUN_ID] in run_ids
+        assert t.user_attrs[keys.RUN_ID] in cells and t.user_attrs[keys.RUN_ID] in run_ids
         assert f"batch_size={t.params['batch_size']}" in row
         if t.state == TrialState.COMPLETE:
             assert cells[2] == f"{t.value:.4f}"
@@ -75,7 +74,7 @@ def test_status_on_a_terminal_draws_a_rich_table(quickstart):
     text = buffer.getvalue()
     assert "─" in text  # rich's rule under the header, which the plain table draws with dashes
     for t in stores.study("quickstart").trials:
-        assert t.user_attrs[RUN_ID] in text
+        assert t.user_attrs[keys.RUN_ID] in text
 
 
 def test_status_of_an_unknown_sweep_is_one_line_and_exit_2(quickstart):
@@ -106,18 +105,18 @@ def test_status_shows_running_failed_retried_and_queued_trials(tmp_path):
     journal = tmp_path / "optuna.journal"
     study = optuna.create_study(study_name="live", direction="minimize",
                                 storage=JournalStorage(JournalFileBackend(str(journal))))
-    study.set_user_attr(IDENTITY, json.dumps({"objective": {"metric": "val_loss",
+    study.set_user_attr(keys.IDENTITY, json.dumps({"objective": {"metric": "val_loss",
                                                             "direction": "minimize"}}))
     done = study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)})
-    done.set_user_attr(RUN_ID, "a" * 32)
+    done.set_user_attr(keys.RUN_ID, "a" * 32)
     done.report(0.9, 1)
     done.report(0.5, 2)
     study.tell(done, 0.5)
     crashed = study.ask()
-    crashed.set_user_attr(REASON, "worker died (signal 9)\nlast lines: ...")
-    crashed.set_user_attr(WILL_RETRY, True)
+    crashed.set_user_attr(keys.FAIL_REASON, "worker died (signal 9)\nlast lines: ...")
+    crashed.set_user_attr(keys.WILL_RETRY, True)
     study.tell(crashed, state=TrialState.FAIL)
-    study.enqueue_trial({}, user_attrs={RETRY_OF: crashed.number})
+    study.enqueue_trial({}, user_attrs={keys.RETRY_OF: crashed.number})
     study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)})  # runs
 
     out = run_cli("status", "--storage", str(journal), cwd=tmp_path)
