@@ -62,7 +62,7 @@ def build_report(data: SweepData, out_dir: str | os.PathLike, by: str | None = N
     factors = data.factors
     by = by or ("optimizer" if "optimizer" in factors else (factors[0] if factors else None))
     ftable = factor_table(data.trials, factors)
-    paired = paired_differences(data.trials, factors)
+    paired = paired_differences(data.trials, factors, direction=data.spec.objective.direction)
     gaps = missing(data)
     pictures = plots(data, by)
     files = []

@@ -49,9 +49,15 @@ def factor_table(trials: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
                                        "ci95_high", "n"])
 
 
-def paired_differences(trials: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
+def paired_differences(trials: pd.DataFrame, factors: list[str], *,
+                       direction: str) -> pd.DataFrame:
     """For each two-level setting: level B minus level A over pairs of complete trials equal in
-    every other searched setting and in the repeat index (the same seed)."""
+    every other searched setting and in the repeat index (the same seed).
+
+    Args:
+        direction: the objective's, ``maximize`` or ``minimize``: which sign of the difference
+            makes B the better level in the verdict.
+    """
     done = trials[trials["state"] == "COMPLETE"].copy()
     rows = []
     for factor in factors:
@@ -66,13 +72,13 @@ def paired_differences(trials: pd.DataFrame, factors: list[str]) -> pd.DataFrame
         done["_level"] = done[col].map(str)
         wide = done.pivot_table(index=[done[k].map(str) for k in keys], columns="_level",
                                 values="value", aggfunc="first").dropna()
-        rows.append(_paired_row(factor, levels, wide))
+        rows.append(_paired_row(factor, levels, wide, direction))
     return pd.DataFrame(rows, columns=["factor", "a", "b", "pairs", "mean_diff_b_minus_a",
                                        "ci95_low", "ci95_high", "t_test_p", "wilcoxon_p",
                                        "verdict"])
 
 
-def _paired_row(factor: str, levels: list[str], wide: pd.DataFrame) -> dict:
+def _paired_row(factor: str, levels: list[str], wide: pd.DataFrame, direction: str) -> dict:
     """One row of :func:`paired_differences`: ``wide`` holds a pair per row, a level per
     column."""
     from scipy import stats
@@ -91,18 +97,23 @@ def _paired_row(factor: str, levels: list[str], wide: pd.DataFrame) -> dict:
     else:
         row["t_test_p"] = float(stats.ttest_rel(wide[levels[1]], wide[levels[0]]).pvalue)
         row["wilcoxon_p"] = float(stats.wilcoxon(diff).pvalue)
-        row["verdict"] = verdict(row)
+        row["verdict"] = verdict(row, direction)
     return row
 
 
-def verdict(row: dict) -> str:
-    """Which level of a paired difference is better, from its 95% confidence interval."""
+def verdict(row: dict, direction: str) -> str:
+    """Which level of a paired difference (B minus A) is better, from its 95% confidence
+    interval: a higher objective is better when ``direction`` is ``maximize``, a lower one when
+    it is ``minimize``."""
+    if direction not in ("maximize", "minimize"):
+        raise ValueError(f"direction must be maximize or minimize, got {direction!r}")
     low, high = row["ci95_low"], row["ci95_high"]
-    if low > 0:
-        return f"{row['b']} better than {row['a']} (95% CI excludes 0)"
-    if high < 0:
-        return f"{row['a']} better than {row['b']} (95% CI excludes 0)"
-    return "no significant difference (95% CI includes 0)"
+    if not (low > 0 or high < 0):
+        return "no significant difference (95% CI includes 0)"
+    b_higher = low > 0
+    better, worse = (row["b"], row["a"]) if b_higher == (direction == "maximize") else \
+        (row["a"], row["b"])
+    return f"{better} better than {worse} (95% CI excludes 0)"
 
 
 def missing(data: SweepData) -> list[str]:

@@ -64,7 +64,8 @@ def test_paired_difference_and_tests_match_scipy(grid):
     from orchestrator.report import load_sweep, paired_differences
 
     data = load_sweep("grid", stores.tracking_uri, str(stores.journal))
-    paired = paired_differences(data.trials, data.factors).set_index("factor")
+    paired = paired_differences(data.trials, data.factors,
+                                direction=data.spec.objective.direction).set_index("factor")
     row = paired.loc["optimizer"]
     assert row["pairs"] == 6 and row["mean_diff_b_minus_a"] == pytest.approx(diff.mean())
     if not np.allclose(diff, diff[0]):
@@ -134,9 +135,47 @@ def test_the_verdict_names_a_better_level_only_when_the_interval_excludes_zero()
     from orchestrator.report.stats import verdict
 
     row = {"a": "adam", "b": "sgd"}
-    assert verdict({**row, "ci95_low": 0.01, "ci95_high": 0.2}).startswith("sgd better than adam")
-    assert verdict({**row, "ci95_low": -0.2, "ci95_high": -0.01}).startswith("adam better")
-    assert verdict({**row, "ci95_low": -0.1, "ci95_high": 0.1}).startswith("no significant")
+    for direction in ("maximize", "minimize"):
+        assert verdict({**row, "ci95_low": -0.1, "ci95_high": 0.1},
+                       direction).startswith("no significant")
+    assert verdict({**row, "ci95_low": 0.01, "ci95_high": 0.2},
+                   "maximize").startswith("sgd better than adam")
+    assert verdict({**row, "ci95_low": -0.2, "ci95_high": -0.01},
+                   "maximize").startswith("adam better than sgd")
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+@pytest.mark.parametrize("b_shift", [0.2, -0.2])
+def test_the_verdict_names_the_level_the_objective_prefers(direction, b_shift):
+    """Level b's objective is a's plus a noisy shift; the better level is computed here by hand
+    (the mean of each level, ordered by the direction) and the interval with scipy."""
+    from orchestrator.report import paired_differences
+
+    rng = np.random.default_rng(7)
+    a = rng.uniform(0.3, 0.7, size=8)
+    b = a + b_shift + rng.normal(0, 0.02, size=8)
+    trials = pd.DataFrame(
+        [{"state": "COMPLETE", "repeat": i, "params.optimizer": "adam", "value": v}
+         for i, v in enumerate(a)] +
+        [{"state": "COMPLETE", "repeat": i, "params.optimizer": "sgd", "value": v}
+         for i, v in enumerate(b)])
+    row = paired_differences(trials, ["optimizer"], direction=direction).iloc[0]
+    diff = b - a
+    half = stats.t.ppf(0.975, len(diff) - 1) * diff.std(ddof=1) / math.sqrt(len(diff))
+    assert (row["ci95_low"], row["ci95_high"]) == pytest.approx(
+        (diff.mean() - half, diff.mean() + half))
+    means = {"adam": a.mean(), "sgd": b.mean()}
+    pick = max if direction == "maximize" else min
+    better = pick(means, key=means.get)
+    worse = "sgd" if better == "adam" else "adam"
+    assert row["verdict"] == f"{better} better than {worse} (95% CI excludes 0)"
+
+
+def test_a_verdict_without_a_direction_is_an_error():
+    from orchestrator.report.stats import verdict
+
+    with pytest.raises(ValueError, match="direction"):
+        verdict({"a": "x", "b": "y", "ci95_low": 0.1, "ci95_high": 0.2}, "max")
 
 
 def _paired_trials(diffs: list[float]) -> pd.DataFrame:
@@ -151,7 +190,8 @@ def _paired_trials(diffs: list[float]) -> pd.DataFrame:
 def test_pairs_that_all_differ_alike_get_an_interval_but_no_p_value():
     from orchestrator.report import paired_differences
 
-    row = paired_differences(_paired_trials([0.25, 0.25, 0.25]), ["opt"]).iloc[0]
+    row = paired_differences(_paired_trials([0.25, 0.25, 0.25]), ["opt"],
+                             direction="maximize").iloc[0]
     assert row["pairs"] == 3 and row["mean_diff_b_minus_a"] == pytest.approx(0.25)
     assert row["verdict"] == "every pair differs by the same amount"
     assert math.isnan(row["t_test_p"]) and math.isnan(row["wilcoxon_p"])
@@ -160,6 +200,6 @@ def test_pairs_that_all_differ_alike_get_an_interval_but_no_p_value():
 def test_a_pair_short_of_the_minimum_has_no_interval():
     from orchestrator.report import paired_differences
 
-    row = paired_differences(_paired_trials([0.1, 0.3]), ["opt"]).iloc[0]
+    row = paired_differences(_paired_trials([0.1, 0.3]), ["opt"], direction="minimize").iloc[0]
     assert row["verdict"] == "insufficient evidence (2 pairs, need 3)"
     assert math.isnan(row["ci95_low"]) and math.isnan(row["t_test_p"])
