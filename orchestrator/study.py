@@ -28,6 +28,7 @@ from optuna.trial import TrialState
 from . import keys, paths
 from . import space as sp
 from .errors import SweepError
+from .locks import store_lock
 from .paths import mask
 from .spec import SweepSpec, settings_of
 
@@ -56,27 +57,36 @@ def open_storage(url: str, heartbeat_s: int | None = None, on_stale=None):
     """
     scheme = urlsplit(url).scheme.split("+")[0]
     if scheme in RDB_SCHEMES:
-        for attempt in range(4):
-            try:
-                return RDBStorage(url, heartbeat_interval=heartbeat_s,
-                                  grace_period=2 * heartbeat_s if heartbeat_s else None,
-                                  heartbeat_stale_trial_callback=on_stale if heartbeat_s
-                                  else None)
-            except Exception as e:  # the driver's own errors are many and varied
-                error = e
-                # machines starting together on an empty database race to create its tables:
-                # the loser's CREATE fails, and the tables are there a moment later
-                time.sleep(0.5 * (attempt + 1))
-        raise SweepError(f"--storage {mask(url)}: cannot open the Optuna storage: "
-                         f"{str(error).splitlines()[0]}") from None
+        return _open_rdb(url, heartbeat_s, on_stale)
     path = Path(url[len("journal:"):] if url.startswith("journal:") else url)
     if scheme and not url.startswith("journal:") and len(scheme) > 1:
         raise SweepError(f"--storage {mask(url)}: unknown storage scheme {scheme!r}; use a file "
                          f"path (journal), sqlite:///FILE, postgresql://... or mysql://...")
     if not path.parent.is_dir():
         raise SweepError(f"--storage {url}: folder {path.parent} does not exist; create it first")
-    repair_journal(path)
-    return JournalStorage(JournalFileBackend(str(path)))
+    with store_lock(str(path)):  # one process repairs or creates the file at a time
+        repair_journal(path)
+        return JournalStorage(JournalFileBackend(str(path)))
+
+
+def _open_rdb(url: str, heartbeat_s: int | None, on_stale) -> RDBStorage:
+    """An RDB storage, created under the store's lock: Optuna creates a new database's tables
+    and stamps its schema version without one, so machines starting together break each other."""
+    db = paths.sqlite_file(url)
+    if db is not None and not db.parent.is_dir():
+        raise SweepError(f"--storage {url}: folder {db.parent} does not exist; create it first")
+    for attempt in range(4):
+        try:
+            with store_lock(url):
+                return RDBStorage(url, heartbeat_interval=heartbeat_s,
+                                  grace_period=2 * heartbeat_s if heartbeat_s else None,
+                                  heartbeat_stale_trial_callback=on_stale if heartbeat_s
+                                  else None)
+        except Exception as e:  # the driver's own errors are many and varied
+            error = e
+            time.sleep(0.5 * (attempt + 1))  # a database server starting, a network blink
+    raise SweepError(f"--storage {mask(url)}: cannot open the Optuna storage: "
+                     f"{str(error).splitlines()[0]}") from None
 
 
 def repair_journal(path: Path) -> Path | None:

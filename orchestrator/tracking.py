@@ -6,7 +6,6 @@ before any worker starts.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import platform
@@ -18,10 +17,9 @@ import yaml
 from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.tracking import MlflowClient
 
-from trainers.system import file_lock
-
 from . import keys, paths
 from .errors import SweepError
+from .locks import store_lock
 from .paths import mask
 
 if TYPE_CHECKING:
@@ -77,17 +75,6 @@ def git_commit(directory: str | os.PathLike = ".") -> tuple[str, bool] | None:
     return head.stdout.strip(), bool(status.stdout.strip())
 
 
-@contextlib.contextmanager
-def _store_lock(tracking_uri: str):
-    """An exclusive lock on ``.sweep/<db>.lock`` beside a SQLite store (nothing for others)."""
-    db = paths.sqlite_file(tracking_uri)
-    if db is None:
-        yield
-        return
-    with file_lock(paths.work_dir(tracking_uri) / f"{db.name}.lock"):
-        yield
-
-
 def open_store(tracking_uri: str) -> MlflowClient:
     """A client of the MLflow store at ``tracking_uri``, its database created if needed.
 
@@ -98,11 +85,12 @@ def open_store(tracking_uri: str) -> MlflowClient:
     if db is not None and not db.parent.is_dir():
         raise SweepError(f"--tracking-uri {tracking_uri}: folder {db.parent} does not exist; "
                          f"create it first")
-    client = MlflowClient(tracking_uri=tracking_uri)
     try:
-        with _store_lock(tracking_uri):
-            # creates the database and runs its migrations: not safe to race, so only the
-            # `sweep run` process does it, and concurrent ones on one file take turns
+        # MlflowClient's constructor builds the SQLAlchemy store, whose constructor creates the
+        # tables and runs every migration of a new database: not safe to race, so processes
+        # opening one store take turns, from the constructor on
+        with store_lock(tracking_uri):
+            client = MlflowClient(tracking_uri=tracking_uri)
             client.search_experiments(max_results=1)
     except Exception as e:  # MLflow raises many kinds here (driver, migration, HTTP)
         raise SweepError(f"--tracking-uri {mask(tracking_uri)}: cannot open the MLflow store: "

@@ -1,0 +1,88 @@
+"""The stores under concurrency and damage: `sweep run` processes starting together on new stores,
+an MLflow store that breaks mid-sweep, and what a killed process leaves between the two stores."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, tiny_spec
+from tests.orchestrator.test_scale_out import databases  # noqa: F401 - a fixture
+
+MACHINES = 4
+
+
+def machine(storage: str, tracking_uri: str, go: str) -> None:
+    """One ``sweep run`` process's use of the stores, without training: once ``go`` exists, open
+    (create) both stores and book one trial from start to end. Run in a child process."""
+    from orchestrator.book import TrialBook
+    from orchestrator.protocol import Done, Epoch
+    from orchestrator.spec import validate
+    from tests.orchestrator.test_book import WORKER
+
+    spec = validate(tiny_spec(name="together", trials=MACHINES))
+    print("ready", flush=True)
+    while not os.path.exists(go):  # every process starts creating the stores at one moment
+        time.sleep(0.005)
+    book = TrialBook.open(spec, storage, tracking_uri, spec_text="name: together\n")
+    book.attach_tracking()
+    pending = book.study.next_trial()
+    book.open_run(book.start(0, pending, WORKER))
+    metrics = {"val_acc": 0.5, "val_loss": 0.5}
+    book.report_epoch(0, Epoch(epoch=1, metrics=metrics, lr_steps=[(1, 0.01)], resumed=False))
+    book.log_epoch(0, Epoch(epoch=1, metrics=metrics, lr_steps=[(1, 0.01)], resumed=False))
+    book.finish(0, Done(state="complete", epochs=1, train_seconds=0.1, device="cpu",
+                        resumed_from=0, weights=""))
+
+
+def start_together(storage: str, tracking_uri: str, folder: Path) -> list[tuple[int, str]]:
+    """:func:`machine` in :data:`MACHINES` processes released at one moment; (exit code,
+    stderr) of each."""
+    go = folder / "go"
+    code = f"from tests.orchestrator.test_stores import machine; " \
+           f"machine({storage!r}, {tracking_uri!r}, {str(go)!r})"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(MACHINES)]
+    for p in procs:  # each has imported everything it needs
+        assert p.stdout.readline() == "ready\n", p.communicate()
+    go.touch()
+    return [(p.wait(timeout=240), p.communicate()[1]) for p in procs]
+
+
+def assert_one_trial_each(storage: str, tracking_uri: str) -> None:
+    """Every process's trial complete in both stores, none burnt, one parent run."""
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.study import open_storage
+
+    trials = optuna.load_study(study_name="together", storage=open_storage(storage)).trials
+    assert Counter(t.state.name for t in trials) == {"COMPLETE": MACHINES}
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = client.get_experiment_by_name("together")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    roles = Counter((r.data.tags.get("sweep.role"), r.info.status) for r in runs)
+    assert roles == {("trial", "FINISHED"): MACHINES, ("parent", "RUNNING"): 1}
+
+
+def test_processes_starting_together_on_new_sqlite_stores_all_succeed(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    ends = start_together(storage, tracking_uri, tmp_path)
+    assert [code for code, _ in ends] == [0] * MACHINES, [err[-3000:] for _, err in ends]
+    assert_one_trial_each(storage, tracking_uri)
+
+
+def test_processes_starting_together_on_new_postgresql_databases_all_succeed(databases,  # noqa: F811
+                                                                              tmp_path):
+    storage, tracking_uri = databases(), databases()
+    ends = start_together(storage, tracking_uri, tmp_path)
+    assert [code for code, _ in ends] == [0] * MACHINES, [err[-3000:] for _, err in ends]
+    assert_one_trial_each(storage, tracking_uri)
