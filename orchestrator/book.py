@@ -19,7 +19,7 @@ from .errors import SweepError
 from .paths import mask
 from .protocol import Done, Epoch, Failed, Ready
 from .spec import SweepSpec
-from .study import PendingTrial, SweepStudy
+from .study import PendingTrial, SweepStudy, abandon
 
 # Epochs reach MLflow at least this often (and at every trial's end): one call per flush, not per
 # epoch, keeps this process's share of the CPU small when epochs take a fraction of a second.
@@ -166,7 +166,8 @@ class Runs:
         self._setup = ThreadPoolExecutor(1).submit(
             open_tracking, tracking_uri, spec, study, spec_text, storage)
         self.opened: Tracking | None = None
-        self._unclosed: list[tuple[str, str]] = []  # (run id, reason): to fail once attached
+        # (trial number, run id, reason) of runs to close once attached
+        self._unclosed: list[tuple[int, str | None, str]] = []
 
     @property
     def tracker(self):
@@ -187,8 +188,8 @@ class Runs:
         if not wait and not self._setup.done():
             return False
         self.opened = self._setup.result()
-        for run_id, reason in self._unclosed:
-            self.tracker.fail_run(run_id, reason)
+        for number, run_id, reason in self._unclosed:
+            self._close_runs(number, run_id, reason)
         self._close_stray_runs()
         for active in self.active.values():
             self.open_run(active)
@@ -208,12 +209,22 @@ class Runs:
                 self.tracker.fail_run(run_id, "the sweep run process that owned it was gone "
                                       "before the run was linked to its trial")
 
-    def fail_run(self, run_id: str | None, reason: str) -> None:
-        """Close a run another process left RUNNING: now if attached, else once attached."""
-        if run_id and self.attach(wait=False):
-            self.tracker.fail_run(run_id, reason)
-        elif run_id:
-            self._unclosed.append((run_id, reason))
+    def fail_runs(self, number: int, run_id: str | None, reason: str) -> None:
+        """Close the runs of trial ``number`` another process left RUNNING: now if attached,
+        else once attached."""
+        if self.attach(wait=False):
+            self._close_runs(number, run_id, reason)
+        else:
+            self._unclosed.append((number, run_id, reason))
+
+    def _close_runs(self, number: int, run_id: str | None, reason: str) -> None:
+        """Close the trial's recorded run, and any run of it still RUNNING that it never
+        recorded: a process killed between creating the run and recording its id leaves one."""
+        ids = {run_id} if run_id else set()
+        ids |= {found for found, n in self.tracker.running_trial_runs(
+            self.opened.experiment_id, self.opened.parent_id) if n == number}
+        for found in ids:
+            self.tracker.fail_run(found, reason)
 
     def open_run(self, active: Active) -> None:
         """Create the trial's run now if MLflow is attached (else :meth:`attach` will), and
@@ -326,6 +337,15 @@ class TrialBook:
     def start(self, slot: int, pending: PendingTrial, worker: Ready) -> Active | None:
         """Book ``pending`` as running on worker ``slot`` (its run follows: :meth:`open_run`);
         None when its settings cannot be used (the trial is failed for good)."""
+        try:
+            return self._start(slot, pending, worker)
+        except BaseException as e:  # no trial stays RUNNING that no worker trains
+            if self.active.get(slot) is not None and self.active[slot].pending is pending:
+                self.active.pop(slot)
+            abandon(self.study, pending, e)
+            raise
+
+    def _start(self, slot: int, pending: PendingTrial, worker: Ready) -> Active | None:
         from trainers import SettingsError, TrainSettings  # settings only: no torch import here
 
         tags = run_tags(self.study.name, slot, pending, worker)
@@ -462,7 +482,7 @@ class TrialBook:
             root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
             retry = self.will_retry("crash", root)
             if self.study.fail(t, reason, "crash", retry):
-                self.runs.fail_run(t.user_attrs.get(keys.RUN_ID), reason)
+                self.runs.fail_runs(t.number, t.user_attrs.get(keys.RUN_ID), reason)
                 if not retry:
                     self.folders.drop_checkpoint(root)
 
@@ -480,4 +500,4 @@ class TrialBook:
             if retry:
                 self.study.retry(t)
             self.say(f"trial {t.number} failed: {reason}{' (queued for retry)' if retry else ''}")
-            self.runs.fail_run(t.user_attrs.get(keys.RUN_ID), reason)
+            self.runs.fail_runs(t.number, t.user_attrs.get(keys.RUN_ID), reason)

@@ -301,17 +301,21 @@ class SweepStudy:
         if self.spec.is_grid and not self.trials(states=(TrialState.WAITING,)):
             return None
         trial = self.study.ask()
-        sampled = sp.sample(trial, self.spec.space)
-        repeat = trial.user_attrs.get(keys.REPEAT)
-        if repeat is None:
-            repeat = 0
-            trial.set_user_attr(keys.REPEAT, 0)
-            for copy in range(1, self.spec.repeats):
-                self.study.enqueue_trial(trial.params, user_attrs={keys.REPEAT: copy})
-        seed = self.spec.seed + repeat
-        trial.set_user_attr(keys.SEED, seed)
-        trial.set_user_attr(keys.OWNER, self.owner.as_dict())
-        settings = {**settings_of(self.spec, sampled), "seed": seed}
+        try:
+            sampled = sp.sample(trial, self.spec.space)
+            repeat = trial.user_attrs.get(keys.REPEAT)
+            if repeat is None:
+                repeat = 0
+                trial.set_user_attr(keys.REPEAT, 0)
+                for copy in range(1, self.spec.repeats):
+                    self.study.enqueue_trial(trial.params, user_attrs={keys.REPEAT: copy})
+            seed = self.spec.seed + repeat
+            trial.set_user_attr(keys.SEED, seed)
+            trial.set_user_attr(keys.OWNER, self.owner.as_dict())
+            settings = {**settings_of(self.spec, sampled), "seed": seed}
+        except BaseException as e:
+            abandon(self, trial, e)
+            raise
         return PendingTrial(trial, settings, repeat, seed,
                             retry_of=trial.user_attrs.get(keys.RETRY_OF),
                             root=trial.user_attrs.get(keys.RETRY_ROOT, trial.number))
@@ -455,6 +459,21 @@ class SweepStudy:
         done = [t for t in self.trials(states=(TrialState.COMPLETE,)) if t.value is not None]
         sign = -1 if self.spec.objective.direction == "maximize" else 1
         return sorted(done, key=lambda t: (sign * t.value, t.number))[:n]
+
+
+def abandon(study: SweepStudy, trial: PendingTrial | optuna.Trial,
+            error: BaseException) -> None:
+    """Fail a trial that raised ``error`` before it could start (asked, not yet training),
+    so no trial is left RUNNING; it is queued again when interrupted, or when it crashed
+    with ``retries`` left. Best effort: the store may be what raised."""
+    t = trial.trial if isinstance(trial, PendingTrial) else trial
+    kind = "interrupt" if isinstance(error, KeyboardInterrupt) else "crash"
+    root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
+    try:
+        retry = kind == "interrupt" or study.crashes(root) < study.spec.retries
+        study.fail(t, f"could not be started: {type(error).__name__}: {error}", kind, retry)
+    except Exception:  # noqa: BLE001 - the original error is the one to report
+        pass
 
 
 def state_counts(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:

@@ -9,7 +9,8 @@ import time
 import pytest
 from optuna.trial import TrialState
 
-from orchestrator import keys
+from orchestrator import book as book_module
+from orchestrator import keys, space
 from orchestrator.book import TrialBook
 from orchestrator.protocol import Done, Epoch, Failed, Ready
 from orchestrator.spec import validate
@@ -221,23 +222,53 @@ def test_a_running_run_without_a_running_trial_is_closed(stores, open_book):
     assert run_of(stores, live.number).info.status == "RUNNING"
 
 
-def test_a_trial_whose_heartbeat_stopped_is_failed_retried_and_its_run_closed(tmp_path,
-                                                                               stores, open_book):
+def test_trials_whose_heartbeat_stopped_are_failed_retried_and_every_run_of_theirs_closed(
+        tmp_path, stores, open_book):
     book = open_book(retries=1, heartbeat_seconds=1,
                      storage=f"sqlite:///{tmp_path / 'optuna.db'}")
     book.attach_tracking()
-    pending = book.study.next_trial()  # started by a machine that beats once, then dies
-    book.study.beat(pending)
-    run_id = book.tracker.start_trial(book.experiment_id, book.parent_id, pending.number, {}, {},
-                                      {})
-    book.study.set_attr(pending, keys.RUN_ID, run_id)
+    # started by a machine that beats once, then dies: the second after creating its run but
+    # before recording the run's id on the trial
+    dead = [book.study.next_trial() for _ in range(2)]
+    runs = []
+    for pending in dead:
+        book.study.beat(pending)
+        runs.append(book.tracker.start_trial(book.experiment_id, book.parent_id, pending.number,
+                                             {}, {}, {}))
+    book.study.set_attr(dead[0], keys.RUN_ID, runs[0])
     deadline = time.monotonic() + 15  # two intervals without a beat (the store counts seconds)
-    while book.study.trials()[pending.number].state == TrialState.RUNNING and \
+    while any(book.study.trials()[p.number].state == TrialState.RUNNING for p in dead) and \
             time.monotonic() < deadline:
         time.sleep(0.5)
         book.fail_stale_trials()
     trials = book.study.trials()
-    assert trials[pending.number].state == TrialState.FAIL
-    assert [t.user_attrs.get(keys.RETRY_OF) for t in trials if t.state == TrialState.WAITING] == [
-        pending.number]
-    assert stores.client().get_run(run_id).info.status == "FAILED"
+    assert [trials[p.number].state for p in dead] == [TrialState.FAIL] * 2
+    assert sorted(t.user_attrs.get(keys.RETRY_OF) for t in trials
+                  if t.state == TrialState.WAITING) == [p.number for p in dead]
+    client = stores.client()
+    assert [client.get_run(run_id).info.status for run_id in runs] == ["FAILED"] * 2
+
+
+@pytest.mark.parametrize("where", ["sampling", "booking"])
+def test_an_error_between_ask_and_training_leaves_no_running_trial(stores, open_book,
+                                                                   monkeypatch, where):
+    book = open_book(retries=1)
+    def broken(*args, **kwargs):
+        raise RuntimeError("broke")
+    for _ in range(2):  # a first attempt, then its retry: no retries left after it
+        if where == "sampling":
+            monkeypatch.setattr(space, "sample", broken)
+            with pytest.raises(RuntimeError):
+                book.study.next_trial()
+        else:
+            pending = book.study.next_trial()
+            monkeypatch.setattr(book_module, "run_tags", broken)
+            with pytest.raises(RuntimeError):
+                book.start(0, pending, WORKER)
+        monkeypatch.undo()
+    trials = stores.study("tiny").trials
+    assert [t.state for t in trials] == [TrialState.FAIL] * 2
+    assert all("could not be started: RuntimeError: broke" in t.user_attrs[keys.FAIL_REASON]
+               for t in trials)
+    assert trials[1].user_attrs[keys.RETRY_OF] == trials[0].number
+    assert book.active == {}
