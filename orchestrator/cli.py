@@ -21,7 +21,7 @@ from . import paths
 from .display import Progress, params_text
 from .errors import SweepError
 from .server import serve, server_command, ui_command
-from .spec import data_downloads, data_problems, load_spec
+from .spec import MAX_GRID, data_downloads, data_problems, load_spec
 
 EXIT_BAD_INPUT = 2
 COMPLETION_SHELLS = ("bash", "zsh")
@@ -111,6 +111,9 @@ def _set_flag(p: argparse.ArgumentParser, example: str = "") -> None:
     """``--set KEY=VALUE``; ``example`` is said after the help, e.g. ``, e.g. --set a=1``."""
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help=f"override any YAML value{example} (repeatable)")
+    # every command that takes --set reads a sweep YAML, so it takes the grid cap too
+    p.add_argument("--max-grid", type=int, default=MAX_GRID, metavar="N",
+                   help=f"the most configurations a grid sweep may have (default {MAX_GRID})")
 
 
 def _command(sub, name: str) -> argparse.ArgumentParser:
@@ -279,7 +282,7 @@ def _positive(flag: str, value: int | None) -> None:
 
 
 def cmd_validate(args, console: Console) -> int:
-    spec = load_spec(args.spec, args.overrides)
+    spec = load_spec(args.spec, args.overrides, args.max_grid)
     for w in [*spec.warnings, *data_problems(spec)]:
         console.print(f"warning: {w}", soft_wrap=True)
     kind = f"grid of {len(spec.grid())} configurations x {spec.repeats} repeats" if spec.is_grid \
@@ -293,7 +296,7 @@ def cmd_run(args, console: Console) -> int:
     _positive("--trials", args.trials)
     _positive("--workers", args.workers)
     overrides = list(args.overrides) + ([f"trials={args.trials}"] if args.trials else [])
-    spec = load_spec(args.spec, overrides)
+    spec = load_spec(args.spec, overrides, args.max_grid)
     missing = data_problems(spec)
     if missing:
         raise SweepError(*missing)
@@ -391,7 +394,7 @@ def cmd_doctor(args, console: Console) -> int:
     from . import preflight as pf
     from .spec import PreflightSpec
 
-    spec = load_spec(args.spec, args.overrides)
+    spec = load_spec(args.spec, args.overrides, args.max_grid)
     missing = data_problems(spec)
     if missing:
         raise SweepError(*missing)

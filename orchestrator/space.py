@@ -2,13 +2,18 @@
 
 Rules: a scalar is fixed; a list is a categorical choice; ``{low, high, log?, step?, type?}`` is a
 range; any other mapping is a set of named options, each bringing its own sub-space that is sampled
-only when that option is chosen. Inside Optuna a parameter is named by its option path
-(``sgd.lr``), because one name cannot carry two distributions; settings keep their trainer names.
+only when that option is chosen. A trial decides each setting in one place only. Inside Optuna a
+parameter is named by the option it belongs to (``sgd.lr``), because one name cannot carry two
+distributions; an option inside an option names its outer options too (``sgd.constant.lr`` and
+``adam.constant.lr``) wherever the short name would stand for two nodes. Settings keep their
+trainer names.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterator, Union
 
@@ -17,6 +22,7 @@ from trainers import SettingsError, TrainSettings, setting_fields, setting_kind
 from .errors import did_you_mean, key_text
 
 RANGE_KEYS = ("low", "high", "log", "step", "type")
+MAX_RANGE_STEPS = 10**9  # a float step finer than this many steps over its range is a typo
 SCALARS = (str, int, float, bool, type(None))
 
 
@@ -57,17 +63,27 @@ Space = tuple  # tuple[Node, ...]
 
 # ---------------------------------------------------------------------------------------- parse
 
-def parse_space(mapping: Any, where: str, problems: list[str], prefix: str = "",
-                parent: str | None = None) -> Space:
-    """Parse a ``space:`` mapping (or an option's sub-space) into nodes; append problems.
+def parse_space(mapping: Any, where: str, problems: list[str]) -> Space:
+    """Parse a ``space:`` mapping into nodes; append one line per problem.
+
+    Besides each value's form, checks that no trial can have a setting decided in two places (an
+    option that sets its parent setting again, or a setting both inside an option and beside
+    it), and names each node's Optuna parameter (see the module docstring).
 
     Args:
         mapping: the YAML value.
-        where: the dotted path for messages, e.g. ``space`` or ``space.optimizer.sgd``.
+        where: the dotted path for messages, e.g. ``space``.
         problems: collects one line per problem.
-        prefix: the Optuna name prefix of an option's sub-space (``sgd.``).
-        parent: the setting whose option this sub-space belongs to.
     """
+    before = len(problems)
+    space = _parse_mapping(mapping, where, problems, prefix="")
+    if len(problems) == before:
+        _decided_by(space, where, problems)
+    return _named(space)
+
+
+def _parse_mapping(mapping: Any, where: str, problems: list[str], prefix: str) -> Space:
+    """``prefix`` is the full option path of a sub-space (``sgd.`` or ``sgd.constant.``)."""
     if mapping is None:
         return ()
     if not isinstance(mapping, dict):
@@ -84,9 +100,6 @@ def parse_space(mapping: Any, where: str, problems: list[str], prefix: str = "",
             problems.append(f"{path}: trial seeds come from the top-level `seed` and `repeats`; "
                             "remove it from space")
             continue
-        if setting == parent:
-            problems.append(f"{path}: an option of {parent} cannot set {parent} again")
-            continue
         if fields[setting].metadata["fixed_only"]:
             problems.append(f"{path}: {setting} is fixed for the whole sweep (it says where "
                             f"data lives, what is written or how many slots a trial takes), "
@@ -96,6 +109,57 @@ def parse_space(mapping: Any, where: str, problems: list[str], prefix: str = "",
         if node is not None:
             nodes.append(node)
     return tuple(nodes)
+
+
+def _decided_by(space: Space, where: str, problems: list[str]) -> dict[str, str]:
+    """Setting -> the first YAML path that decides it, over every setting ``space`` can decide;
+    one line for each setting that two nodes decide in one trial (the YAML order would pick the
+    value it trains, while the study records the other)."""
+    out: dict[str, str] = {}
+    for node in space:
+        path = f"{where}.{node.setting}"
+        mine = {node.setting: path}
+        if isinstance(node, Options):
+            for option, sub in node.options:
+                inner = _decided_by(sub, f"{path}.{option}", problems)
+                if node.setting in inner:
+                    problems.append(f"{inner[node.setting]}: an option of {path} cannot set "
+                                    f"{node.setting} again (the study records {option}, the trial "
+                                    f"could train another); remove it")
+                for setting, inner_path in inner.items():
+                    mine.setdefault(setting, inner_path)
+        for setting, mine_path in mine.items():
+            if setting in out:
+                problems.append(f"{mine_path}: {setting} is decided twice, here and at "
+                                f"{out[setting]}, and one trial can take both; keep it in one "
+                                f"place")
+            else:
+                out[setting] = mine_path
+    return out
+
+
+def _named(space: Space) -> Space:
+    """Each searched node's Optuna name: the short form (inner option and setting) where no
+    other node has it, the full option path where one does."""
+    def short(name: str) -> str:
+        return ".".join(name.split(".")[-2:])
+
+    counts = Counter(short(n.name) for _, n in walk(space) if not isinstance(n, Fixed))
+
+    def rename(nodes: Space) -> Space:
+        out = []
+        for node in nodes:
+            if isinstance(node, Fixed):
+                out.append(node)
+                continue
+            name = short(node.name) if counts[short(node.name)] == 1 else node.name
+            if isinstance(node, Options):
+                node = dataclasses.replace(node, options=tuple(
+                    (option, rename(sub)) for option, sub in node.options))
+            out.append(dataclasses.replace(node, name=name))
+        return tuple(out)
+
+    return rename(space)
 
 
 def _parse_node(setting: str, value: Any, path: str, name: str, problems: list[str]):
@@ -156,9 +220,36 @@ def _parse_range(setting, value, path, name, problems):
     elif kind == "int" and not all(isinstance(v, int) for v in (low, high, step or 1)):
         problems.append(f"{path}: an int range needs whole-number low, high and step, "
                         f"got low={low!r}, high={high!r}")
-    else:
+    elif _distribution_problem(path, low, high, log, step, kind, problems) is None:
         return Range(setting, name, low, high, log, step, kind)
     return None
+
+
+def _distribution_problem(path, low, high, log, step, kind, problems) -> str | None:
+    """The line Optuna's own distribution (built here, as the sampler will) gives a range."""
+    import decimal
+
+    from optuna.distributions import FloatDistribution, IntDistribution
+
+    line = None
+    if step is not None and step > high - low:
+        line = (f"{path}.step ({step!r}) is wider than the range {low!r}..{high!r}, which then "
+                f"holds one value; lower the step, or fix the setting")
+    elif step is not None and (high - low) / step > MAX_RANGE_STEPS:
+        line = (f"{path}.step ({step!r}) splits {low!r}..{high!r} into "
+                f"{(high - low) / step:.3g} steps (at most {MAX_RANGE_STEPS:.0e}): use a larger "
+                f"step, or drop it for a continuous range")
+    else:
+        try:
+            if kind == "int":
+                IntDistribution(low, high, log=log, step=step or 1)
+            else:
+                FloatDistribution(low, high, log=log, step=step)
+        except (ValueError, ArithmeticError, decimal.InvalidOperation) as e:
+            line = f"{path}: Optuna cannot sample this range: {e}"
+    if line:
+        problems.append(line)
+    return line
 
 
 def _parse_options(setting, value, path, name, problems):
@@ -176,8 +267,9 @@ def _parse_options(setting, value, path, name, problems):
             problems.append(f"{path}.{key_text(option)} is not a {setting}"
                             f"{did_you_mean(option, choices)}; known: {', '.join(choices)}")
             continue
-        options.append((option, parse_space(sub or {}, f"{path}.{option}", problems,
-                                            prefix=f"{option}.", parent=setting)))
+        outer = name[:len(name) - len(setting)]  # the options this one is inside, as "sgd."
+        options.append((option, _parse_mapping(sub or {}, f"{path}.{option}", problems,
+                                               prefix=f"{outer}{option}.")))
     return Options(setting, name, tuple(options)) if options else None
 
 
@@ -248,6 +340,17 @@ def grid(space: Space) -> list[dict[str, Any]]:
             raise ValueError(f"range {node.name} in a grid")
     return [dict(kv for part in combo for kv in part.items())
             for combo in itertools.product(*per_node)]
+
+
+def grid_size(space: Space) -> int:
+    """How many configurations :func:`grid` would list, counted without listing them."""
+    size = 1
+    for node in space:
+        if isinstance(node, Choice):
+            size *= len(node.choices)
+        elif isinstance(node, Options):
+            size *= sum(grid_size(sub) for _, sub in node.options)
+    return size
 
 
 def walk(space: Space, where: str = "space") -> Iterator[tuple[str, Node]]:

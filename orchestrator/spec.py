@@ -10,6 +10,7 @@ import hashlib
 import importlib.util
 import inspect
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -39,10 +40,17 @@ RESUMABLE_KEYS = ("trials", "workers", "retries", "timeout_min", "trial_timeout_
                   "description", "keep_checkpoints", "gpus", "workers_per_gpu", "export",
                   "export_for", "preflight", "heartbeat_seconds")
 MINIMIZE_HINT = {"val_loss": "minimize", "train_loss": "minimize", "val_acc": "maximize"}
+MAX_SEED = 2**32 - 1  # numpy's seeds: every trial seed (seed + repeat index) must be one
+# Bounds on what a sweep file may be, so that any input is read or refused in bounded time and
+# memory (an alias bomb expands to billions of values; a grid is a product of its lists).
+MAX_FILE_BYTES = 1 << 20
+MAX_YAML_VALUES = 5_000  # scalars, lists and mappings, aliases expanded
+MAX_YAML_DEPTH = 32
+MAX_GRID = 5_000  # configurations; `--max-grid N` raises it
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Objective(_Strict):
@@ -54,9 +62,9 @@ class Objective(_Strict):
 class SamplerSpec(BaseModel):
     """``name`` and ``seed``; any other key is passed to the Optuna sampler's constructor."""
 
-    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True, allow_inf_nan=False)
     name: Literal[SAMPLERS] = "tpe"
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
 
     @property
     def options(self) -> dict[str, Any]:
@@ -66,7 +74,7 @@ class SamplerSpec(BaseModel):
 class PrunerSpec(BaseModel):
     """``name`` and ``min_epochs``; any other key is passed to the Optuna pruner's constructor."""
 
-    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True, allow_inf_nan=False)
     name: Literal[PRUNERS] = "none"
     min_epochs: int = Field(default=1, ge=1)
 
@@ -104,7 +112,8 @@ class SweepSpec(_Strict):
                                       "many minutes")
     workers: int | None = Field(None, ge=1, le=256, description="trials run at once (default: "
                                 "one per GPU, else one per core)")
-    seed: int = Field(0, ge=0, description="base of the trial seeds: seed + repeat index")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="base of the trial seeds: seed + repeat "
+                      "index")
     repeats: int = Field(1, ge=1, description="seeds per configuration")
     sampler: SamplerSpec = Field(SamplerSpec(), description="name, seed, and any option of the "
                                  "Optuna sampler")
@@ -233,31 +242,124 @@ def settings_of(spec: SweepSpec, sampled: dict[str, Any]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------ loading
 
-def load_spec(path: str | os.PathLike, overrides: list[str] = ()) -> SweepSpec:
+def load_spec(path: str | os.PathLike, overrides: list[str] = (),
+              max_grid: int | None = MAX_GRID) -> SweepSpec:
     """Read, override and validate a sweep YAML.
+
+    Args:
+        max_grid: the most configurations a grid may have (None: no cap).
 
     Raises:
         SpecError: with one line per problem, each starting with the file name.
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read the sweep file ({e.strerror})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(f"{path}: invalid YAML{where}: {problem}") from None
+    raw = read_yaml(path)
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: a sweep file must be a mapping of keys (name, objective, train, "
                         f"space...), got {type(raw).__name__}")
     raw = apply_overrides(raw, overrides, str(path))
-    return validate(raw, source=str(path))
+    return validate(raw, source=str(path), max_grid=max_grid)
+
+
+class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """The safe loader (libyaml's where installed), refusing a key given twice in a mapping."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue  # `<<: *base` may be overridden; complex keys are refused later
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice (first at line "
+                    f"{seen[key].line + 1}); a mapping names each key once, so remove one",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file's value, read in bounded time and memory (see :data:`MAX_FILE_BYTES`).
+
+    Raises:
+        SpecError: the file is unreadable, too large, not UTF-8, not YAML, too deep or too big.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read the sweep file ({e.strerror})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise SpecError(f"{path}: the file is over {MAX_FILE_BYTES >> 10} KiB; a sweep YAML "
+                        f"holds settings, not data")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not UTF-8 text (byte {e.start} is "
+                        f"{data[e.start:e.start + 1]!r}); save the file as UTF-8") from None
+    try:
+        _check_yaml_events(text, path)
+        return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a safe loader
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError(f"{path}: invalid YAML{where}: {_one_line(problem)}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: the YAML nests deeper than {MAX_YAML_DEPTH} levels") from None
+
+
+def _check_yaml_events(text: str, path: Path) -> None:
+    """Refuse a YAML of too many values or too deep before building it (the parser's events
+    are cheap; building Python values of a megabyte of them is not)."""
+    depth = 0
+    for count, event in enumerate(yaml.parse(text, Loader=_YamlLoader)):
+        if count > 2 * MAX_YAML_VALUES:
+            raise SpecError(f"{path}: the YAML holds over {MAX_YAML_VALUES} values; a sweep YAML "
+                            f"holds settings, not data")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                mark = event.start_mark
+                raise SpecError(f"{path}: the YAML nests deeper than {MAX_YAML_DEPTH} levels at "
+                                f"line {mark.line + 1}; a sweep YAML is a few levels deep")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _check_size(raw: Any, source: str) -> None:
+    """Refuse a mapping that expands (aliases repeat shared values) past
+    :data:`MAX_YAML_VALUES` values or nests past :data:`MAX_YAML_DEPTH`, before anything
+    formats, copies or hashes it; counted once per shared value, so an alias bomb costs little."""
+    sizes: dict[int, tuple[int, int]] = {}  # id -> (values, height) of each list or mapping
+    too_deep = SpecError(f"{source}: the YAML nests deeper than {MAX_YAML_DEPTH} levels (or "
+                         f"contains itself through an alias)")
+
+    def measure(value: Any, depth: int) -> tuple[int, int]:
+        if not isinstance(value, (dict, list)):
+            return 1, 0
+        if depth >= MAX_YAML_DEPTH:  # also where a value that contains itself ends
+            raise too_deep
+        if id(value) in sizes:
+            size, height = sizes[id(value)]
+            if depth + height > MAX_YAML_DEPTH:
+                raise too_deep
+            return size, height
+        items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+        size, height = 1, 1
+        for item in items:
+            item_size, item_height = measure(item, depth + 1)
+            size, height = size + item_size, max(height, item_height + 1)
+            if size > MAX_YAML_VALUES:
+                raise SpecError(f"{source}: the YAML expands to over {MAX_YAML_VALUES} values "
+                                f"(aliases repeat what they name); write the sweep out plainly")
+        sizes[id(value)] = (size, height)
+        return size, height
+
+    measure(raw, 0)
 
 
 def apply_overrides(raw: dict, overrides, source: str) -> dict:
@@ -285,9 +387,13 @@ def apply_overrides(raw: dict, overrides, source: str) -> dict:
     return out
 
 
-def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
-    """Validate a sweep mapping: each key against :class:`SweepSpec`'s fields, then the rules
-    across keys (settings together, sampler, pruner, objective, trials, GPU slots).
+def validate(raw: dict, source: str = "<sweep>", max_grid: int | None = MAX_GRID) -> SweepSpec:
+    """Validate a sweep mapping: its size, each key against :class:`SweepSpec`'s fields, then the
+    rules across keys (settings together, sampler, pruner, objective, trials, seeds, GPU slots).
+
+    Args:
+        max_grid: the most configurations a grid may have (None: no cap); a grid is counted as
+            the product of its lists before any configuration is listed.
 
     Returns:
         the spec, with the fields its docstring names resolved.
@@ -295,6 +401,7 @@ def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
     Raises:
         SpecError: one line per problem found, each starting with ``source``.
     """
+    _check_size(raw, source)
     try:
         top = SweepSpec.model_validate(raw)
     except ValidationError as e:
@@ -305,12 +412,16 @@ def validate(raw: dict, source: str = "<sweep>") -> SweepSpec:
     space = _check_settings(top, problems)
     n_configs = None
     if not problems:
-        n_configs = _check_sampler(top, space, problems, warnings)
+        n_configs = _check_sampler(top, space, problems, warnings, max_grid)
         _check_pruner(top, problems, warnings)
         _check_objective(top, problems, warnings)
     trials = top.trials
     if not problems:
         trials = _count_trials(top, n_configs, problems)
+    if top.seed + top.repeats - 1 > MAX_SEED:
+        problems.append(f"seed: the trial seeds seed + repeat index reach "
+                        f"{top.seed + top.repeats - 1}, past numpy's largest seed {MAX_SEED}; "
+                        f"lower seed")
     if top.gpus is not None and not problems:
         _check_slots(top, problems)
     if len(set(top.export)) != len(top.export):
@@ -360,6 +471,11 @@ def _count_trials(top: SweepSpec, n_configs: int | None, problems: list[str]) ->
 
 def _check_slots(top: SweepSpec, problems: list[str]) -> None:
     """The worker slots ``sweep run`` will plan on ``gpus``, checked now."""
+    twice = sorted({g for g in top.gpus if top.gpus.count(g) > 1})
+    if twice:
+        problems.append(f"gpus lists GPU {twice[0]} twice, got {top.gpus}; list each GPU once "
+                        f"(workers_per_gpu puts several workers on one GPU)")
+        return
     try:
         plan_slots(top.workers, top.gpus, cores=1, workers_per_gpu=top.workers_per_gpu,
                    devices_per_trial=top.train.get("devices_per_trial", 1))
@@ -419,7 +535,8 @@ def _check_train(train: dict, problems: list[str]) -> dict[str, Any]:
     return fixed
 
 
-def _check_sampler(top: SweepSpec, space: sp.Space, problems, warnings) -> int | None:
+def _check_sampler(top: SweepSpec, space: sp.Space, problems, warnings,
+                   max_grid: int | None) -> int | None:
     name = top.sampler.name
     nodes = list(sp.walk(space))
     if name == "grid":
@@ -431,6 +548,12 @@ def _check_sampler(top: SweepSpec, space: sp.Space, problems, warnings) -> int |
         if top.sampler.options:
             problems.append(f"sampler.{next(iter(top.sampler.options))}: the grid sampler takes "
                             f"only name and seed")
+            return None
+        size = sp.grid_size(space)
+        if max_grid is not None and size > max_grid:
+            problems.append(f"space: the grid has {size} configurations (the product of its "
+                            f"lists), over the cap of {max_grid}; search fewer values, use a "
+                            f"sampler such as tpe, or raise the cap with --max-grid {size}")
             return None
         configs = sp.grid(space)
         for params in configs:
@@ -451,8 +574,10 @@ def _check_sampler(top: SweepSpec, space: sp.Space, problems, warnings) -> int |
         return None
     if not nodes or all(isinstance(n, sp.Fixed) for _, n in nodes):
         warnings.append("space searches nothing: every trial uses the same settings")
-    _check_kwargs(f"sampler ({name})", "sampler", _sampler_class(name), top.sampler.options,
-                  problems, reserved=("seed",))
+    if _check_kwargs(f"sampler ({name})", "sampler", _sampler_class(name), top.sampler.options,
+                     problems, reserved=("seed",)):
+        _construct("sampler", _sampler_class(name), {"seed": top.sampler_seed},
+                   top.sampler.options, problems)
     return None
 
 
@@ -460,9 +585,13 @@ def _check_pruner(top: SweepSpec, problems, warnings) -> None:
     name = top.pruner.name
     reserved = {"median": ("n_warmup_steps",), "successive_halving": ("min_resource",),
                 "hyperband": ("min_resource", "max_resource"), "none": ()}[name]
-    _check_kwargs(f"pruner ({name})", "pruner", _pruner_class(name), top.pruner.options,
-                  problems, reserved=reserved)
     epochs = {**TrainSettings().to_dict(), **top.train}["epochs"]
+    if _check_kwargs(f"pruner ({name})", "pruner", _pruner_class(name), top.pruner.options,
+                     problems, reserved=reserved) and name != "none":
+        given = {"median": {"n_warmup_steps": top.pruner.min_epochs},
+                 "successive_halving": {"min_resource": top.pruner.min_epochs},
+                 "hyperband": {"min_resource": top.pruner.min_epochs, "max_resource": epochs}}
+        _construct("pruner", _pruner_class(name), given[name], top.pruner.options, problems)
     if name != "none" and top.pruner.min_epochs > epochs:
         warnings.append(f"pruner.min_epochs ({top.pruner.min_epochs}) is past train.epochs "
                         f"({epochs}): no trial will be pruned")
@@ -479,15 +608,73 @@ def _check_objective(top: SweepSpec, problems, warnings) -> None:
                         f"is {top.objective.direction}")
 
 
-def _check_kwargs(label, key, cls, options: dict, problems, reserved=()) -> None:
+def _check_kwargs(label, key, cls, options: dict, problems, reserved=()) -> bool:
+    """Each option a keyword of ``cls`` whose value a YAML can give with the annotated type;
+    False if any is not."""
     params = inspect.signature(cls.__init__).parameters
     allowed = [p for p in params if p not in ("self", "seed", *reserved)]
-    for opt in options:
+    before = len(problems)
+    for opt, value in options.items():
         if opt in reserved:
             problems.append(f"{key}.{opt} is set by sweep from min_epochs/epochs; remove it")
         elif opt not in allowed:
             problems.append(f"{key}.{opt} is not an option of the {label}"
                             f"{did_you_mean(opt, allowed)}; it takes {', '.join(allowed)}")
+        else:
+            annotation = params[opt].annotation
+            text = annotation if isinstance(annotation, str) else \
+                getattr(annotation, "__name__", str(annotation))
+            types = tuple(t for part in text.split("|") for t in YAML_TYPES.get(part.strip(), ()))
+            if not types:
+                problems.append(f"{key}.{opt} takes a Python object ({text}), which a YAML "
+                                f"cannot give; remove it")
+            elif not _is_a(value, types):
+                problems.append(f"{key}.{opt} must be {text.replace(' | ', ' or ')}, "
+                                f"got {value!r}")
+    return len(problems) == before
+
+
+# what each annotation of an Optuna constructor's keyword accepts from a YAML
+YAML_TYPES = {"int": (int,), "float": (float, int), "bool": (bool,), "str": (str,),
+              "None": (type(None),), "dict[str, Any]": (dict,)}
+
+
+def _is_a(value, types: tuple) -> bool:
+    if isinstance(value, bool):
+        return bool in types
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return isinstance(value, types)
+
+
+def _construct(key: str, cls, given: dict, options: dict, problems: list[str]) -> None:
+    """Build the Optuna object as ``sweep run`` will, turning its refusal into a line naming
+    the option (each option alone first, to find the one refused)."""
+    import warnings
+
+    def refusal(opts: dict) -> str | None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                cls(**given, **opts)
+        except Exception as e:  # noqa: BLE001 - any refusal of Optuna's becomes the line
+            return str(e).splitlines()[0] if str(e) else type(e).__name__
+        return None
+
+    why = refusal({})
+    if why:
+        problems.append(f"{key}: Optuna refuses it as sweep builds it ({', '.join(given)} from "
+                        f"min_epochs and epochs): {why}")
+        return
+    for opt, value in options.items():
+        why = refusal({opt: value})
+        if why:
+            problems.append(f"{key}.{opt}: Optuna refuses {value!r}: {why}")
+            return
+    why = refusal(options)
+    if why:
+        problems.append(f"{key}: Optuna refuses the options {', '.join(options) or '(none)'} "
+                        f"together: {why}")
 
 
 def _sampler_class(name):

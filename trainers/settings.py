@@ -29,6 +29,8 @@ EPOCH_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "grad_norm",
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 USER_CODE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # module.path:function
 TORCHVISION = "torchvision:"  # model: torchvision:NAME, any torchvision classification model
+MAX_SEED = 2**32 - 1  # numpy's largest seed
+MAX_INT = 2**63 - 1  # what torch and numpy hold in an int64
 
 
 def _knob(default, help: str, *, choices=None, fixed_only: bool = False, unit: str = "",
@@ -113,6 +115,8 @@ class TrainSettings:
         for name in positive_ints:
             if getattr(self, name) < 1:
                 raise SettingsError(name, getattr(self, name), "must be >= 1")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise SettingsError("seed", self.seed, f"must be in [0, {MAX_SEED}] (numpy's seeds)")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise SettingsError("lr", self.lr, "must be a finite number > 0")
         for name in ("weight_decay", "min_lr", "warmup_epochs"):
@@ -150,9 +154,6 @@ class TrainSettings:
             if self.data_dir is None:
                 raise SettingsError("data_dir", None, "is needed for dataset image_folder: the "
                                                       "folder holding train/ and val/")
-            if self.image_size is None:
-                raise SettingsError("image_size", None, "is needed for dataset image_folder "
-                                                        "(its images differ in size), e.g. 64")
         if self.num_workers is not None and self.num_workers < 0:
             raise SettingsError("num_workers", self.num_workers, "must be >= 0, or null")
         if not DEVICE.match(self.device):
@@ -210,6 +211,10 @@ def _check_type(f: dataclasses.Field, value: Any) -> None:
         ok = isinstance(value, str)
     if not ok:
         raise SettingsError(f.name, value, f"must be {'null or ' if optional else ''}{base}")
+    if base == "float" and not math.isfinite(value):
+        raise SettingsError(f.name, value, "must be a finite number")
+    if base in ("int", "float") and abs(value) > MAX_INT:
+        raise SettingsError(f.name, value, f"must be at most {MAX_INT} in size")
     choices = f.metadata.get("choices")
     if choices is not None and value not in choices:
         if f.metadata.get("user_code") and USER_CODE.match(value):

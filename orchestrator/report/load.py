@@ -4,13 +4,14 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
 from .. import keys, paths
 from .. import space as sp
 from ..errors import SweepError
-from ..spec import SweepSpec, load_spec, validate
+from ..spec import SweepSpec, load_spec, read_yaml, validate
 from ..study import default_storage, open_storage
 from ..tracking import Tracker
 
@@ -53,13 +54,14 @@ def load_sweep(spec_or_name: str, tracking_uri: str | None = None,
     tracking_uri = tracking_uri or paths.default_tracking_uri()
     storage = storage or default_storage(tracking_uri)
     is_file = os.path.isfile(spec_or_name)
-    name = load_spec(spec_or_name).name if is_file else spec_or_name
+    name = _name_in(spec_or_name) if is_file else spec_or_name
     try:
         study = optuna.load_study(study_name=name, storage=open_storage(storage))
     except KeyError:
         raise SweepError(f"no sweep {name!r} in the study storage {storage}; run it first, or "
                          f"pass --storage / --tracking-uri") from None
-    spec = load_spec(spec_or_name) if is_file else _spec_from_study(name, study)
+    # the study exists, so its grid was accepted when it ran (perhaps with --max-grid)
+    spec = load_spec(spec_or_name, max_grid=None) if is_file else _spec_from_study(name, study)
     tracker = Tracker(tracking_uri)
     experiment_id = tracker.experiment_id(spec.name)
     runs = tracker.trial_runs(experiment_id, name) if experiment_id else pd.DataFrame()
@@ -71,6 +73,14 @@ def load_sweep(spec_or_name: str, tracking_uri: str | None = None,
                      dict(parent.data.tags) if parent else {})
 
 
+def _name_in(path: str) -> str:
+    """The sweep name a YAML file gives, read without validating the rest (a grid is only
+    counted once the study it names is found)."""
+    raw = read_yaml(Path(path))
+    name = raw.get("name") if isinstance(raw, dict) else None
+    return name if isinstance(name, str) else load_spec(path).name  # load_spec names the fault
+
+
 def _spec_from_study(name: str, study) -> SweepSpec:
     identity = json.loads(study.user_attrs.get(keys.IDENTITY, "{}"))
     if not identity:
@@ -79,7 +89,7 @@ def _spec_from_study(name: str, study) -> SweepSpec:
     if raw.get("sampler", {}).get("name") != "grid":
         raw["trials"] = max(1, len(study.trials))
         raw["trials"] += (-raw["trials"]) % raw.get("repeats", 1)
-    return validate(raw, f"study {name}")
+    return validate(raw, f"study {name}", max_grid=None)
 
 
 def _trial_table(study, runs: pd.DataFrame) -> pd.DataFrame:

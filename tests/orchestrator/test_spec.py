@@ -196,3 +196,155 @@ def test_the_datasets_a_sweep_will_download_are_named_before_it_starts(tmp_path)
     write_mnist(tmp_path)  # MNIST is there already, Fashion-MNIST is not
     assert data_downloads(spec) == [f"fashion_mnist (30 MB) into {tmp_path}"]
     assert data_problems(spec) == []  # download: true
+
+
+# (change to the tiny valid spec, text the one problem line must contain): values that used to be
+# accepted and crash a sweep later
+BAD_VALUES = {
+    "sampler option of the wrong type": ({"sampler": {"name": "tpe", "n_startup_trials": "5"}},
+                                         "sampler.n_startup_trials must be int, got '5'"),
+    "sampler option a YAML cannot give": ({"sampler": {"name": "tpe", "gamma": 3}},
+                                          "sampler.gamma must be Callable[[int], int] or None"),
+    "sampler option Optuna refuses": ({"sampler": {"name": "qmc", "qmc_type": "bogus"}},
+                                      "sampler.qmc_type: Optuna refuses 'bogus'"),
+    "pruner option Optuna refuses": ({"pruner": {"name": "successive_halving",
+                                                 "reduction_factor": 1}},
+                                     "pruner.reduction_factor: Optuna refuses 1"),
+    "pruner option NaN": ({"pruner": {"name": "median", "n_startup_trials": float("nan")}},
+                          "pruner.n_startup_trials must be int, got nan"),
+    "seed past numpy": ({"seed": 2**32}, "seed must be less than or equal to 4294967295"),
+    "seeds past numpy through repeats": ({"seed": 2**32 - 2, "repeats": 3, "trials": 3},
+                                         "seed: the trial seeds seed + repeat index reach "
+                                         "4294967296"),
+    "sampler seed past numpy": ({"sampler": {"name": "random", "seed": -1}},
+                                "sampler.seed must be greater than or equal to 0"),
+    "tiny float step": ({"space": {"lr": {"low": 0.001, "high": 0.01, "step": 1e-200}}},
+                        "space.lr.step (1e-200) splits 0.001..0.01 into"),
+    "NaN fixed setting": ({"train": {"weight_decay": float("nan")}},
+                          "train.weight_decay must be a finite number, got nan"),
+    "infinite fixed setting": ({"train": {"clip_grad_norm": float("inf")}},
+                               "train.clip_grad_norm must be a finite number, got inf"),
+    "infinite searched value": ({"space": {"lr": [0.1, float("-inf")]}},
+                                "space.lr: lr must be a finite number, got -inf"),
+    "infinite timeout": ({"trial_timeout_min": float("inf")},
+                         "trial_timeout_min must be a finite number"),
+    "duplicate GPU ids": ({"gpus": [0, 1, 0]}, "gpus lists GPU 0 twice"),
+    "option setting its parent deeper down": (
+        {"space": {"optimizer": {"sgd": {"schedule": {"constant": {"optimizer": "adam"}}}}}},
+        "space.optimizer.sgd.schedule.constant.optimizer: an option of space.optimizer cannot "
+        "set optimizer again"),
+    "setting inside an option and beside it": (
+        {"space": {"lr": [0.01], "optimizer": {"sgd": {"lr": [0.1]}}}},
+        "space.optimizer.sgd.lr: lr is decided twice, here and at space.lr"),
+}
+
+
+@pytest.mark.parametrize("change, expected", BAD_VALUES.values(), ids=BAD_VALUES.keys())
+def test_each_bad_value_is_refused_at_validation_with_one_line(change, expected):
+    spec = tiny_spec(**change)
+    if "train" in change:
+        spec["train"] = {**tiny_spec()["train"], **change["train"]}
+    lines = problems(spec)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("s.yaml: ") and expected in lines[0], lines
+
+
+def _big_grid(n_lists: int = 7) -> dict:
+    lists = {s: list(range(1, 21)) for s in ("epochs", "batch_size")}
+    lists.update({"weight_decay": [0.001 * i for i in range(20)], "image_size": list(range(4, 24)), "warmup_epochs": list(range(20)),
+                  "lr": [0.01 * (i + 1) for i in range(20)],
+                  "label_smoothing": [0.01 * i for i in range(20)]})
+    space = dict(list(lists.items())[:n_lists])
+    spec = tiny_spec(sampler={"name": "grid"}, space=space, train={"dataset": "digits"})
+    del spec["trials"]
+    return spec
+
+
+def test_a_grid_past_the_cap_is_counted_not_listed_and_refused_naming_the_flag():
+    from orchestrator.spec import MAX_GRID
+
+    lines = problems(_big_grid())
+    assert lines == [f"s.yaml: space: the grid has {20 ** 7} configurations (the product of its "
+                     f"lists), over the cap of {MAX_GRID}; search fewer values, use a sampler "
+                     f"such as tpe, or raise the cap with --max-grid {20 ** 7}"]
+
+
+def test_the_grid_cap_is_raised_by_a_flag(write_spec, tmp_path):
+    path = write_spec({**_big_grid(3), "train": {"epochs": 1}, "space": {
+        "lr": [0.01 * (i + 1) for i in range(20)], "batch_size": list(range(1, 21)),
+        "label_smoothing": [0.01 * i for i in range(20)]}})
+    out = run_cli("validate", str(path), cwd=tmp_path)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "--max-grid 8000" in out.stderr
+    out = run_cli("validate", str(path), "--max-grid", "8000", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "grid of 8000 configurations" in out.stdout
+
+
+def _hostile_files() -> dict[str, bytes]:
+    laughs = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n"
+        for i in range(8))
+    return {
+        "alias bomb": ("name: x\ntrials: 2\n" + laughs).encode(),
+        "alias bomb in space": ("name: x\ntrials: 2\nx: &x [0.1, 0.2]\n" + laughs.replace(
+            "a: &a", "space: {lr: *i}\na: &a")).encode(),
+        "itself through an alias": b"name: x\ntrials: 2\ntrain: &t {extra: *t}\n",
+        "deep flow nesting": b"name: x\ntrain: " + b"[" * 200_000 + b"]" * 200_000,
+        "deep block nesting": b"name: x\n" + b"".join(b" " * i + b"k:\n" for i in range(600)),
+        "not UTF-8": "name: caf\u00e9\n".encode("latin-1"),
+        "a megabyte of values": b"name: x\nspace:\n  lr: [" + b"1," * 500_000 + b"1]\n",
+        "over a megabyte": b"name: x\n# " + b"x" * (1 << 20) + b"\n",
+    }
+
+
+HOSTILE = _hostile_files()
+
+
+@pytest.mark.parametrize("name", HOSTILE, ids=HOSTILE.keys())
+def test_a_hostile_file_is_refused_with_one_line_in_bounded_memory(name, write_spec):
+    import tracemalloc
+
+    path = write_spec("")
+    path.write_bytes(HOSTILE[name])
+    tracemalloc.start()
+    try:
+        with pytest.raises(SpecError) as e:
+            load_spec(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(e.value.lines) == 1 and e.value.lines[0].startswith(f"{path}: ")
+    assert len(e.value.lines[0]) < 400, e.value.lines[0]
+    assert peak < 200 * 2**20, peak
+
+
+@pytest.mark.parametrize("text, key", [
+    ("name: a\nname: b\ntrials: 2\n", "name"),
+    ("name: a\ntrials: 2\ntrain: {epochs: 1, lr: 0.1, epochs: 2}\n", "epochs"),
+    ("name: a\ntrials: 2\nspace:\n  optimizer:\n    sgd: {lr: [0.1]}\n    sgd: {lr: [1]}\n",
+     "sgd"),
+])
+def test_a_key_given_twice_is_refused_naming_it(write_spec, text, key):
+    with pytest.raises(SpecError) as e:
+        load_spec(write_spec(text))
+    assert len(e.value.lines) == 1
+    assert f"the key {key!r} is given twice" in e.value.lines[0]
+
+
+def test_a_merge_key_may_still_be_overridden(write_spec):
+    text = ("name: a\ntrials: 2\nbase: &base {epochs: 1, lr: 0.1}\n"
+            "train:\n  <<: *base\n  lr: 0.2\n").replace("base: &base", "x: &base")
+    with pytest.raises(SpecError, match="x is not a known key"):
+        load_spec(write_spec(text))  # the anchor's own key is refused, the merge was read
+    spec = load_spec(write_spec(text.replace("x: &base {epochs: 1, lr: 0.1}\n", "").replace(
+        "  <<: *base\n", "  <<: {epochs: 1, lr: 0.1}\n")))
+    assert spec.train == {"epochs": 1, "lr": 0.2}
+
+
+def test_cli_refuses_a_hostile_file_with_one_line_and_exit_2(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_bytes(HOSTILE["alias bomb"])
+    out = run_cli("validate", str(path), cwd=tmp_path)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "expands to over" in out.stderr and "Traceback" not in out.stderr
