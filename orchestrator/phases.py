@@ -11,23 +11,73 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from optuna.trial import TrialState
+
 from . import keys
 from . import preflight as pf
 from .book import TrialBook
 from .errors import SweepError
-from .protocol import Export, Preflight, Reply, Request, Test
+from .protocol import Export, Exported, Preflight, Reply, Request, Test
 
-# Send one request to the borrowed worker and wait for its answer (None: the worker died, or a
-# signal came).
-Ask = Callable[[Request], "Reply | None"]
+# Deadlines of a request to a worker, derived from the work it asks for: a preflight trains
+# `overfit_steps` steps (and the lr range test as many again) after loading the data; the test
+# split is one evaluation pass, an export one trace and one parity run per format, each bounded
+# by a multiple of the slowest epoch the sweep measured.
+PREFLIGHT_BASE_S = 300.0  # loading (or downloading) the data, the sample grid, the checks
+PREFLIGHT_PER_STEP_S = 1.0  # one training step of a large model on a CPU, with room to spare
+TEST_BASE_S = 120.0
+EXPORT_PER_FORMAT_S = 300.0
+EPOCHS_OF_WORK = 10  # a test pass or an export format may take this many epochs' time too
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A request its worker never answered: it died (``seconds`` None) or it ran past its
+    deadline of ``seconds`` (then the loop killed and restarted it)."""
+
+    reason: str
+    seconds: float | None = None
+
+    def line(self, phase: str) -> str:
+        if self.seconds is None:
+            return f"the worker died during the {phase}: {self.reason}"
+        return (f"the {phase} did not finish within its deadline of {self.seconds:.0f} s "
+                f"(the worker was killed and restarted): {self.reason}")
+
+
+# Send one request to an idle worker, waiting for one to start if need be, and wait at most
+# `deadline_s` for its answer: the reply, Lost, or None (a signal came, or no worker can start).
+Ask = Callable[[Request, float], "Reply | Lost | None"]
 
 
 @dataclass(frozen=True)
 class Workers:
     """What the loop lends a phase."""
 
-    borrow: Callable[[], Ask | None]  # an idle worker, waiting for one to start; None: none can
+    ask: Ask
     interrupted: Callable[[], bool]  # SIGINT or SIGTERM arrived: stop
+
+
+def started_trials(book: TrialBook) -> list:
+    """The trials some run already started (a grid's enqueued WAITING trials are not)."""
+    return [t for t in book.study.trials() if t.state != TrialState.WAITING]
+
+
+def preflight_deadline(request: Preflight, timeout_s: float | None = None) -> float:
+    """Seconds one configuration's checks may take: ``timeout_s`` when the spec sets it."""
+    if timeout_s:
+        return timeout_s
+    steps = request.overfit_steps * (2 if request.lr_range_test else 1)
+    return PREFLIGHT_BASE_S + PREFLIGHT_PER_STEP_S * steps
+
+
+def epoch_seconds(trials) -> float:
+    """The slowest epoch among ``trials`` (wall time of a trial over its epochs)."""
+    out = 0.0
+    for t in trials:
+        if t.duration is not None and t.intermediate_values:
+            out = max(out, t.duration.total_seconds() / len(t.intermediate_values))
+    return out
 
 
 def preflight(book: TrialBook, workers: Workers, *, force: bool = False,
@@ -44,18 +94,24 @@ def preflight(book: TrialBook, workers: Workers, *, force: bool = False,
         SweepError: a check FAILed, without ``force``.
     """
     spec = book.spec
-    if spec.preflight is None or book.study.trials():
+    if spec.preflight is None or started_trials(book):
         return  # off, or checked by the run that started these trials
-    ask = workers.borrow()
-    if ask is None:  # no worker could start: the loop says why
-        return
     out = book.folders.work / "preflight"
     shutil.rmtree(out, ignore_errors=True)
     book.say("preflight: checking data, devices, model and loss before the first trial "
              "(preflight: false skips it)")
 
     def check(request: Preflight) -> dict[str, Any] | None:
-        reply = ask(request)
+        seconds = preflight_deadline(request, spec.preflight.timeout_s)
+        reply = workers.ask(request, seconds)
+        if isinstance(reply, Lost):  # the user's model or data hung or killed the process
+            book.say(f"preflight {pf.label(request.settings)}: {reply.line('preflight')}")
+            return pf.failed_report(
+                "deadline" if reply.seconds else "worker", reply.line("preflight"),
+                "the model or the data hangs (a forward, a dataset or a loader that never "
+                "returns)" if reply.seconds else "the model or the data crashed the process",
+                "run `sweep doctor SPEC` and interrupt it (Ctrl-C) to see where it waits"
+                if reply.seconds else "see the worker log named above")
         return reply.report if reply else None
 
     results = pf.check_all(spec, out, check)
@@ -88,14 +144,13 @@ def evaluate_test_split(book: TrialBook, workers: Workers) -> dict[str, Any] | N
     book.attach_tracking()
     if book.tracker.tag(book.parent_id, keys.TEST_TRIALS) == ",".join(str(t.number) for t in group):
         return None  # a rerun of a finished sweep: these weights were already tested
-    ask = workers.borrow()
-    if ask is None:
-        return None
+    seconds = TEST_BASE_S + EPOCHS_OF_WORK * epoch_seconds(group)
     results: dict[int, dict[str, float]] = {}
     scratch = book.folders.outputs / "test"
     try:
         for trial in group:
-            if not _test_one(book, ask, trial, scratch / str(trial.number), results):
+            if not _test_one(book, workers.ask, trial, scratch / str(trial.number), results,
+                             seconds):
                 break
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -110,19 +165,24 @@ def evaluate_test_split(book: TrialBook, workers: Workers) -> dict[str, Any] | N
     return test
 
 
-def _test_one(book: TrialBook, ask: Ask, trial, scratch: Path, results: dict) -> bool:
+def _test_one(book: TrialBook, ask: Ask, trial, scratch: Path, results: dict,
+              seconds: float) -> bool:
     """Evaluate one trial's weights on the test split into ``results``; False when there is no
-    point in going on (no test split, the worker is gone, a signal came)."""
+    point in going on (no test split, no worker, a signal came)."""
     run_id = trial.user_attrs.get(keys.RUN_ID)
     weights = book.tracker.weights_path(run_id, scratch) if run_id else None
     if weights is None:
         return True
-    reply = ask(Test(settings=book.study.trial_settings(trial), weights=weights))
-    if reply is None or (reply.metrics is None and not reply.error):
+    reply = ask(Test(settings=book.study.trial_settings(trial), weights=weights), seconds)
+    if isinstance(reply, Lost):  # reported on the run; the sweep's results stand
+        error = reply.line("test split evaluation")
+    elif reply is None or (reply.metrics is None and not reply.error):
         return False
-    if reply.error:
-        book.tracker.log_final(run_id, {}, {keys.TEST_ERROR: reply.error})
-        book.say(f"trial {trial.number}: test evaluation failed: {reply.error.splitlines()[0]}")
+    else:
+        error = reply.error
+    if error:
+        book.tracker.log_final(run_id, {}, {keys.TEST_ERROR: error})
+        book.say(f"trial {trial.number}: test evaluation failed: {error.splitlines()[0]}")
         return True
     book.tracker.log_final(run_id, reply.metrics)
     results[trial.number] = reply.metrics
@@ -142,15 +202,19 @@ def export_best(book: TrialBook, workers: Workers) -> None:
     scratch = book.folders.outputs / f"export-{best[0].number}"
     try:
         weights = book.tracker.weights_path(run_id, scratch / "weights")
-        ask = workers.borrow() if weights else None
-        if ask is None:
+        if not weights:
             return
         book.say(f"exporting trial {best[0].number} as {', '.join(spec.export)} and checking "
                  f"parity...")
-        reply = ask(Export(settings=book.study.trial_settings(best[0]), weights=weights,
-                           formats=tuple(spec.export), dir=str(scratch / "export")))
+        seconds = len(spec.export) * (EXPORT_PER_FORMAT_S
+                                      + EPOCHS_OF_WORK * epoch_seconds(best))
+        reply = workers.ask(Export(settings=book.study.trial_settings(best[0]), weights=weights,
+                                   formats=tuple(spec.export), dir=str(scratch / "export")),
+                            seconds)
         if reply is None:
             return
+        if isinstance(reply, Lost):  # a tag on the run, as any failed export; results stand
+            reply = Exported.failed(reply.line("export"), str(scratch / "export"))
         book.tracker.log_export(run_id, reply.result(), mlflow_model=True)
         book.say(f"trial {best[0].number} export: {export_line(reply.result())}")
     finally:

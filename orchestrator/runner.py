@@ -8,7 +8,6 @@ idle worker from it.
 """
 from __future__ import annotations
 
-import functools
 import signal
 import time
 from dataclasses import dataclass
@@ -133,7 +132,7 @@ class _Loop:
                  force: bool = False):
         self.book, self.spec, self.study = book, book.spec, book.study
         self.pool, self.signals, self.progress, self.force = pool, signals, progress, force
-        self.workers = phases.Workers(borrow=self._borrow,
+        self.workers = phases.Workers(ask=self._ask,
                                       interrupted=lambda: bool(self.signals.received))
         self.test: dict[str, Any] | None = None
         self.failed_starts = 0
@@ -245,14 +244,12 @@ class _Loop:
 
     # ------------------------------------------------------------- lending a worker to a phase
 
-    def _borrow(self) -> phases.Ask | None:
-        worker = self._idle_worker()
-        return None if worker is None else functools.partial(self._ask, worker)
-
     def _idle_worker(self) -> Worker | None:
-        """A ready worker, waiting for one to start if none is (a rerun of a finished sweep)."""
+        """A ready worker without a trial, waiting for one to start if none is (a rerun of a
+        finished sweep)."""
         while not self.signals.received:
-            ready = [w for w in self.pool.workers if w.ready and w.alive]
+            ready = [w for w in self.pool.workers
+                     if w.ready and w.alive and w.slot.index not in self.book.active]
             if ready:
                 return ready[0]
             if self.failed_starts >= 2 * len(self.pool.workers):
@@ -261,20 +258,48 @@ class _Loop:
                 self._handle(worker, msg)
         return None
 
-    def _ask(self, worker: Worker, request: Request) -> Reply | None:
-        """Send one request to an idle worker and wait for its answer (None: it died, or a
-        signal arrived)."""
-        if not worker.send(request):
+    def _ask(self, request: Request, deadline_s: float) -> Reply | phases.Lost | None:
+        """Send one request to an idle worker and wait at most ``deadline_s`` for its answer.
+
+        Every other worker's message meanwhile goes to :meth:`_handle`, as in the loop: a
+        worker that finishes starting during a phase is marked ready, a trial's epoch answered.
+
+        Returns:
+            The reply; :class:`phases.Lost` when the worker died or missed the deadline (then
+            it is killed and restarted); None when a signal came or no worker can start.
+        """
+        worker = self._idle_worker()
+        if worker is None:
             return None
-        while not self.signals.received:
-            for w, reply in self.pool.wait(timeout=0.5):
+        until = time.monotonic() + deadline_s
+        died = not worker.send(request)
+        while not died and not self.signals.received:
+            left = until - time.monotonic()
+            if left <= 0:
+                self.pool.kill_one(worker, f"no answer to a {request.op.value} request within "
+                                           f"{deadline_s:.0f} s")
+                self._replace(worker)
+                return phases.Lost(f"worker {worker.slot.index}, pid {worker.proc.pid}",
+                                   deadline_s)
+            for w, reply in self.pool.wait(timeout=min(0.5, left)):
                 if w is not worker:
-                    continue
-                if reply is not None and not isinstance(reply, REPLY_TO[type(request)]):
+                    self._handle(w, reply)
+                elif reply is None:
+                    died = True  # its pipe closed
+                elif not isinstance(reply, REPLY_TO[type(request)]):
                     raise ProtocolError(f"worker {w.slot.index} answered a {request.op.value} "
                                         f"request with a {reply.op.value} message")
-                return reply
-        return None
+                else:
+                    return reply
+        if self.signals.received:
+            return None
+        return phases.Lost(self._replace(worker))
+
+    def _replace(self, worker: Worker) -> str:
+        """Restart a worker that holds no trial; how it ended."""
+        reason = worker.exit_reason()
+        self.pool.restart(worker)
+        return reason
 
     # ------------------------------------------------------------------------------- ending
 

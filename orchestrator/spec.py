@@ -88,6 +88,9 @@ class PreflightSpec(_Strict):
 
     lr_range_test: bool = False
     overfit_steps: int = Field(default=300, ge=1, le=10000)
+    timeout_s: float | None = Field(None, gt=0, description="seconds one configuration's checks "
+                                    "may take before they count as hung (a FAIL); default: "
+                                    "300 + 1 per training step")
 
 
 class SweepSpec(_Strict):
