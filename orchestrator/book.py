@@ -406,6 +406,8 @@ class TrialBook:
     def _end(self, active: Active, done: Done) -> None:
         metrics = {keys.TRAIN_SECONDS: done.train_seconds}
         tags = {keys.RESUMED_FROM: str(done.resumed_from), **active.warning_tags()}
+        if done.discarded_checkpoint:
+            tags[keys.CHECKPOINT_DISCARDED] = done.discarded_checkpoint
         number = active.pending.number
         if done.state == "complete":
             value = self.study.complete(active.pending, active.curve)

@@ -106,6 +106,8 @@ SPEC_FILE = _key("sweep.yaml", PARENT_ARTIFACT, "the sweep YAML as written")
 RESOLVED_FILE = _key("sweep.resolved.yaml", PARENT_ARTIFACT, "the sweep with every default filled")
 PREFLIGHT_DIR = _key("preflight", PARENT_ARTIFACT, "the preflight's JSON, Markdown and images")
 REPORT_DIR = _key("report", PARENT_ARTIFACT, "`sweep report --log`'s files")
+CHECKPOINT_DISCARDED = _key("sweep.checkpoint_discarded", TRIAL_TAG,
+                            "why its checkpoint could not be read: it started over from epoch 0")
 
 # --- a trial run -----------------------------------------------------------------------------
 PARENT_RUN_ID = _key("mlflow.parentRunId", TRIAL_TAG, "its parent run (nests it in the UI)")

@@ -131,6 +131,7 @@ class Done(Message):
     weights: str  # path of the final state dict
     export: Exported | None = None  # with export_for: all
     warnings: tuple[str, ...] = ()
+    discarded_checkpoint: str = ""  # why a damaged checkpoint made it start over, if one did
 
     @classmethod
     def from_fields(cls, values: dict[str, Any]) -> Done:

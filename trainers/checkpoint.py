@@ -8,8 +8,10 @@ is written atomically (a temporary file, then a rename) and read with
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,10 @@ import torch
 from .errors import CheckpointError
 
 FILE = "checkpoint.pt"
+
+
+class DamagedCheckpoint(CheckpointError):
+    """A checkpoint file that cannot be read (torn, truncated, overwritten, not a checkpoint)."""
 
 
 def rng_state(generators: dict[str, torch.Generator]) -> dict[str, Any]:
@@ -65,13 +71,46 @@ def load(directory: str | os.PathLike, settings: dict[str, Any]) -> dict[str, An
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several kinds for a damaged file
-        raise CheckpointError(f"cannot read checkpoint {path}: {e}") from None
+        raise DamagedCheckpoint(f"cannot read checkpoint {path}: {why_unreadable(e)}") from None
+    if not isinstance(state, dict) or not isinstance(state.get("settings"), dict):
+        raise DamagedCheckpoint(f"cannot read checkpoint {path}: it holds a "
+                                f"{type(state).__name__} without the settings it was written for")
     if state.get("settings") != settings:
         diff = sorted(k for k in set(settings) | set(state.get("settings", {}))
                       if settings.get(k) != state.get("settings", {}).get(k))
         raise CheckpointError(f"checkpoint {path} was written for other settings "
                               f"({', '.join(diff)} differ); delete it to start over")
     return state
+
+
+def resume(directory: str | os.PathLike, settings: dict[str, Any],
+           set_aside: bool = True) -> tuple[dict[str, Any] | None, str]:
+    """The checkpoint to continue from (see :func:`load`), or ``(None, why)`` when it is damaged:
+    the run then starts over from epoch 0, the file kept as ``checkpoint.pt.damaged-<time>``
+    (with ``set_aside``; one rank of several does it) so the next checkpoint does not overwrite
+    the evidence.
+
+    Raises:
+        CheckpointError: the checkpoint was written for other settings.
+    """
+    try:
+        return load(directory, settings), ""
+    except DamagedCheckpoint as e:
+        path = Path(directory) / FILE
+        if set_aside:
+            with contextlib.suppress(OSError):  # another rank or process moved it first
+                os.replace(path, path.with_name(f"{FILE}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"))
+        return None, f"{e}; started over from epoch 0"
+
+
+def why_unreadable(error: Exception) -> str:
+    """What torch said about a file it could not load, without its advice to load it with
+    ``weights_only=False`` (which runs whatever code the file holds)."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if "weights_only" in str(error) or "Weights only load failed" in text:
+        return "it holds objects other than tensors and plain values (damaged, or not " \
+               "written by this trainer)"
+    return text
 
 
 def save_weights(model: torch.nn.Module, path: str | os.PathLike) -> Path:
@@ -94,7 +133,7 @@ def load_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several kinds for a damaged file
-        raise CheckpointError(f"cannot read weights {path}: {e}") from None
+        raise CheckpointError(f"cannot read weights {path}: {why_unreadable(e)}") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict")
     return state

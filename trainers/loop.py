@@ -60,6 +60,7 @@ class TrainResult:
     device: str
     model: nn.Module = field(repr=False)
     resumed_from: int = 0
+    discarded_checkpoint: str = ""  # why a damaged checkpoint made the run start over
 
 
 @dataclass
@@ -157,7 +158,8 @@ def train(settings: TrainSettings, *,
             in ``train_seconds``). Epochs restored from a checkpoint are reported first, with
             ``resumed=True``.
         checkpoint_dir: if given, a checkpoint is written there after every epoch, and a run
-            finding one there continues from it instead of starting over.
+            finding one there continues from it instead of starting over (a damaged one is set
+            aside and the run starts over: ``TrainResult.discarded_checkpoint`` says why).
 
     Returns:
         A :class:`TrainResult` with the per-epoch history and the trained model.
@@ -187,8 +189,10 @@ def train_rank(settings: TrainSettings, ranks: Ranks, on_epoch_end,
     steps_per_epoch = run.train_batches.steps_per_epoch
 
     reports: list[EpochReport] = []
+    discarded = ""
     if checkpoint_dir is not None:
-        state = checkpoint.load(checkpoint_dir, settings.to_dict())
+        state, discarded = checkpoint.resume(checkpoint_dir, settings.to_dict(),
+                                             set_aside=ranks.leader)
         if state is not None:
             run.restore(state)
             reports = [EpochReport(i + 1, m, [tuple(x) for x in lr], resumed=True)
@@ -224,7 +228,8 @@ def train_rank(settings: TrainSettings, ranks: Ranks, on_epoch_end,
     return TrainResult(epochs_run=len(reports), stopped=stopped,
                        history=[r.metrics for r in reports],
                        train_seconds=time.perf_counter() - started - hook_seconds,
-                       device=str(device), model=run.module, resumed_from=resumed_from)
+                       device=str(device), model=run.module, resumed_from=resumed_from,
+                       discarded_checkpoint=discarded)
 
 
 def train_one_epoch(run: Run, epoch: int, first_step: int) -> tuple[dict[str, float], list]:

@@ -95,6 +95,18 @@ def test_a_complete_trial_is_told_to_optuna_and_its_run_finished_with_every_epoc
     assert lines == [f"trial {pending.number} complete: 0.7500"]
 
 
+def test_a_trial_that_started_over_from_a_damaged_checkpoint_says_so_on_its_run(stores,
+                                                                                 open_book):
+    book = open_book()
+    pending = run_trial(book, [0.5])
+    book.finish(0, Done(state="complete", epochs=1, train_seconds=1.0, device="cpu",
+                        resumed_from=0, weights="",
+                        discarded_checkpoint="cannot read checkpoint x: torn; started over"))
+    tags = run_of(stores, pending.number).data.tags
+    assert tags[keys.CHECKPOINT_DISCARDED] == "cannot read checkpoint x: torn; started over"
+    assert keys.CHECKPOINT_DISCARDED not in run_of(stores, run_trial(book, [0.5]).number).data.tags
+
+
 def test_a_pruned_trial_ends_pruned_in_optuna_and_killed_in_mlflow(stores, open_book):
     book = open_book()
     pending = run_trial(book, [0.5])

@@ -92,6 +92,37 @@ def test_a_run_resumed_from_its_checkpoint_matches_an_uninterrupted_one(tmp_path
     assert [st for r in seen for st, _ in r.lr_steps] == list(range(1, 3 * 23 + 1))
 
 
+@pytest.mark.parametrize("damage", ["torn", "foreign object"])
+def test_a_damaged_checkpoint_makes_the_run_start_over_and_says_why(tmp_path, damage):
+    import datetime
+
+    from trainers import checkpoint
+
+    s = TrainSettings(epochs=1, seed=3)
+    first = []
+
+    def killed(report):
+        first.append(report)
+        raise KeyboardInterrupt  # the worker killed after its checkpoint was written
+
+    with pytest.raises(KeyboardInterrupt):
+        train(s, on_epoch_end=killed, checkpoint_dir=tmp_path)
+    path = tmp_path / "checkpoint.pt"
+    if damage == "torn":
+        path.write_bytes(path.read_bytes()[:1000])
+    else:  # loads only with weights_only=False, which would run whatever the file holds
+        torch.save({"settings": s.to_dict(), "when": datetime.datetime.now()}, path)
+    seen = []
+    again = train(s, on_epoch_end=seen.append, checkpoint_dir=tmp_path)
+    assert again.resumed_from == 0 and [r.resumed for r in seen] == [False]
+    assert _without_time(again.history) == _without_time([first[0].metrics])  # trained again
+    assert again.discarded_checkpoint.startswith(f"cannot read checkpoint {path}: ")
+    assert again.discarded_checkpoint.endswith("started over from epoch 0")
+    assert "weights_only" not in again.discarded_checkpoint
+    assert len(list(tmp_path.glob("checkpoint.pt.damaged-*"))) == 1  # the evidence, kept
+    assert checkpoint.load(tmp_path, s.to_dict())["epoch"] == 1  # the new checkpoint is whole
+
+
 def test_a_checkpoint_for_other_settings_is_refused(tmp_path):
     from trainers import CheckpointError
 
@@ -203,3 +234,23 @@ def test_activation_stats_show_dead_channels_and_leave_no_hook_behind():
 def test_activation_stats_are_off_by_default():
     result = train(TrainSettings(epochs=1))
     assert not any(k.startswith("act/") for k in result.history[0])
+
+
+def test_clipping_scales_the_update_to_the_clipped_gradient():
+    """One plain-SGD step per epoch (the batch holds the whole set): two unclipped runs at
+    different lrs give the start point and the gradient; the clipped run must land at
+    start - lr * g * clip / |g|, which a loop that only measures the norm misses."""
+    def weights(**kw):
+        result = train(TrainSettings(epochs=1, optimizer="sgd", momentum=0.0, schedule="constant",
+                                     batch_size=2048, model="mlp", seed=3, **kw))
+        return _params(result.model)
+
+    low, high = weights(lr=0.1), weights(lr=0.3)
+    gradient = (low - high) / 0.2
+    start = low + 0.1 * gradient
+    clip = 0.05
+    assert gradient.norm() > 2 * clip  # the step is clipped
+    clipped = weights(lr=0.2, clip_grad_norm=clip)
+    expected = start - 0.2 * gradient * clip / gradient.norm()
+    assert torch.allclose(clipped, expected, atol=1e-6, rtol=1e-4)
+    assert (clipped - start).norm() == pytest.approx(0.2 * clip, rel=1e-4)
