@@ -17,13 +17,16 @@ from rich.table import Table
 
 from trainers import DEFAULT_EXPORT_FORMATS, EXPORT_FORMATS
 
-from . import paths
+from . import keys, paths
 from .display import Progress, params_text
-from .errors import SweepError
-from .server import serve, server_command, ui_command
+from .errors import SweepError, disk_full
+from .server import check_address, serve, server_command, ui_command
 from .spec import MAX_GRID, data_downloads, data_problems, load_spec
 
 EXIT_BAD_INPUT = 2
+EXIT_UNEXPECTED = 1
+FREE_SPACE = ("free space there (or move the stores with --tracking-uri and --storage), then run "
+              "the same command again: a sweep resumes where it stopped, its finished trials kept")
 COMPLETION_SHELLS = ("bash", "zsh")
 # each command: its line in `sweep --help`, its description, and the examples its --help ends
 # with (a test runs them as written)
@@ -249,12 +252,36 @@ def main(argv: list[str] | None = None) -> int:
                 "completion": cmd_completion, "export": cmd_export, "report": cmd_report,
                 "reproduce": cmd_reproduce}[args.command](args, console)
     except SweepError as e:
+        if disk_full(e) is not None:  # a store that could not be opened for want of space
+            sys.stderr.write(f"sweep: {e.lines[0]}; {FREE_SPACE}\n")
+            return EXIT_UNEXPECTED
         for line in e.lines:
             sys.stderr.write(f"sweep: {line}\n")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         sys.stderr.write("sweep: interrupted\n")
         return 130
+    except Exception as e:  # the last guard: one line, the traceback in a file
+        sys.stderr.write(f"sweep: {unexpected_line(e, args)}\n")
+        return EXIT_UNEXPECTED
+
+
+def unexpected_line(error: Exception, args: argparse.Namespace) -> str:
+    """What ``sweep`` says about an exception nothing else caught: a full disk as what to do,
+    anything else as a bug; either way the full traceback goes to a file the line names."""
+    log = paths.write_traceback(error)
+    where = f"the traceback is in {log}" if log else "the traceback could not be written"
+    full = disk_full(error)
+    if full is not None:
+        from .study import default_storage
+
+        uri = getattr(args, "tracking_uri", None) or paths.default_tracking_uri()
+        storage = getattr(args, "storage", None) or default_storage(uri)
+        return f"{paths.store_of(full, uri, storage)}: no space left on the disk; {FREE_SPACE} " \
+               f"({where})"
+    text = next((line for line in str(error).splitlines() if line.strip()), "")
+    return (f"unexpected error {type(error).__name__}: {text}; this is a bug in sweep, "
+            f"{where} (attach it to a bug report)")
 
 
 def _gpu_list(text: str) -> list[int]:
@@ -302,6 +329,8 @@ def cmd_run(args, console: Console) -> int:
         raise SweepError(*missing)
     for w in spec.warnings:
         console.print(f"warning: {w}", soft_wrap=True)
+    # before the worker pool makes its log folder next to the store
+    paths.check_store_folders(args.tracking_uri, args.storage)
     logs = paths.work_dir(args.tracking_uri or paths.default_tracking_uri(), spec.name) / "logs"
     _say_downloads(console, data_downloads(spec), f"its progress bar is in {logs}/worker-*.log")
     from .runner import run_sweep
@@ -482,12 +511,12 @@ def cmd_export(args, console: Console) -> int:
     with tempfile.TemporaryDirectory(prefix="sweep-export-") as tmp:
         settings_dict, weights = tracker.trial_files(args.run_id, tmp)
         from trainers import TrainSettings
-        from trainers.export import export, summary_metrics
+        from trainers.export import summary_metrics
 
         console.print(f"exporting run {args.run_id} as {', '.join(args.formats)}...")
         with console.status("exporting and checking each file against the eager model..."):
-            report = export(TrainSettings.from_dict(settings_dict), weights,
-                            Path(tmp) / "export", tuple(args.formats)).to_dict()
+            report = _export(args.run_id, TrainSettings.from_dict(settings_dict), weights,
+                             Path(tmp) / "export", tuple(args.formats))
         result = {"report": report, "metrics": summary_metrics(report), "error": None,
                   "dir": str(Path(tmp) / "export")}
         tracker.log_export(args.run_id, result)
@@ -500,9 +529,24 @@ def cmd_export(args, console: Console) -> int:
     return 1 if failed else 0
 
 
+def _export(run_id: str, settings, weights: str, out: Path, formats: tuple[str, ...]) -> dict:
+    """:func:`trainers.export.export`'s report; weights that do not load are one line."""
+    from trainers import CheckpointError, SettingsError
+    from trainers.export import export
+
+    try:
+        return export(settings, weights, out, formats).to_dict()
+    except (CheckpointError, SettingsError) as e:
+        artifact = f"{keys.WEIGHTS_DIR}/{keys.WEIGHTS_FILE}"
+        reason = str(e).replace(str(weights), artifact).splitlines()[0]
+        raise SweepError(f"RUN_ID {run_id}: its {artifact} cannot be exported: {reason}; "
+                         f"export another run (sweep status NAME lists them)") from None
+
+
 def cmd_ui(args, console: Console) -> int:
     from .tracking import Tracker
 
+    check_address(console, args.host, args.port)
     uri = args.tracking_uri or paths.default_tracking_uri()
     tracker = Tracker(uri)
     path = ""
@@ -518,6 +562,7 @@ def cmd_ui(args, console: Console) -> int:
 
 
 def cmd_server(args, console: Console) -> int:
+    check_address(console, args.host, args.port)
     backend = args.backend_store_uri or paths.default_tracking_uri()
     artifacts = Path(args.artifacts_destination).resolve()
     artifacts.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import errno
 import re
 
 
@@ -27,3 +28,21 @@ def key_text(key) -> str:
     """A YAML key as it should appear in a message: plain if it is a plain name, else quoted."""
     text = str(key)
     return text if re.fullmatch(r"[\w.\-]+", text) else repr(key)
+
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+NO_SPACE_TEXTS = ("database or disk is full", "No space left on device", "Disk quota exceeded")
+
+
+def disk_full(error: BaseException) -> str | None:
+    """The file a write failed on for want of space (``""`` when unnamed: SQLite's "database or
+    disk is full"), or None when ``error`` (or an error it was raised from) is something else."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in NO_SPACE:
+            return str(error.filename or "")
+        if any(text in str(error) for text in NO_SPACE_TEXTS):
+            return ""
+        error = error.__cause__ or error.__context__
+    return None

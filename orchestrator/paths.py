@@ -2,8 +2,13 @@
 from __future__ import annotations
 
 import os
+import tempfile
+import time
+import traceback
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from .errors import SweepError
 
 
 def home(tracking_uri: str) -> Path:
@@ -56,3 +61,51 @@ def runs_table(experiment_id: str) -> str:
     (mlflow/mlflow#24498); ``workflowType`` in the URL sets it.
     """
     return f"/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
+def store_of(path: str, tracking_uri: str, storage: str) -> str:
+    """Which of a sweep's stores ``path`` belongs to, for messages: ``the Optuna journal PATH``,
+    ``the MLflow store PATH``...; ``path`` "" (unknown) names them all."""
+    if not path:  # a write names no file: SQLite's "database or disk is full", a write()
+        return f"the stores (the MLflow store {mask(tracking_uri)}, the Optuna storage " \
+               f"{mask(storage)}) or the sweep's files in {home(tracking_uri)}"
+    db = sqlite_file(tracking_uri)
+    target = Path(path).resolve()
+    if not storage.startswith(("sqlite:", "postgresql:", "mysql:")) and \
+            target == Path(storage.removeprefix("journal:")).resolve():
+        return f"the Optuna journal {target}"
+    if db is not None and target.name.startswith(db.name) and target.parent == db.resolve().parent:
+        return f"the MLflow store {target}"  # the database or its -journal / -wal file
+    if target.is_relative_to(home(tracking_uri)):
+        return f"the sweep's file {target}"
+    return f"the file {target}"
+
+
+def check_store_folders(tracking_uri: str | None, storage: str | None) -> None:
+    """Refuse a ``sqlite:///`` tracking URI or a journal ``--storage`` whose folder is missing,
+    before anything (the workers' logs) is written next to it.
+
+    Raises:
+        SweepError: the folder does not exist.
+    """
+    db = sqlite_file(tracking_uri or "")
+    if db is not None and not db.parent.is_dir():
+        raise SweepError(f"--tracking-uri {tracking_uri}: folder {db.parent} does not exist; "
+                         f"create it first")
+    if storage and "://" not in storage:
+        journal = Path(storage.removeprefix("journal:"))
+        if not journal.parent.is_dir():
+            raise SweepError(f"--storage {storage}: folder {journal.parent} does not exist; "
+                             f"create it first")
+
+
+def write_traceback(error: BaseException) -> Path | None:
+    """Write ``error``'s traceback to a new file in the temporary folder (a full disk may
+    refuse it: None then) and return its path."""
+    name = f"sweep-traceback-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    path = Path(tempfile.gettempdir()) / name
+    try:
+        path.write_text("".join(traceback.format_exception(error)))
+    except OSError:
+        return None
+    return path

@@ -2,8 +2,11 @@
 starting it, waiting until it answers, and stopping it together with its helper processes."""
 from __future__ import annotations
 
+import errno
+import ipaddress
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -32,13 +35,17 @@ def server_command(backend: str, artifacts: Path, host: str, port: int, workers:
     return cmd
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # besides SIGINT (Ctrl-C)
+
+
 def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str, path: str,
           hint: str = "") -> int:
     """Start an MLflow server, print its URL once it answers, and stop it with its helper
-    processes on Ctrl-C (or when it exits).
+    processes on Ctrl-C, SIGTERM or SIGHUP (or when it exits).
 
     Args:
-        cmd: the server's command line (:func:`ui_command`, :func:`server_command`).
+        cmd: the server's command line (:func:`ui_command`, :func:`server_command`), its
+            address checked by :func:`check_address` first.
         log_path: where its output goes (appended).
         what: its name in messages, e.g. ``MLflow UI``.
         base: its URL, e.g. ``http://127.0.0.1:5000``; ``path`` is appended to the URL printed.
@@ -54,17 +61,17 @@ def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str
     # ~240 MB each that a sweep's server does not need (set the variable to keep them).
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        # its own process group: the MLflow server's helpers outlive a server killed alone
-        proc = subprocess.Popen(cmd, start_new_session=True, env=env, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT)
+    # a stop signal raises KeyboardInterrupt, so that the finally below stops the server: it has
+    # its own session, and nothing else would (installed before it starts: no window)
+    previous = {s: signal.signal(s, _interrupt) for s in STOP_SIGNALS}
+    proc = None
     try:
-        if not wait_http(f"{base}/health", proc, timeout=120):
-            from .workers import tail_lines
-
-            raise SweepError(f"the {what} did not start on {base} (port taken? try --port); "
-                             f"its log {log_path} ends: "
-                             f"{' | '.join(tail_lines(log_path, 3).splitlines())}")
+        with open(log_path, "ab") as log:
+            # its own process group: the MLflow server's helpers outlive a server killed alone
+            proc = subprocess.Popen(cmd, start_new_session=True, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT)
+        _wait_until_it_answers(proc, what, base, log_path)
         console.print(f"{what}: {base}{path}{hint}   (Ctrl-C stops it; server log: {log_path})",
                       soft_wrap=True)
         console.file.flush()
@@ -72,8 +79,63 @@ def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str
     except KeyboardInterrupt:
         pass
     finally:
-        kill_group(proc)
+        if proc is not None:
+            kill_group(proc)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     return 0
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _wait_until_it_answers(proc: subprocess.Popen, what: str, base: str, log_path: Path) -> None:
+    if wait_http(f"{base}/health", proc, timeout=120) and proc.poll() is None:
+        return
+    from .workers import tail_lines
+
+    raise SweepError(f"the {what} did not start on {base} (port taken? try --port); "
+                     f"its log {log_path} ends: "
+                     f"{' | '.join(tail_lines(log_path, 3).splitlines())}")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        return False
+
+
+def check_address(console: Console, host: str, port: int) -> None:
+    """Before anything starts: refuse a port something else listens on (the server would fail
+    to bind, and whatever answers there, another folder's store, would look like it), and warn
+    that an address other than loopback serves the store to anyone, without authentication.
+
+    Raises:
+        SweepError: the port is taken, or the address cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # as the server binds: a port left in TIME_WAIT by a server that stopped is free
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise SweepError(f"--port {port}: port {port} on {host} is already in use by "
+                                 f"another program (another sweep ui or MLflow server?); stop "
+                                 f"it, or pick a free port with --port") from None
+            raise SweepError(f"--host {host} --port {port}: cannot listen there: "
+                             f"{e.strerror or e}") from None
+    if not is_loopback(host):
+        console.print(f"warning: --host {host}: the store is then served without "
+                      f"authentication: anyone who reaches this machine on port {port} can read, "
+                      f"change and delete its runs; keep it behind a firewall or VPN",
+                      soft_wrap=True)
 
 
 def wait_http(url: str, proc: subprocess.Popen, timeout: float) -> bool:

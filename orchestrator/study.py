@@ -66,7 +66,12 @@ def open_storage(url: str, heartbeat_s: int | None = None, on_stale=None):
         raise SweepError(f"--storage {url}: folder {path.parent} does not exist; create it first")
     with store_lock(str(path)):  # one process repairs or creates the file at a time
         repair_journal(path)
-        return JournalStorage(JournalFileBackend(str(path)))
+        try:
+            return JournalStorage(JournalFileBackend(str(path)))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:  # its replay
+            raise SweepError(f"{path}: the Optuna journal holds an entry Optuna cannot read "
+                             f"({type(e).__name__}: {e}); restore it from a backup or start a "
+                             f"fresh sweep with --storage NEW_FILE") from None
 
 
 def _open_rdb(url: str, heartbeat_s: int | None, on_stale) -> RDBStorage:
@@ -133,11 +138,12 @@ def _cut_torn_tail(path: Path) -> Path | None:
 
 
 def _is_json(line: bytes) -> bool:
+    """Whether ``line`` is a journal entry: a JSON object with an op code."""
     try:
-        json.loads(line)
-        return True
+        entry = json.loads(line)
     except ValueError:
         return False
+    return isinstance(entry, dict) and isinstance(entry.get("op_code"), int)
 
 
 def make_sampler(spec: SweepSpec, seed_offset: int = 0):

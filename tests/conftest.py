@@ -117,14 +117,16 @@ class Served:
     port: int
     line: str  # the line naming its URL, printed once the server answers
     groups: set[int] = field(default_factory=set)  # its MLflow server's process groups
+    before: str = ""  # what it printed before that line
 
     @property
     def url(self) -> str:
         return next(word for word in self.line.split() if word.startswith("http"))
 
-    def stop(self) -> None:
-        """Ctrl-C, as a user stops it: asserts it exits 0 and leaves no process of its groups."""
-        self.proc.send_signal(signal.SIGINT)
+    def stop(self, sig: int = signal.SIGINT) -> None:
+        """Ctrl-C (or ``sig``, as a service manager or a closed terminal stops it): asserts it
+        exits 0 and leaves no process of its groups."""
+        self.proc.send_signal(sig)
         assert self.proc.wait(timeout=30) == 0
         deadline = time.monotonic() + 15
         while any(group_alive(g) for g in self.groups) and time.monotonic() < deadline:
@@ -152,7 +154,7 @@ def serve(*args: str, cwd: Path, prefix: str, port: int | None = None) -> Iterat
         assert lines[-1].startswith(prefix), "".join(lines)
         # read while it runs: the MLflow server is its child, in a process group of its own
         groups = process_groups_of_children(proc.pid)
-        yield Served(proc, port, lines[-1], groups)
+        yield Served(proc, port, lines[-1], groups, "".join(lines[:-1]))
     finally:
         for g in groups | process_groups_of_children(proc.pid):
             if g != os.getpgid(0) and group_alive(g):

@@ -1,12 +1,15 @@
 """The command line as a whole: every command's help ends with examples that parse, and the
 shell completion scripts generated from the same parser."""
+import os
 import shlex
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from orchestrator.cli import COMPLETION_SHELLS, build_parser
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, tiny_spec
 
 
 def subcommands() -> list[str]:
@@ -95,3 +98,51 @@ def test_completion_for_another_shell_is_one_line_and_exit_2():
     out = run_cli("completion", "fish", cwd=ROOT, timeout=60)
     assert out.returncode == 2
     assert len(out.stderr.splitlines()) == 1 and "invalid choice: 'fish'" in out.stderr
+
+
+def test_a_tracking_uri_or_storage_in_a_missing_folder_is_refused_before_anything_is_written(
+        tmp_path, write_spec):
+    spec = write_spec(tiny_spec())
+    here = tmp_path / "here"
+    here.mkdir()
+    for flags, said in (
+            (["--tracking-uri", f"sqlite:///{tmp_path}/nope/mlflow.db"],
+             f"sweep: --tracking-uri sqlite:///{tmp_path}/nope/mlflow.db: folder "
+             f"{tmp_path}/nope does not exist; create it first\n"),
+            (["--storage", str(tmp_path / "nope" / "optuna.journal")],
+             f"sweep: --storage {tmp_path}/nope/optuna.journal: folder {tmp_path}/nope does "
+             f"not exist; create it first\n")):
+        out = run_cli("run", str(spec), *flags, cwd=here, timeout=120)
+        assert (out.returncode, out.stderr) == (2, said)
+        assert not (tmp_path / "nope").exists() and list(here.iterdir()) == []
+
+
+def test_a_disk_that_fills_up_during_a_run_is_one_line_naming_the_stores(tmp_path, write_spec,
+                                                                         mlflow_template):
+    """A real full disk: the stores on a tmpfs with room for the first trials' bookkeeping
+    only, mounted in a mount namespace of the test's own (gone with it: nothing to clean)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    spec = write_spec(tiny_spec(trials=6))
+    size_kb = mlflow_template.stat().st_size // 1024 + 160
+    namespace = ["unshare", "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        namespace += ["--user", "--map-root-user"]
+    script = (f"mount -t tmpfs -o size={size_kb}k tmpfs {disk} && cd {disk} && "
+              f"cp {mlflow_template} mlflow.db && exec {sys.executable} -m orchestrator.cli "
+              f"run {spec}")
+    out = subprocess.run([*namespace, "sh", "-c", script], capture_output=True, text=True,
+                         timeout=600, env={k: v for k, v in os.environ.items()
+                                           if k != "MLFLOW_TRACKING_URI"})
+    assert out.returncode == 1, out.stdout + out.stderr
+    (said,) = out.stderr.splitlines()
+    assert said.startswith("sweep: ") and str(disk / "mlflow.db") in said, said
+    assert ": no space left on the disk; free space there (or move the stores with " \
+           "--tracking-uri and --storage), then run the same command again: a sweep resumes " \
+           "where it stopped, its finished trials kept (the traceback is in " in said \
+           or "database or disk is full; free space there" in said, said
+    if "the traceback is in " in said:
+        log = Path(said.split("the traceback is in ")[1].rstrip(")"))
+        assert "No space left on device" in log.read_text() or \
+            "database or disk is full" in log.read_text()
+        log.unlink()

@@ -1,15 +1,17 @@
 """`sweep status`: the sweeps of a study storage and one sweep's trials, read from Optuna alone."""
 import io
 import json
+from pathlib import Path
 
 import optuna
+import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 from rich.console import Console
 
 from orchestrator import keys, status
-from tests.conftest import run_cli
+from tests.conftest import run_cli, tiny_spec
 
 
 def rows_of(text: str, header: str) -> list[list[str]]:
@@ -147,3 +149,78 @@ def test_the_end_of_sweep_run_says_how_to_browse_the_trials(quickstart):
     assert lines[-1] == (f"browse it: sweep ui quickstart   (then http://127.0.0.1:5000/#/"
                          f"experiments/{exp.experiment_id}/runs?workflowType=machine_learning, "
                          f"the runs table of the trials)")
+
+
+def journal_with(tmp_path, line: str) -> tuple:
+    """A real journal of one study (written by Optuna) with ``line`` appended to it."""
+    journal = tmp_path / "optuna.journal"
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    optuna.create_study(study_name="first", storage=storage)
+    with open(journal, "a") as f:
+        f.write(line + "\n")
+    return journal, storage
+
+
+@pytest.mark.parametrize("line", ['[1, 2]', '"an entry"', 'null', '{"sweep": 1}',
+                                  '{"op_code": 5}'])
+def test_a_journal_line_that_is_json_but_no_entry_is_one_line_and_exit_2(tmp_path, line):
+    journal, _ = journal_with(tmp_path, line)
+    with open(journal, "a") as f:  # an entry after it: the damage is not a torn tail
+        f.write('{"op_code": 0, "worker_id": "w", "study_name": "second", "directions": [1]}\n')
+    before = journal.read_bytes()
+    out = run_cli("status", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    (said,) = out.stderr.splitlines()
+    assert said.startswith(f"sweep: {journal}: the Optuna journal ")
+    assert said.endswith("restore it from a backup or start a fresh sweep with --storage NEW_FILE")
+    assert journal.read_bytes() == before  # nothing cut, nothing written
+    assert not list(tmp_path.glob("optuna.journal.*"))  # no backup of a file left whole
+
+
+def test_a_last_journal_line_that_is_json_but_no_entry_is_cut_like_a_torn_one(tmp_path):
+    journal, _ = journal_with(tmp_path, "[1, 2]")
+    out = run_cli("status", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "cut a torn last entry (7 bytes) off the Optuna journal" in out.stderr
+    assert rows_of(out.stdout, "sweep ")[0].split()[:2] == ["first", "0"]
+    (backup,) = tmp_path.glob("optuna.journal.damaged-*")
+    assert backup.read_bytes() == journal.read_bytes() + b"[1, 2]\n"
+
+
+def test_sweep_run_on_a_journal_with_a_line_that_is_no_entry_is_one_line_and_exit_2(
+        stores, write_spec):
+    journal_with(stores.dir, '{"sweep": 1}')
+    with open(stores.journal, "a") as f:
+        f.write('{"op_code": 0, "worker_id": "w", "study_name": "second", "directions": [1]}\n')
+    before = stores.journal.read_bytes()
+    at = before.index(b'{"sweep"')
+    out = run_cli("run", str(write_spec(tiny_spec())), cwd=stores.dir)
+    assert out.returncode == 2, out.stderr
+    (said,) = out.stderr.splitlines()
+    assert said == (f"sweep: {stores.journal}: the Optuna journal is damaged at byte {at} "
+                    f"with entries after it; restore it from a backup or start a fresh sweep "
+                    f"with --storage NEW_FILE")
+    assert stores.journal.read_bytes() == before
+
+
+def test_an_unexpected_error_is_one_line_naming_the_file_with_its_traceback(tmp_path):
+    """A study whose identity attribute is not JSON (written by another tool) makes `sweep
+    status` fail where nobody expected it: the last guard says so in one line, exit 1."""
+    journal = tmp_path / "optuna.journal"
+    study = optuna.create_study(study_name="odd",
+                                storage=JournalStorage(JournalFileBackend(str(journal))))
+    study.set_user_attr(keys.IDENTITY, "{not json")
+    trial = study.ask()
+    study.tell(trial, 0.5)  # a best value: its metric's name is read from the identity
+    out = run_cli("status", cwd=tmp_path)
+    assert out.returncode == 1, out.stderr
+    (said,) = out.stderr.splitlines()
+    assert said.startswith("sweep: unexpected error JSONDecodeError: ")
+    assert "this is a bug in sweep, the traceback is in " in said
+    log = Path(said.split("the traceback is in ")[1].split()[0])
+    try:
+        text = log.read_text()
+        assert text.startswith("Traceback (most recent call last):")
+        assert "json.decoder.JSONDecodeError" in text and "orchestrator/status.py" in text
+    finally:
+        log.unlink()

@@ -1,12 +1,17 @@
 """`sweep ui`: the MLflow UI on 127.0.0.1, its URL printed once it answers, stopped cleanly."""
+import http.server
 import json
+import signal
 import subprocess
 import sys
+import threading
 import urllib.request
+
+import pytest
 
 # the first three are unused here: test_scale_out imports them from this module
 from orchestrator.paths import runs_table
-from tests.conftest import serve
+from tests.conftest import run_cli, serve
 
 
 def test_ui_prints_the_runs_table_url_and_stops_with_its_helpers(quickstart):
@@ -32,3 +37,52 @@ def test_ui_for_an_unknown_sweep_is_one_line_and_exit_2(stores):
     assert out.returncode == 2
     assert out.stderr.strip() == (f"sweep: no sweep named 'nope' in {stores.tracking_uri}; "
                                   f"run it first, or pass --tracking-uri")
+
+
+class _Answers(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # 200 to anything, /health included: another server on the port
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"OK")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("command, store_flag", [("ui", "--tracking-uri"),
+                                                 ("server", "--backend-store-uri")])
+def test_a_port_another_server_answers_on_is_refused_in_one_line(stores, command, store_flag):
+    other = http.server.HTTPServer(("127.0.0.1", 0), _Answers)
+    port = other.server_address[1]
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        before = sorted(stores.dir.iterdir())
+        out = run_cli(command, "--port", str(port), store_flag, stores.tracking_uri,
+                      cwd=stores.dir, timeout=120)
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr == (f"sweep: --port {port}: port {port} on 127.0.0.1 is already in use by "
+                          f"another program (another sweep ui or MLflow server?); stop it, or "
+                          f"pick a free port with --port\n")
+    assert "http://" not in out.stdout  # no link to whatever answers there
+    assert sorted(stores.dir.iterdir()) == before  # no log, no artifact folder
+
+
+def test_sigterm_of_sweep_ui_stops_its_mlflow_server(stores):
+    with serve("ui", "--tracking-uri", stores.tracking_uri, cwd=stores.dir,
+               prefix="MLflow UI:") as ui:
+        assert ui.groups and ui.proc.pid not in ui.groups  # out of reach of the CLI's group
+        assert "authentication" not in ui.before  # 127.0.0.1: this machine only
+        ui.stop(signal.SIGTERM)  # exits 0 and leaves none of its processes
+
+
+def test_a_server_on_every_interface_warns_and_stops_on_sighup(tmp_path):
+    """SIGHUP: the terminal it ran in was closed."""
+    with serve("server", "--host", "0.0.0.0", "--artifacts-destination", str(tmp_path / "a"),
+               cwd=tmp_path, prefix="MLflow tracking server:") as server:
+        assert (f"warning: --host 0.0.0.0: the store is then served without authentication: "
+                f"anyone who reaches this machine on port {server.port} can read, change and "
+                f"delete its runs") in server.before
+        server.stop(signal.SIGHUP)
