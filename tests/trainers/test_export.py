@@ -154,3 +154,58 @@ def test_weights_never_unpickle_arbitrary_objects(tmp_path, trained):
     plain.write_bytes(pickle.dumps(Payload()))
     with pytest.raises(CheckpointError):
         load_weights(plain)
+
+
+def _exported_onnx_and_eager(exported):
+    from trainers.export import load_onnx, wrap
+
+    settings, model, _, out = exported
+    data = load_data(settings)
+    wrapper = wrap(model.cpu(), data)
+
+    def eager(x):
+        with torch.no_grad():
+            return wrapper(torch.as_tensor(x))[0].numpy()
+
+    pixels, labels = raw_pixels(data)
+    return load_onnx(out / "model.onnx"), eager, pixels[:40], labels[:40]  # 40 images: quick
+
+
+@pytest.mark.parametrize("times_tolerance, passes", [(0.5, True), (2.0, False)])
+def test_parity_holds_the_exported_logits_to_its_tolerance(exported, times_tolerance, passes):
+    """The real ONNX file, its logits shifted on one class of one image by a multiple of the
+    tolerance (the top-1 class unchanged): within it parity passes, past it parity fails."""
+    from trainers.export import MAX_ABS_DIFF, parity
+
+    onnx, eager, pixels, labels = _exported_onnx_and_eager(exported)
+    scale = max(1.0, float(np.abs(eager(pixels)).max()))
+    shift = times_tolerance * MAX_ABS_DIFF * scale
+
+    def perturbed(x):
+        logits = np.array(onnx(x))
+        worst = logits[0].argmin()  # the lowest logit: raising it a little keeps the top-1 class
+        logits[0, worst] += shift
+        return logits
+
+    report = parity(perturbed, eager, pixels, labels)
+    assert report["top1_agreement"] == 1.0
+    assert report["max_abs_diff"] == pytest.approx(shift, rel=0.05)
+    assert report["passed"] is passes
+
+
+@pytest.mark.parametrize("wrong_share, passes", [(0.0, True), (0.1, False)])
+def test_int8_parity_fails_when_accuracy_drops_past_its_limit(exported, wrong_share, passes):
+    from trainers.export import parity
+
+    onnx, eager, pixels, labels = _exported_onnx_and_eager(exported)
+
+    def perturbed(x):  # the first wrong_share of each call's images: another class than eager's
+        logits = np.array(onnx(x))
+        n = int(round(len(logits) * wrong_share))
+        other = (logits[:n].argmax(1) + 1) % logits.shape[1]
+        logits[:n, :] = 0.0
+        logits[np.arange(n), other] = 1.0
+        return logits
+
+    report = parity(perturbed, eager, pixels, labels, int8=True)
+    assert report["passed"] is passes, report["accuracy_delta"]
