@@ -196,10 +196,21 @@ def tiny_spec(**overrides) -> dict:
 
 
 @pytest.fixture(scope="session")
-def quickstart(tmp_path_factory):
+def quickstart_once(tmp_path_factory):
     """The quickstart sweep, shortened to 4 trials of 3 epochs, run once for several tests."""
     d = tmp_path_factory.mktemp("quickstart")
     out = run_cli("run", str(SWEEPS / "quickstart.yaml"), "--set", "train.epochs=3",
                   "--trials", "4", cwd=d)
     assert out.returncode == 0, out.stderr
     return Stores(d), out
+
+
+@pytest.fixture
+def quickstart(quickstart_once, tmp_path):
+    """The quickstart sweep's stores, copied for this test alone: a test that runs it again
+    changes no other test's counts, whatever the order. (The runs' artifacts stay in the
+    first folder, where the copied database points; new ones are written there too.)"""
+    stores, out = quickstart_once
+    copy = tmp_path / "quickstart"
+    shutil.copytree(stores.dir, copy, ignore=shutil.ignore_patterns("mlartifacts"))
+    return Stores(copy), out

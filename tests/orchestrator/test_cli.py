@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import keys
 from orchestrator.cli import COMPLETION_SHELLS, build_parser
 from tests.conftest import ROOT, run_cli, tiny_spec
 
@@ -146,3 +147,33 @@ def test_a_disk_that_fills_up_during_a_run_is_one_line_naming_the_stores(tmp_pat
         assert "No space left on device" in log.read_text() or \
             "database or disk is full" in log.read_text()
         log.unlink()
+
+
+def test_export_of_weights_that_do_not_load_is_one_line_and_exit_2(stores):
+    """A trial run (made through MLflow as `sweep run` makes one) whose weights fail to load."""
+    import torch
+    import yaml
+
+    from trainers import TrainSettings
+
+    client = stores.client()
+    exp = client.create_experiment("w", artifact_location=(stores.dir / "art").as_uri())
+    run_id = client.create_run(exp, tags={keys.ROLE: "trial"}).info.run_id
+    files = stores.dir / "files"
+    (files / keys.WEIGHTS_DIR).mkdir(parents=True)
+    (files / keys.SETTINGS_FILE).write_text(
+        yaml.safe_dump(TrainSettings(model="mlp", dataset="digits").to_dict()))
+    # a pickle of something else than tensors: what weights_only=True refuses
+    torch.save({"model": TrainSettings()}, files / keys.WEIGHTS_DIR / keys.WEIGHTS_FILE)
+    client.log_artifact(run_id, str(files / keys.SETTINGS_FILE))
+    client.log_artifact(run_id, str(files / keys.WEIGHTS_DIR))
+    out = run_cli("export", run_id, "--tracking-uri", stores.tracking_uri,
+                  "--out", str(stores.dir / "out"), cwd=stores.dir, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    (said,) = out.stderr.splitlines()
+    assert said.startswith(f"sweep: RUN_ID {run_id}: its model/weights.pt cannot be exported: "
+                           f"cannot read weights model/weights.pt: "), said
+    assert said.endswith("; export another run (sweep status NAME lists them)")
+    assert "weights_only=False" not in said  # never PyTorch's advice to unpickle anything
+    assert not (stores.dir / "out").exists()
+    assert not client.get_run(run_id).data.tags.get(keys.EXPORTED, "")
