@@ -96,7 +96,8 @@ GIT_DIFF = _key("sweep.git_diff_sha256", RUN_TAG, "SHA-256 of those uncommitted 
 
 # --- the parent run --------------------------------------------------------------------------
 STORAGE = _key("sweep.storage", PARENT_TAG, "the Optuna storage (its password masked)")
-PREFLIGHT = _key("sweep.preflight", PARENT_TAG, "PASS, WARN, FAIL or FAIL (forced)")
+PREFLIGHT = _key("sweep.preflight", PARENT_TAG, "PASS, WARN, ERROR (a check itself raised; the "
+                 "sweep goes on), FAIL or FAIL (forced)")
 BEST_RUN_ID = _key("sweep.best_run_id", PARENT_TAG, "the best trial's run so far")
 BEST_TRIAL = _key("sweep.best_trial", PARENT_TAG, "the best trial's number so far")
 TEST_TRIALS = _key("sweep.test_trials", PARENT_TAG,

@@ -21,7 +21,10 @@ from . import space as sp
 from .protocol import Preflight
 from .spec import SweepSpec, settings_of
 
-STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
+STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim", "ERROR": "magenta"}
+# worst last; ERROR (a check that raised: the checker's fault) ranks under FAIL, so that only a
+# FAIL of the user's code stops `sweep run`
+ORDER = ["PASS", "WARN", "ERROR", "FAIL"]
 VARIES = ("dataset", "model")  # a check per distinct pair: that is where the bugs live
 
 
@@ -68,16 +71,19 @@ def request(spec: SweepSpec, settings: dict[str, Any], out_dir: Path) -> Preflig
                      lr_search=lr_search(spec))
 
 
-def failed_report(check: str, evidence: str, cause: str, fix: str) -> dict[str, Any]:
-    """The report of a configuration whose checks could not run: one FAIL, of ``check``."""
-    return {"status": "FAIL", "files": {}, "seconds": 0.0, "suggested_lr": None,
-            "checks": [{"name": check, "status": "FAIL", "evidence": evidence, "cause": cause,
+def failed_report(check: str, evidence: str, cause: str, fix: str,
+                  status: str = "FAIL") -> dict[str, Any]:
+    """The report of a configuration whose checks could not run: one row of ``check``, FAIL
+    (the user's settings or code) or ERROR (the checker's own fault)."""
+    return {"status": status, "files": {}, "seconds": 0.0, "suggested_lr": None,
+            "checks": [{"name": check, "status": status, "evidence": evidence, "cause": cause,
                         "fix": fix}]}
 
 
 def run_checks(req: Preflight) -> dict[str, Any]:
     """Run the trainer's checks for one :func:`request`: the report as a dict, or a FAIL of the
-    ``settings`` check when the settings themselves are unusable."""
+    ``settings`` check when the settings themselves are unusable (an ERROR report when the
+    checker itself raised: never an exception)."""
     import trainers
     from trainers.preflight import preflight
 
@@ -85,9 +91,16 @@ def run_checks(req: Preflight) -> dict[str, Any]:
         settings = trainers.TrainSettings.from_dict(req.settings)
     except trainers.SettingsError as e:
         return failed_report("settings", str(e), "a setting cannot be used", e.fix)
+    except Exception as e:  # noqa: BLE001 - the checker's fault, not the user's: no FAIL
+        return failed_report("settings", f"{type(e).__name__}: {e}"[:500], "the checks could "
+                             "not start: a fault of the checker", "", status="ERROR")
     lr_search_range = tuple(req.lr_search) if req.lr_search else None
-    return preflight(settings, out_dir=req.dir, overfit_steps=req.overfit_steps,
-                     lr_range_test=req.lr_range_test, lr_search=lr_search_range).to_dict()
+    try:
+        return preflight(settings, out_dir=req.dir, overfit_steps=req.overfit_steps,
+                         lr_range_test=req.lr_range_test, lr_search=lr_search_range).to_dict()
+    except Exception as e:  # noqa: BLE001 - each check is isolated; this is the frame's fault
+        return failed_report("preflight", f"{type(e).__name__}: {e}"[:500], "the checks "
+                             "themselves raised: a fault of the checker", "", status="ERROR")
 
 
 def check_all(spec: SweepSpec, out_dir: Path,
@@ -112,8 +125,8 @@ def check_all(spec: SweepSpec, out_dir: Path,
 
 
 def status_of(results: list[dict[str, Any]]) -> str:
-    order = ["PASS", "WARN", "FAIL"]
-    return max((r["report"]["status"] for r in results), key=order.index, default="PASS")
+    """The worst status of all configurations: PASS, WARN, ERROR or FAIL (only FAIL stops)."""
+    return max((r["report"]["status"] for r in results), key=ORDER.index, default="PASS")
 
 
 def table(name: str, report: dict[str, Any]) -> Table:
@@ -136,11 +149,12 @@ def show(console: Console, results: list[dict[str, Any]]) -> None:
             console.print(f"lr range test: search lr in [{low:.2g}, {high:.2g}]")
 
 
-def failures(results: list[dict[str, Any]]) -> list[str]:
-    """One line per FAIL: configuration, check, cause."""
-    return [f"preflight {r['label']}: {c['name']} FAIL: {c['evidence']} ({c['cause']}; fix: "
-            f"{c['fix']})" for r in results for c in r["report"]["checks"]
-            if c["status"] == "FAIL"]
+def failures(results: list[dict[str, Any]], status: str = "FAIL") -> list[str]:
+    """One line per check of ``status`` (FAIL: the user's code; ERROR: the checker's own):
+    configuration, check, evidence, cause and fix."""
+    return [f"preflight {r['label']}: {c['name']} {status}: {c['evidence']} ({c['cause']}; "
+            f"fix: {c['fix']})" for r in results for c in r["report"]["checks"]
+            if c["status"] == status]
 
 
 def markdown(results: list[dict[str, Any]]) -> str:

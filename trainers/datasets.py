@@ -176,14 +176,42 @@ def _fake(s: TrainSettings) -> Data:
     return _in_memory(s, *splits, tuple(str(i) for i in range(10)), STATS["fake"])
 
 
+def image_folder_size(root: Path) -> tuple[int, int]:
+    """The one ``(height, width)`` of every image under ``root`` (read from the file headers).
+
+    Raises:
+        DataError: the images differ in size (``image_size`` must then say the size to train
+            at), or there is none.
+    """
+    from PIL import Image
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    sizes: dict[tuple[int, int], Path] = {}
+    for path in sorted(root.rglob("*")):
+        if path.suffix.lower() in IMG_EXTENSIONS and path.is_file():
+            with Image.open(path) as img:
+                sizes.setdefault((img.height, img.width), path)
+            if len(sizes) > 1:
+                (a, pa), (b, pb) = sizes.items()
+                raise DataError("image_size", None, f"is needed: the images under {root} differ "
+                                f"in size ({pa.name} is {a[0]}x{a[1]}, {pb.name} is "
+                                f"{b[0]}x{b[1]}); set image_size (e.g. {min(a + b)}) to train "
+                                f"on square images of that side")
+    if not sizes:
+        raise DataError("data_dir", str(root), "holds no images")
+    return next(iter(sizes))
+
+
 def _image_folder(s: TrainSettings) -> Data:
     from torchvision import datasets, transforms
 
     check_data_files(s)
     root = data_root(s)
     norm = STATS["image_folder"]
+    # without image_size the images' own size, when they share one
+    size = (s.image_size, s.image_size) if s.image_size else image_folder_size(root)
     transform = transforms.Compose([
-        transforms.Resize((s.image_size, s.image_size)), transforms.ToTensor(),
+        transforms.Resize(size), transforms.ToTensor(),
         transforms.Normalize(norm.mean, norm.std)])
     splits = {}
     for split in ("train", "val", "test"):
@@ -201,7 +229,7 @@ def _image_folder(s: TrainSettings) -> Data:
                             f"{split}/ has classes {splits[split].classes}, train/ has "
                             f"{classes}: give every split the same class folders")
     return Data(splits["train"], splits["val"], splits["test"], len(classes), tuple(classes), 3,
-                (s.image_size, s.image_size), norm)
+                size, norm)
 
 
 def _user(s: TrainSettings) -> Data:
@@ -216,12 +244,33 @@ def _user(s: TrainSettings) -> Data:
         raise DataError("dataset", s.dataset, "must return (train_dataset, val_dataset, "
                                               "num_classes)")
     train, val, num_classes = result
-    image, _ = train[0]
-    if not (isinstance(image, torch.Tensor) and image.ndim == 3):
-        raise DataError("dataset", s.dataset, f"items must be (C x H x W tensor, label), got an "
-                                              f"image of type {type(image).__name__}")
+    if len(train) == 0 or len(val) == 0:
+        raise DataError("dataset", s.dataset, f"returned an empty split ({len(train)} training, "
+                                              f"{len(val)} validation items)")
+    image = _user_image(s.dataset, train[0])
     return Data(train, val, None, int(num_classes), tuple(str(i) for i in range(num_classes)),
                 int(image.shape[0]), (int(image.shape[1]), int(image.shape[2])), None)
+
+
+def _user_image(dataset: str, item) -> torch.Tensor:
+    """The image of a user dataset's item, which must be ``(C x H x W tensor or numpy array,
+    label)``; anything else is refused naming what came and how to return it."""
+    if isinstance(item, dict):
+        raise DataError("dataset", dataset, f"items are dicts (keys {', '.join(map(str, item))});"
+                                            f" return (image, label) tuples from __getitem__")
+    if not (isinstance(item, (tuple, list)) and len(item) == 2):
+        raise DataError("dataset", dataset, f"items must be (image, label) pairs, got a "
+                                            f"{type(item).__name__}")
+    image = item[0]
+    if isinstance(image, np.ndarray) and image.ndim == 3:  # default_collate makes it a tensor
+        image = torch.from_numpy(image)
+    if not (isinstance(image, torch.Tensor) and image.ndim == 3):
+        kind = type(image).__name__ + (f" of shape {tuple(image.shape)}"
+                                       if hasattr(image, "shape") else "")
+        raise DataError("dataset", dataset, f"items must be (C x H x W tensor, label), got an "
+                                            f"image of type {kind}; convert it in the dataset "
+                                            f"(e.g. torchvision.transforms.ToTensor())")
+    return image
 
 
 def _in_memory(s: TrainSettings, train, val, test, classes, norm) -> Data:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+import torch
 from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin
 
 from .errors import SettingsError
 from .settings import TORCHVISION
@@ -70,6 +72,11 @@ def build_model(name: str, num_classes: int, in_channels: int, image_size: tuple
     if name.startswith(TORCHVISION):
         return torchvision_model(name[len(TORCHVISION):], num_classes, in_channels, weights,
                                  download)
+    return initialize_lazy(user_model(name, num_classes, in_channels), in_channels, image_size)
+
+
+def user_model(name: str, num_classes: int, in_channels: int) -> nn.Module:
+    """A user's ``module:function`` called with ``num_classes`` and ``in_channels``."""
     module, _, function = name.partition(":")
     try:
         make = getattr(importlib.import_module(module), function)
@@ -80,6 +87,24 @@ def build_model(name: str, num_classes: int, in_channels: int, image_size: tuple
     model = make(num_classes=num_classes, in_channels=in_channels)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model {name} returned {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def initialize_lazy(model: nn.Module, in_channels: int, image_size: tuple[int, int]) -> nn.Module:
+    """A model with lazy layers (``nn.LazyLinear``, ``nn.LazyConv2d``...) run once on a batch of
+    two zero images, so that its parameters exist before anything counts them, builds the
+    optimizer, moves or wraps the model. A model without lazy layers is returned untouched.
+
+    The pass runs in eval mode without gradients: no dropout draws and no BatchNorm statistics
+    change, so the random stream after it is the one the layers' initialisation left."""
+    if not any(isinstance(m, LazyModuleMixin) and m.has_uninitialized_params()
+               for m in model.modules()):
+        return model
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        model(torch.zeros(2, in_channels, *image_size))
+    model.train(was_training)
     return model
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+import traceback
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,10 @@ from .loop import build_run
 from .runtime import resolve_device, seed_everything
 from .settings import TrainSettings
 
-PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
-SEVERITY = {SKIP: 0, PASS: 0, WARN: 1, FAIL: 2}
+PASS, WARN, FAIL, SKIP, ERROR = "PASS", "WARN", "FAIL", "SKIP", "ERROR"
+# ERROR: the check itself raised (a bug of the checker, not a verdict on the user's code); it
+# ranks under FAIL so that only a FAIL stops a sweep
+SEVERITY = {SKIP: 0, PASS: 0, WARN: 1, ERROR: 2, FAIL: 3}
 SAMPLE = 64          # items read for the data checks
 BALANCE_ITEMS = 5000  # at most this many labels counted per split for the class balance
 OVERFIT_BATCH = 32
@@ -40,7 +43,8 @@ GRID = 16            # images in the sample grid
 @dataclass(frozen=True)
 class Check:
     """One check's verdict: ``status`` PASS / WARN / FAIL (or SKIP when an earlier FAIL made it
-    meaningless), one line of evidence, and for WARN/FAIL the likely cause and the fix."""
+    meaningless, ERROR when the check itself raised), one line of evidence, and for WARN/FAIL
+    the likely cause and the fix."""
 
     name: str
     status: str
@@ -62,7 +66,7 @@ class PreflightReport:
     @property
     def status(self) -> str:
         worst = max((SEVERITY[c.status] for c in self.checks), default=0)
-        return {0: PASS, 1: WARN, 2: FAIL}[worst]
+        return {0: PASS, 1: WARN, 2: ERROR, 3: FAIL}[worst]
 
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)
@@ -99,14 +103,17 @@ def preflight(settings: TrainSettings, *, out_dir: str | Path | None = None,
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    steps = [_data_checks, _device_check, _registration_check, _gradient_check,
-             _loss_wiring_check, _overfit_checks]
+    steps = [("data", _data_checks), ("devices", _device_check),
+             ("registration", _registration_check), ("gradients", _gradient_check),
+             ("loss_wiring", _loss_wiring_check), ("overfit", _overfit_checks)]
     if lr_range_test:
-        steps.append(lambda ctx: _lr_range_check(ctx, lr_search))
+        steps.append(("lr_range", lambda ctx: _lr_range_check(ctx, lr_search)))
     ctx = _Context(settings, report, out, overfit_steps)
-    for step in steps:
+    for name, step in steps:
+        if name not in ("data", "devices") and ctx.batch is None:
+            break  # no model and batch to check: the rest are SKIP
         try:
-            step(ctx)
+            ctx.isolated(name, step, ctx)
         except _Stop:
             break
     names = ["data", "inputs", "labels", "class_balance", "devices", "registration",
@@ -135,15 +142,35 @@ class _Context:
     def add(self, name: str, status: str, evidence: str, cause: str = "", fix: str = "") -> None:
         self.report.checks.append(Check(name, status, evidence, cause, fix))
 
+    def isolated(self, name: str, fn, *args) -> Any:
+        """``fn(*args)``; an exception (other than a check's own stop) becomes an ERROR row of
+        check ``name``, so that the other checks still run (then None is returned)."""
+        try:
+            return fn(*args)
+        except _Stop:
+            raise
+        except Exception as e:  # noqa: BLE001 - the checker's own failure, reported as such
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            self.add(name, ERROR, f"{type(e).__name__}: {_first_line(e)} (at "
+                                  f"{Path(where.filename).name}:{where.lineno} in {where.name})",
+                     "the check itself raised: a fault of the checker, not a verdict on your "
+                     "code", "the other checks still ran; sweep run does not stop on an ERROR")
+            return None
+
     def guarded(self, name: str, fn) -> Any:
         """``fn()``, turning an exception into a FAIL of check ``name`` that stops the rest."""
         try:
             return fn()
         except Exception as e:  # noqa: BLE001 - any error here is the finding
-            self.add(name, FAIL, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
+            self.add(name, FAIL, f"{type(e).__name__}: {_first_line(e)}",
                      "the code under test raised", "fix the error above, then run sweep doctor "
                                                    "again")
             raise _Stop from e
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0][:300] if lines else "(no message)"
 
 
 # ----------------------------------------------------------------------------------- data
@@ -156,6 +183,12 @@ def _read(dataset: Dataset, indices: list[int]) -> tuple[torch.Tensor, torch.Ten
         idx = torch.tensor(indices)
         return x[idx], y[idx]
     xs, ys = zip(*(dataset[i] for i in indices))
+    shapes = {tuple(getattr(x, "shape", ())): i for i, x in zip(indices, xs)}
+    if len(shapes) > 1:  # default_collate would fail with a message about stacking
+        (a, i), (b, j) = list(shapes.items())[:2]
+        raise ValueError(f"items differ in size (item {i} is {a}, item {j} is {b}), so they "
+                         f"cannot form a batch: resize them to one size in the dataset "
+                         f"(torchvision.transforms.Resize)")
     return default_collate(list(xs)), default_collate(list(ys))
 
 
@@ -169,12 +202,16 @@ def _data_checks(ctx: _Context) -> None:
     ctx.add("data", PASS, f"{n_train} training and {n_val} validation items, "
                           f"{data.num_classes} classes, images {data.in_channels}x"
                           f"{data.image_size[0]}x{data.image_size[1]}")
-    inputs_ok = _inputs_check(ctx, x, data)
-    labels_ok = _labels_check(ctx, y, data, sample)
-    _class_balance_check(ctx, data)
+    # each check on its own: one that raises is an ERROR row and the others still run
+    inputs_ok = ctx.isolated("inputs", _inputs_check, ctx, x, data) is not False
+    labels_ok = ctx.isolated("labels", _labels_check, ctx, y, data, sample) is not False
+    if labels_ok:  # counting classes needs one integer label per item
+        ctx.isolated("class_balance", _class_balance_check, ctx, data)
     if ctx.out is not None and inputs_ok:
-        ctx.report.files["samples"] = str(_sample_grid(x[:GRID], y[:GRID], data,
-                                                       ctx.out / "samples.png"))
+        path = ctx.isolated("samples", _sample_grid, x[:GRID], y[:GRID] if labels_ok else None,
+                            data, ctx.out / "samples.png")
+        if path is not None:
+            ctx.report.files["samples"] = str(path)
     if not (inputs_ok and labels_ok):
         raise _Stop
 
@@ -210,6 +247,13 @@ def _inputs_check(ctx: _Context, x: torch.Tensor, data: Data) -> bool:
 
 def _labels_check(ctx: _Context, y: torch.Tensor, data: Data, sample: list[int]) -> bool:
     k = data.num_classes
+    if isinstance(y, torch.Tensor) and y.ndim != 1:
+        ctx.add("labels", FAIL, f"a batch of labels is {y.dtype} {tuple(y.shape)}, not "
+                                f"({len(y)},)",
+                "each label is a vector (one-hot?) rather than one class index",
+                "return the class index as an integer (for one-hot labels: "
+                "int(label.argmax()))")
+        return False
     if not isinstance(y, torch.Tensor) or y.is_floating_point() or y.dtype == torch.bool:
         dtype = y.dtype if isinstance(y, torch.Tensor) else type(y).__name__
         ctx.add("labels", FAIL, f"labels are {dtype}",
@@ -263,8 +307,9 @@ def _class_balance_check(ctx: _Context, data: Data) -> None:
         ctx.add("class_balance", PASS, "; ".join(parts))
 
 
-def _sample_grid(x: torch.Tensor, y: torch.Tensor, data: Data, path: Path) -> Path:
-    """A PNG of the first images with their class names, for a human to spot swapped labels."""
+def _sample_grid(x: torch.Tensor, y: torch.Tensor | None, data: Data, path: Path) -> Path:
+    """A PNG of the first images with their class names (``y`` None: labels unusable, the
+    images alone), for a human to spot swapped labels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -285,11 +330,13 @@ def _sample_grid(x: torch.Tensor, y: torch.Tensor, data: Data, path: Path) -> Pa
     fig, axes = plt.subplots(rows, cols, figsize=(cols * 1.3, rows * 1.5), squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
-    for ax, img, label in zip(axes.flat, x, y.tolist()):
+    labels = [int(v) for v in y.tolist()] if y is not None else [None] * len(x)
+    for ax, img, label in zip(axes.flat, x, labels):
         img = img[0] if img.shape[0] != 3 else img.permute(1, 2, 0)
         ax.imshow(img.numpy(), cmap="gray" if img.ndim == 2 else None, vmin=0, vmax=1)
-        ax.set_title(data.classes[label] if 0 <= label < len(data.classes) else str(label),
-                     fontsize=8)
+        title = "?" if label is None else \
+            data.classes[label] if 0 <= label < len(data.classes) else str(label)
+        ax.set_title(title, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -353,8 +400,10 @@ def _gradient_check(ctx: _Context) -> None:
     model.zero_grad(set_to_none=True)
     logits = ctx.guarded("gradients", lambda: model(x))
     if not isinstance(logits, torch.Tensor):
-        ctx.add("gradients", FAIL, f"the model returned a {type(logits).__name__}",
-                "the model must return one logits tensor", "return logits (N x num_classes)")
+        ctx.add("gradients", FAIL, f"the model returned a {type(logits).__name__}, not a tensor",
+                "the model must return one logits tensor (N x num_classes)",
+                "return the logits alone; for a model returning (logits, aux) or a dict, wrap "
+                "it in a module whose forward returns only the logits")
         raise _Stop
     loss = F.cross_entropy(logits.float(), y) if logits.shape[-1:] == (ctx.data.num_classes,) \
         else logits.float().sum()
@@ -384,7 +433,7 @@ def _loss_wiring_check(ctx: _Context) -> None:
     model, (x, _) = ctx.run.model, ctx.batch
     model.eval()
     with torch.no_grad():
-        out = model(x).float()
+        out = ctx.guarded("loss_wiring", lambda: model(x)).float()  # eval mode: its own path
     k = ctx.data.num_classes
     if out.ndim != 2 or out.shape[1] != k:
         ctx.add("loss_wiring", FAIL, f"logits shape {tuple(out.shape)}, expected "

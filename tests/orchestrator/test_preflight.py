@@ -69,8 +69,9 @@ def test_sweep_run_logs_the_passed_preflight_on_the_parent_run(quickstart):
 
 def test_each_dataset_and_model_of_the_space_is_checked_once():
     spec = validate(tiny_spec(train={"epochs": 1}, space={
-        "model": ["small_cnn", "mlp"], "lr": {"low": 1e-4, "high": 1e-2, "log": True},
-        "optimizer": {"adam": {}, "sgd": {"lr": [0.05, 0.5]}}}))
+        "model": ["small_cnn", "mlp"],
+        "optimizer": {"adam": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}},
+                      "sgd": {"lr": [0.05, 0.5]}}}))
     configs = pf.configurations(spec)
     assert [(c["dataset"], c["model"]) for c in configs] == [("digits", "small_cnn"),
                                                              ("digits", "mlp")]
@@ -83,3 +84,22 @@ def test_preflight_false_and_its_options_validate():
     spec = validate(tiny_spec(preflight={"lr_range_test": True, "overfit_steps": 50}))
     assert spec.preflight.lr_range_test and spec.preflight.overfit_steps == 50
     assert load_spec(SWEEPS / "quickstart.yaml").preflight.overfit_steps == 300
+
+
+def test_a_checker_error_is_shown_but_only_a_fail_of_the_user_code_stops_the_sweep(tmp_path):
+    spec = validate(tiny_spec(train={"dataset": "tests.corpus:numpy_images",
+                                     "model": "tests.corpus:pooled", "epochs": 1},
+                              space={"batch_size": [16]}, preflight={"overfit_steps": 50}))
+    (settings,) = pf.configurations(spec)
+    (tmp_path / "0" / "samples.png").mkdir(parents=True)  # the grid cannot be written there
+    errored = {"label": pf.label(settings), "folder": "0", "settings": settings,
+               "report": pf.run_checks(pf.request(spec, settings, tmp_path / "0"))}
+    assert errored["report"]["status"] == "ERROR"
+    assert pf.status_of([errored]) == "ERROR"
+    assert pf.failures([errored]) == []  # what stops `sweep run` (phases.preflight)
+    (line,) = pf.failures([errored], "ERROR")
+    assert line.startswith("preflight tests.corpus:numpy_images / tests.corpus:pooled: samples "
+                           "ERROR: IsADirectoryError")
+    failed = {**errored, "report": pf.failed_report("data", "e", "c", "f")}
+    assert pf.status_of([errored, failed]) == pf.status_of([failed, errored]) == "FAIL"
+    assert "ERROR" in pf.markdown([errored]) and pf.table("x", errored["report"]).row_count

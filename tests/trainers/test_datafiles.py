@@ -4,7 +4,6 @@ import pytest
 from tests.datasets import write_mnist
 from trainers import (
     DataError,
-    SettingsError,
     TrainSettings,
     check_data_files,
     pending_download,
@@ -40,5 +39,5 @@ def test_an_image_folder_needs_its_splits_and_a_size(tmp_path):
     with pytest.raises(DataError, match="train/"):
         check_data_files(TrainSettings(dataset="image_folder", data_dir=str(tmp_path),
                                        image_size=8))
-    with pytest.raises(SettingsError, match="image_size is needed"):
-        TrainSettings(dataset="image_folder", data_dir=str(tmp_path))
+    # without image_size the images' own size, when they share one (trainers.datasets)
+    assert TrainSettings(dataset="image_folder", data_dir=str(tmp_path)).image_size is None

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from trainers import TrainSettings
-from trainers.preflight import FAIL, PASS, SKIP, WARN, preflight
+from trainers import TrainSettings, train
+from trainers.preflight import ERROR, FAIL, PASS, SKIP, WARN, preflight
 
 
 def run(tmp_path=None, **settings):
@@ -94,3 +94,53 @@ def test_an_lr_search_range_that_misses_the_learning_range_is_flagged():
 def test_overfit_steps_must_be_positive(value):
     with pytest.raises(ValueError, match="overfit_steps"):
         preflight(TrainSettings(), overfit_steps=value)
+
+
+CORPUS = {"dataset": "tests.corpus:numpy_images", "batch_size": 16}
+
+
+def test_a_check_that_raises_is_an_error_row_and_the_other_checks_still_run(tmp_path):
+    (tmp_path / "samples.png").mkdir()  # the sample grid cannot be written: the checker's fault
+    report = preflight(TrainSettings(**CORPUS, model="tests.corpus:pooled"), out_dir=tmp_path,
+                       overfit_steps=50)
+    (error,) = [c for c in report.checks if c.status == ERROR]
+    assert error.name == "samples" and error.evidence.startswith("IsADirectoryError: ")
+    assert "not a verdict on your code" in error.cause
+    verdicts = {c.name: c.status for c in report.checks if c.status != ERROR}
+    assert len(verdicts) == 10 and set(verdicts.values()) <= {PASS, WARN}
+    assert report.status == ERROR  # worse than WARN, short of a FAIL
+
+
+def test_lazy_layers_are_initialised_before_the_checks_and_the_optimizer():
+    settings = TrainSettings(**CORPUS, model="tests.corpus:lazy", epochs=1)
+    report = preflight(settings, overfit_steps=50)
+    assert report.check("registration").evidence == "2276 parameters, all registered"
+    assert report.check("gradients").evidence == "all 4 parameter tensors got a gradient"
+    assert report.status in (PASS, WARN)
+    first, again = train(settings), train(settings)  # the pass does not disturb the seeding
+    curve = ("train_loss", "grad_norm", "val_loss", "val_acc")
+    assert len(first.history) == 1
+    assert [first.history[0][k] for k in curve] == [again.history[0][k] for k in curve]
+    assert sum(p.numel() for p in first.model.parameters()) == 2276
+
+
+def test_float_labels_fail_without_breaking_the_sample_grid(tmp_path):
+    report = preflight(TrainSettings(dataset="tests.datasets:float_label_dataset"),
+                       out_dir=tmp_path, overfit_steps=5)
+    assert report.check("labels").status == FAIL
+    assert [c.name for c in report.checks if c.status == ERROR] == []
+    assert (tmp_path / "samples.png").is_file()  # the images, without their unusable labels
+
+
+def test_one_hot_labels_fail_naming_the_class_index_fix():
+    report = run(dataset="tests.corpus:one_hot")
+    labels = report.check("labels")
+    assert labels.status == FAIL and "(48, 4)" in labels.evidence
+    assert "one-hot" in labels.cause and "argmax" in labels.fix
+    assert [c.name for c in report.checks if c.status == ERROR] == []
+
+
+def test_a_model_returning_logits_and_aux_fails_naming_the_fix():
+    check = run(**CORPUS, model="tests.corpus:logits_and_aux").check("gradients")
+    assert check.status == FAIL and "returned a tuple" in check.evidence
+    assert "return the logits alone" in check.fix
