@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,20 @@ from trainers.batches import EpochOrder
 CURVE = ("train_loss", "train_acc", "val_loss", "val_acc", "grad_norm")
 
 
+MARK = "SWEEP_TEST_MARK"
+
+
+@pytest.fixture(autouse=True)
+def mark_own_processes(monkeypatch):
+    """A mark of this test's own in the environment, which every process it starts inherits
+    (orphans included), so that :func:`rank_processes` counts no other test's ranks."""
+    monkeypatch.setenv(MARK, uuid.uuid4().hex)
+
+
 def rank_processes(wait: float = 5.0) -> list[int]:
-    """Live ``python -m trainers.rank`` processes (zombies excluded), once none are
-    left or ``wait`` s have passed."""
+    """Live ``python -m trainers.rank`` processes this test started (zombies excluded), once
+    none are left or ``wait`` s have passed."""
+    mark = f"{MARK}={os.environ[MARK]}".encode()
     deadline = time.monotonic() + wait
     while True:
         live = []
@@ -26,13 +38,30 @@ def rank_processes(wait: float = 5.0) -> list[int]:
             try:
                 cmd = (proc / "cmdline").read_bytes().split(b"\0")
                 state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if b"trainers.rank" not in cmd or state == "Z":
+                    continue
+                environ = (proc / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"trainers.rank" in cmd and state != "Z":
+            if mark in environ:
                 live.append(int(proc.name))
         if not live or time.monotonic() > deadline:
             return live
         time.sleep(0.1)
+
+
+def test_rank_processes_sees_the_ranks_of_this_test_only():
+    # stand-ins named like ranks: one this test starts, one as if another test had started it
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)", "-m", "trainers.rank"]
+    others = {k: v for k, v in os.environ.items() if k != MARK}
+    mine, theirs = subprocess.Popen(sleep), subprocess.Popen(sleep, env=others)
+    try:
+        assert rank_processes(wait=0) == [mine.pid]
+    finally:
+        for p in (mine, theirs):
+            p.kill()
+            p.wait()
+    assert rank_processes(wait=0) == []
 
 
 def ddp(**kw) -> TrainSettings:
