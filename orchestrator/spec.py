@@ -44,7 +44,7 @@ MAX_SEED = 2**32 - 1  # numpy's seeds: every trial seed (seed + repeat index) mu
 # Bounds on what a sweep file may be, so that any input is read or refused in bounded time and
 # memory (an alias bomb expands to billions of values; a grid is a product of its lists).
 MAX_FILE_BYTES = 1 << 20
-MAX_YAML_VALUES = 5_000  # scalars, lists and mappings, aliases expanded
+MAX_YAML_VALUES = 2_000  # scalars, lists and mappings, aliases expanded
 MAX_YAML_DEPTH = 32
 MAX_GRID = 5_000  # configurations; `--max-grid N` raises it
 
