@@ -445,8 +445,11 @@ def _check_settings(top: SweepSpec, problems: list[str]) -> sp.Space:
         try:
             TrainSettings.from_dict({**fixed, **sp.first_values(space)})
         except SettingsError as e:
-            if e.field in fixed or not space:
+            if e.field in fixed:
                 problems.append(f"train.{e.field} {e.fix}, got {e.value!r}")
+            elif not space:  # a default the fixed settings do not fit: name them
+                problems.append(f"train.{e.field} {e.fix}, got its default {e.value!r}; set it "
+                                f"in train, or change {', '.join(f'train.{k}' for k in fixed)}")
     if not problems:
         sp.check_values(space, fixed, problems)
     return space
@@ -579,8 +582,12 @@ def _check_sampler(top: SweepSpec, space: sp.Space, problems, warnings,
         warnings.append("space searches nothing: every trial uses the same settings")
     if _check_kwargs(f"sampler ({name})", "sampler", _sampler_class(name), top.sampler.options,
                      problems, reserved=("seed",)):
-        _construct("sampler", _sampler_class(name), {"seed": top.sampler_seed},
-                   top.sampler.options, problems)
+        sampler = _construct("sampler", _sampler_class(name), {"seed": top.sampler_seed},
+                             top.sampler.options, problems)
+        # gp and qmc sample through torch and scipy: seconds to import, so only built here
+        if sampler is not None and top.sampler.options and name == "tpe":
+            _dry_run("sampler", top.sampler.options, problems, sampler=sampler,
+                     trials=top.sampler.options.get("n_startup_trials", 10) + 3)
     return None
 
 
@@ -594,7 +601,11 @@ def _check_pruner(top: SweepSpec, problems, warnings) -> None:
         given = {"median": {"n_warmup_steps": top.pruner.min_epochs},
                  "successive_halving": {"min_resource": top.pruner.min_epochs},
                  "hyperband": {"min_resource": top.pruner.min_epochs, "max_resource": epochs}}
-        _construct("pruner", _pruner_class(name), given[name], top.pruner.options, problems)
+        pruner = _construct("pruner", _pruner_class(name), given[name], top.pruner.options,
+                            problems)
+        if pruner is not None and top.pruner.options:
+            _dry_run("pruner", top.pruner.options, problems, pruner=pruner, epochs=epochs,
+                     trials=top.pruner.options.get("n_startup_trials", 5) + 3)
     if name != "none" and top.pruner.min_epochs > epochs:
         warnings.append(f"pruner.min_epochs ({top.pruner.min_epochs}) is past train.epochs "
                         f"({epochs}): no trial will be pruned")
@@ -650,16 +661,18 @@ def _is_a(value, types: tuple) -> bool:
     return isinstance(value, types)
 
 
-def _construct(key: str, cls, given: dict, options: dict, problems: list[str]) -> None:
+def _construct(key: str, cls, given: dict, options: dict, problems: list[str]):
     """Build the Optuna object as ``sweep run`` will, turning its refusal into a line naming
-    the option (each option alone first, to find the one refused)."""
+    the option (each option alone first, to find the one refused); None if refused."""
     import warnings
+
+    built = []
 
     def refusal(opts: dict) -> str | None:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                cls(**given, **opts)
+                built.append(cls(**given, **opts))
         except Exception as e:  # noqa: BLE001 - any refusal of Optuna's becomes the line
             return str(e).splitlines()[0] if str(e) else type(e).__name__
         return None
@@ -678,6 +691,40 @@ def _construct(key: str, cls, given: dict, options: dict, problems: list[str]) -
     if why:
         problems.append(f"{key}: Optuna refuses the options {', '.join(options) or '(none)'} "
                         f"together: {why}")
+        return None
+    return built[-1]
+
+
+def _dry_run(key: str, options: dict, problems: list[str], sampler=None, pruner=None,
+             trials: int = 10, epochs: int = 5) -> None:
+    """Some option values pass the constructor and fail at the first sample or prune (a
+    negative candidate count, a reduction factor of 1): run a small in-memory study with the
+    object, past its startup trials, so that they fail here and not in trial 11."""
+    import warnings
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            study = optuna.create_study(sampler=sampler, pruner=pruner)
+            for _ in range(min(trials, 30)):
+                trial = study.ask()
+                x = trial.suggest_float("x", 0.0, 1.0)
+                trial.suggest_categorical("c", ["a", "b"])
+                pruned = False
+                for step in range(1, min(epochs, 10) + 1):
+                    trial.report(x * step, step)
+                    pruned = trial.should_prune()
+                    if pruned:
+                        break
+                study.tell(trial, None if pruned else x,
+                           state=optuna.trial.TrialState.PRUNED if pruned else None)
+    except Exception as e:  # noqa: BLE001 - any failure of Optuna's becomes the line
+        problems.append(f"{key} ({', '.join(f'{k}={v!r}' for k, v in options.items())}): "
+                        f"Optuna fails with these options at the first trials: "
+                        f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
 
 def _sampler_class(name):

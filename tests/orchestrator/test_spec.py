@@ -210,6 +210,12 @@ BAD_VALUES = {
     "pruner option Optuna refuses": ({"pruner": {"name": "successive_halving",
                                                  "reduction_factor": 1}},
                                      "pruner.reduction_factor: Optuna refuses 1"),
+    "sampler option failing at the first trials": (
+        {"sampler": {"name": "tpe", "n_ei_candidates": -3}},
+        "sampler (n_ei_candidates=-3): Optuna fails with these options at the first trials"),
+    "pruner option failing at the first prune": (
+        {"pruner": {"name": "hyperband", "reduction_factor": 1}},
+        "pruner (reduction_factor=1): Optuna fails with these options at the first trials"),
     "pruner option NaN": ({"pruner": {"name": "median", "n_startup_trials": float("nan")}},
                           "pruner.n_startup_trials must be int, got nan"),
     "seed past numpy": ({"seed": 2**32}, "seed must be less than or equal to 4294967295"),
