@@ -5,12 +5,14 @@ trials, stale heartbeats, runs no trial points at). Only the ``sweep run`` proce
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -83,13 +85,93 @@ def open_tracking(tracking_uri: str, spec: SweepSpec, study: SweepStudy, spec_te
     if shared is None and not study.created:
         shared = tracker.find_parent(experiment_id, study.name) or study.wait_for_shared_parent()
     if shared is not None:
-        tracker.resume_parent(shared)
+        try:
+            tracker.resume_parent(shared)
+        except Exception as e:
+            if getattr(e, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            raise StoreBroke(f"--tracking-uri {mask(tracking_uri)}: holds no run {shared}, the "
+                             f"parent run of study {study.name!r} (the store was deleted or "
+                             f"replaced since); {_store_fix(tracking_uri)}") from None
         return Tracking(tracker, experiment_id, shared, env_tags, packages)
     parent_id, _ = tracker.parent_run(
         experiment_id, study.name, spec_text, spec.raw,
         {**env_tags, keys.STORAGE: mask(storage), keys.FINGERPRINT: spec.fingerprint()})
     study.set_shared_parent(parent_id)
     return Tracking(tracker, experiment_id, parent_id, env_tags, packages)
+
+
+class StoreBroke(SweepError):
+    """The MLflow store failed under a sweep (deleted, unreadable, full): never the fault of the
+    trials it was recording, which are queued for retry."""
+
+
+def _store_fix(tracking_uri: str) -> str:
+    db = paths.sqlite_file(tracking_uri)
+    store = f"{db}" if db is not None else "the store"
+    return (f"restore {store} (from a backup; or free disk space) and rerun the same command, "
+            f"or rerun with --new to start the sweep afresh")
+
+
+def store_broke(tracking_uri: str, error: BaseException) -> StoreBroke:
+    """The one line saying what broke in the MLflow store and what to do."""
+    what = _root_cause(error)
+    db = paths.sqlite_file(tracking_uri)
+    if db is not None and not db.exists():
+        what = f"{db} was deleted ({what})"
+    return StoreBroke(f"the MLflow store {mask(tracking_uri)} failed: {what}; the trials that "
+                      f"were running are queued for retry; {_store_fix(tracking_uri)}")
+
+
+def check_store_present(tracking_uri: str, study: SweepStudy) -> None:
+    """Refuse to go on, before any trial starts, with the SQLite file of a study's runs gone
+    (MLflow would create an empty one, and every trial would fail to find its parent run)."""
+    db, parent = paths.sqlite_file(tracking_uri), study.shared_parent()
+    if db is not None and parent is not None and not db.exists():
+        raise StoreBroke(f"--tracking-uri {tracking_uri}: {db} is missing, but study "
+                         f"{study.name!r} recorded its runs there (parent run {parent}); "
+                         f"{_store_fix(tracking_uri)}")
+
+
+def _root_cause(error: BaseException) -> str:
+    """The first line of the innermost error of a chain: the driver's (``attempt to write a
+    readonly database``), not MLflow's or SQLAlchemy's wrapping of it."""
+    text = type(error).__name__
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        lines = [line for line in str(error).strip().splitlines()
+                 if line and not line.startswith("(raised as a result of")]
+        if lines:
+            text = lines[0]
+        error = getattr(error, "orig", None) or error.__cause__ or error.__context__
+    return text
+
+
+class Guarded:
+    """A :class:`~orchestrator.tracking.Tracker` whose every call turns a failure of the store
+    into :class:`StoreBroke` (a :class:`SweepError` it raises on purpose passes unchanged), and
+    tells ``on_broke`` first."""
+
+    def __init__(self, tracker, on_broke: Callable[[SweepError], None]):
+        self._tracker, self._on_broke = tracker, on_broke
+
+    def __getattr__(self, name: str):
+        value = getattr(self._tracker, name)
+        if not callable(value):
+            return value
+
+        @functools.wraps(value)
+        def call(*args, **kwargs):
+            try:
+                return value(*args, **kwargs)
+            except SweepError:
+                raise
+            except Exception as e:  # the driver's, MLflow's and the file system's errors
+                error = store_broke(self._tracker.uri, e)
+                self._on_broke(error)
+                raise error from e
+        return call
 
 
 class Heartbeat:
@@ -166,6 +248,8 @@ class Runs:
         self._setup = ThreadPoolExecutor(1).submit(
             open_tracking, tracking_uri, spec, study, spec_text, storage)
         self.opened: Tracking | None = None
+        self.tracking_uri = tracking_uri
+        self.broken: SweepError | None = None  # why the MLflow side cannot be used, once it broke
         # (trial number, run id, reason) of runs to close once attached
         self._unclosed: list[tuple[int, str | None, str]] = []
 
@@ -181,13 +265,21 @@ class Runs:
         that dead processes left RUNNING. Returns whether MLflow is attached.
 
         Raises:
-            SweepError: the MLflow store cannot be opened.
+            SweepError: the MLflow store cannot be opened (:attr:`broken` says so too).
         """
         if self.opened is not None:
             return True
         if not wait and not self._setup.done():
             return False
-        self.opened = self._setup.result()
+        try:
+            opened = self._setup.result()
+        except SweepError as e:  # the store cannot be opened, or holds no such parent run
+            self.broken = e
+            raise
+        except Exception as e:
+            self.broken = store_broke(self.tracking_uri, e)
+            raise self.broken from e
+        self.opened = replace(opened, tracker=Guarded(opened.tracker, self._broke))
         for number, run_id, reason in self._unclosed:
             self._close_runs(number, run_id, reason)
         self._close_stray_runs()
@@ -195,6 +287,9 @@ class Runs:
             self.open_run(active)
             self.flush(active)
         return True
+
+    def _broke(self, error: SweepError) -> None:
+        self.broken = self.broken or error
 
     def _close_stray_runs(self) -> None:
         """Close trial runs left RUNNING whose trial is no longer running.
@@ -288,11 +383,12 @@ class TrialBook:
         """
         check_tracking_uri(tracking_uri)  # bad input fails here, before anything is written
         study = SweepStudy.open(spec, storage, new=new)
+        check_store_present(tracking_uri, study)
         book = cls(spec, study, tracking_uri=tracking_uri, storage=storage, spec_text=spec_text,
                    say=say)
         if new:
             book.say(f"starting a fresh study {study.name!r} (--new)")
-        book.recover_orphans()
+        recover_orphans(book)
         c = study.counts()
         if c["finished"] or c["retried"]:
             book.say(f"resuming sweep {study.name!r}: {c['finished']} of {spec.trials} trials "
@@ -385,7 +481,7 @@ class TrialBook:
     def finish(self, slot: int, end: Done | Failed) -> None:
         """End the trial on ``slot`` in both stores as its worker reported: complete, pruned
         (a complete trial with a non-finite objective fails) or failed."""
-        active = self.active.pop(slot)
+        active = self.active[slot]  # until it ended: if a store fails first, abort() retries it
         active.warnings += end.warnings
         self.runs.complete(active)
         if isinstance(end, Done):
@@ -402,6 +498,7 @@ class TrialBook:
         else:
             self._end(active, end)
             self.folders.drop_checkpoint(active.pending.root)
+        self.active.pop(slot, None)
 
     def _end(self, active: Active, done: Done) -> None:
         metrics = {keys.TRAIN_SECONDS: done.train_seconds}
@@ -422,9 +519,10 @@ class TrialBook:
     def fail(self, slot: int, reason: str, kind: str) -> None:
         """Fail the trial on worker ``slot``, if any (``kind``: crash, interrupt or
         deterministic); see :meth:`will_retry`."""
-        active = self.active.pop(slot, None)
+        active = self.active.get(slot)
         if active is not None:
             self._fail(active, reason, kind)
+            self.active.pop(slot, None)
 
     def _fail(self, active: Active, reason: str, kind: str) -> None:
         """Fail a trial in both stores; queue its retry when :meth:`will_retry`, else drop its
@@ -450,18 +548,24 @@ class TrialBook:
 
     def abort(self, reason: str, kind: str = "crash") -> None:
         """Fail every running trial (an interrupt is queued for retry: the next run resumes it
-        from its checkpoint) and end the parent run KILLED (interrupt) or FAILED. Best effort:
-        the store itself may be what failed, and a later run recovers what is left RUNNING."""
+        from its checkpoint) and end the parent run KILLED (interrupt) or FAILED. When the MLflow
+        store broke, the trials are queued for retry in Optuna alone (kind ``store``): the store
+        failing is never the trials' fault."""
         for slot in list(self.active):
             active = self.active.pop(slot)
             try:
-                self._fail(active, reason, kind)
-            except Exception:  # MLflow failed: still fail the trial in Optuna
-                self.study.fail(active.pending, reason, kind, retry=kind == "interrupt")
-        try:
-            self.end_parent("KILLED" if kind == "interrupt" else "FAILED")
-        except Exception:
-            pass
+                if self.runs.broken is None:
+                    self._fail(active, reason, kind)
+                    continue
+            except Exception:  # noqa: BLE001 - the store failed: Optuna still records it
+                pass
+            broken = self.runs.broken
+            self.study.fail(active.pending, f"the MLflow store failed: {broken}" if broken else
+                            reason, "store" if broken else kind,
+                            retry=broken is not None or kind == "interrupt")
+        if self.runs.broken is None:
+            with contextlib.suppress(Exception):
+                self.end_parent("KILLED" if kind == "interrupt" else "FAILED")
 
     def _record_if_best(self, value: float) -> None:  # called once the trial's run exists
         better = (self.best_value is None or
@@ -475,18 +579,6 @@ class TrialBook:
                                      self.study.counts()["finished"])
 
     # ---------------------------------------------------------------- what others left behind
-
-    def recover_orphans(self) -> None:
-        """Fail (and retry, within ``retries``) the trials a dead ``sweep run`` on this host left
-        RUNNING; their runs are closed FAILED once MLflow is attached."""
-        for t in self.study.orphans():
-            reason = f"the sweep run process that owned it ({t.user_attrs.get(keys.OWNER)}) is gone"
-            root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
-            retry = self.will_retry("crash", root)
-            if self.study.fail(t, reason, "crash", retry):
-                self.runs.fail_runs(t.number, t.user_attrs.get(keys.RUN_ID), reason)
-                if not retry:
-                    self.folders.drop_checkpoint(root)
 
     def fail_stale_trials(self) -> None:
         """With heartbeats (an RDB storage shared by machines), at most once an interval: fail
@@ -503,3 +595,16 @@ class TrialBook:
                 self.study.retry(t)
             self.say(f"trial {t.number} failed: {reason}{' (queued for retry)' if retry else ''}")
             self.runs.fail_runs(t.number, t.user_attrs.get(keys.RUN_ID), reason)
+
+
+def recover_orphans(book: TrialBook) -> None:
+    """Fail (and retry, within ``retries``) the trials a dead ``sweep run`` on this host left
+    RUNNING; their runs are closed FAILED once MLflow is attached."""
+    for t in book.study.orphans():
+        reason = f"the sweep run process that owned it ({t.user_attrs.get(keys.OWNER)}) is gone"
+        root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
+        retry = book.will_retry("crash", root)
+        if book.study.fail(t, reason, "crash", retry):
+            book.runs.fail_runs(t.number, t.user_attrs.get(keys.RUN_ID), reason)
+            if not retry:
+                book.folders.drop_checkpoint(root)

@@ -67,8 +67,8 @@ OWNER = _key("sweep.owner", TRIAL_ATTR,
              "is dead is an orphan")
 FAIL_REASON = _key("sweep.fail_reason", (TRIAL_ATTR, TRIAL_TAG), "why it failed")
 FAIL_KIND = _key("sweep.fail_kind", (TRIAL_ATTR, TRIAL_TAG),
-                 "crash (retried within `retries`), interrupt (always retried) or "
-                 "deterministic (never)")
+                 "crash (retried within `retries`), interrupt (always retried), store (the "
+                 "MLflow store failed under it: always retried) or deterministic (never)")
 WILL_RETRY = _key("sweep.will_retry", (TRIAL_ATTR, TRIAL_TAG),
                   "whether a retry of the failed trial is queued")
 RETRY_OF = _key("sweep.retry_of", (TRIAL_ATTR, TRIAL_TAG), "the failed trial this one retries")
@@ -107,8 +107,6 @@ SPEC_FILE = _key("sweep.yaml", PARENT_ARTIFACT, "the sweep YAML as written")
 RESOLVED_FILE = _key("sweep.resolved.yaml", PARENT_ARTIFACT, "the sweep with every default filled")
 PREFLIGHT_DIR = _key("preflight", PARENT_ARTIFACT, "the preflight's JSON, Markdown and images")
 REPORT_DIR = _key("report", PARENT_ARTIFACT, "`sweep report --log`'s files")
-CHECKPOINT_DISCARDED = _key("sweep.checkpoint_discarded", TRIAL_TAG,
-                            "why its checkpoint could not be read: it started over from epoch 0")
 
 # --- a trial run -----------------------------------------------------------------------------
 PARENT_RUN_ID = _key("mlflow.parentRunId", TRIAL_TAG, "its parent run (nests it in the UI)")
@@ -125,6 +123,8 @@ DEVICE = _key("sweep.device", TRIAL_TAG, "the device it trained on (cpu, cuda)")
 DEVICE_NAME = _key("sweep.device_name", TRIAL_TAG, "the GPU's or the processor's name")
 RESUMED_FROM = _key("sweep.resumed_from_epoch", TRIAL_TAG,
                     "the checkpoint's epoch it went on from (0: it started afresh)")
+CHECKPOINT_DISCARDED = _key("sweep.checkpoint_discarded", TRIAL_TAG,
+                            "why its checkpoint could not be read: it started over from epoch 0")
 WARNINGS = _key("sweep.warnings", TRIAL_TAG, "the trainer's distinct warnings, one a line")
 EXPORTED = _key("sweep.exported", TRIAL_TAG, "true once its weights were exported")
 EXPORT_ERROR = _key("sweep.export_error", TRIAL_TAG, "why the export failed as a whole")

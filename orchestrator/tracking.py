@@ -13,6 +13,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Any
 
+import mlflow.store.db.utils as mlflow_db_utils
 import yaml
 from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.tracking import MlflowClient
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 # after the import: MLflow sets its own level then; its INFO lines would break the progress display
 for _name in ("mlflow", "alembic"):
     logging.getLogger(_name).setLevel(logging.WARNING)
+# it logs a database error with its traceback before raising it: the sweep says it in one line
+logging.getLogger(mlflow_db_utils.__name__).setLevel(logging.CRITICAL)
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 # the experiment's type in MLflow 3: "Machine learning" (runs, models), not "GenAI apps & agents"

@@ -9,9 +9,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import pytest
+import yaml
 
-from tests.conftest import ROOT, tiny_spec
+from orchestrator import keys
+from tests.conftest import ROOT, Stores, run_cli, tiny_spec
 from tests.orchestrator.test_scale_out import databases  # noqa: F401 - a fixture
 
 MACHINES = 4
@@ -86,3 +87,67 @@ def test_processes_starting_together_on_new_postgresql_databases_all_succeed(dat
     ends = start_together(storage, tracking_uri, tmp_path)
     assert [code for code, _ in ends] == [0] * MACHINES, [err[-3000:] for _, err in ends]
     assert_one_trial_each(storage, tracking_uri)
+
+
+# ------------------------------------------------------------------ an MLflow store that breaks
+
+def sweep_until_a_run_exists(folder: Path) -> subprocess.Popen:
+    """``sweep run`` of a 2-trial sweep long enough to be caught mid-trial, returned once its
+    first trial's MLflow run is recorded on the trial."""
+    (folder / "s.yaml").write_text(yaml.safe_dump(tiny_spec(
+        trials=2, workers=1, train={"dataset": "digits", "model": "small_cnn", "epochs": 40})))
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", "s.yaml"],
+                            cwd=folder, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    journal = folder / "optuna.journal"
+    while not (journal.exists() and keys.RUN_ID in journal.read_text()):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    return proc
+
+
+def rerun(folder: Path):
+    return run_cli("run", "s.yaml", cwd=folder)
+
+
+def trial_states(folder: Path) -> list[tuple[int, str, str | None]]:
+    """(number, state, fail kind) of every trial of the sweep."""
+    return [(t.number, t.state.name, t.user_attrs.get(keys.FAIL_KIND))
+            for t in Stores(folder).study("tiny").trials]
+
+
+def test_a_store_that_breaks_mid_sweep_queues_its_trials_for_retry_and_reruns_fail_none(
+        tmp_path):
+    proc = sweep_until_a_run_exists(tmp_path)
+    (tmp_path / "mlflow.db").unlink()  # the database deleted under the running sweep
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sweep: the MLflow store sqlite:///"), err
+    assert all(words in lines[0] for words in ("queued for retry", "restore", "--new")), err
+    trials = Stores(tmp_path).study("tiny").trials
+    assert [(t.state.name, t.user_attrs.get(keys.FAIL_KIND)) for t in trials] == [
+        ("FAIL", "store"), ("WAITING", None)]
+    assert trials[0].user_attrs[keys.WILL_RETRY] is True
+    assert trials[1].user_attrs[keys.RETRY_OF] == 0
+    broken = trial_states(tmp_path)
+
+    missing = rerun(tmp_path)  # refused before any trial starts; nothing is created
+    assert missing.returncode == 2, missing.stdout + missing.stderr
+    assert missing.stderr.startswith("sweep: --tracking-uri sqlite:///") and \
+        "mlflow.db is missing, but study 'tiny' recorded its runs there" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+    assert trial_states(tmp_path) == broken and not (tmp_path / "mlflow.db").exists()
+
+    (tmp_path / "mlflow.db").write_bytes(b"not a database\n" * 100)  # unreadable
+    unreadable = rerun(tmp_path)
+    assert unreadable.returncode == 2, unreadable.stdout + unreadable.stderr
+    assert "cannot open the MLflow store" in unreadable.stderr
+    assert len(unreadable.stderr.strip().splitlines()) == 1
+    after = trial_states(tmp_path)
+    assert after[0] == broken[0]
+    # a trial this rerun started is queued again, never failed for good; none is left RUNNING
+    assert all(kind == "store" for _, state, kind in after if state == "FAIL"), after
+    assert [state for _, state, _ in after].count("WAITING") == 1, after
+    assert "RUNNING" not in [state for _, state, _ in after]
