@@ -291,6 +291,9 @@ def _gpu_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected GPU ids like 0,1, got {text!r}") from None
     if not ids or any(i < 0 for i in ids):
         raise argparse.ArgumentTypeError(f"expected GPU ids like 0,1, got {text!r}")
+    if len(set(ids)) != len(ids):  # one slot per GPU id: workers_per_gpu shares a GPU
+        raise argparse.ArgumentTypeError(f"lists a GPU twice, got {text!r}; use "
+                                         f"workers_per_gpu to put several workers on one")
     return ids
 
 

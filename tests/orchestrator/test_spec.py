@@ -354,3 +354,10 @@ def test_cli_refuses_a_hostile_file_with_one_line_and_exit_2(tmp_path):
     out = run_cli("validate", str(path), cwd=tmp_path)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "expands to over" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cli_refuses_a_gpu_listed_twice(tmp_path):
+    out = run_cli("run", str(SWEEPS / "quickstart.yaml"), "--gpus", "0,1,0", cwd=tmp_path)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "lists a GPU twice, got '0,1,0'" in out.stderr
+    assert not (tmp_path / "mlflow.db").exists()
