@@ -144,6 +144,12 @@ def batchnorm_dropout(num_classes: int, in_channels: int) -> nn.Module:
                          nn.Dropout(0.2), nn.Linear(128, num_classes))
 
 
+def batchnorm_head(num_classes: int, in_channels: int) -> nn.Module:
+    """BatchNorm1d in the head: it cannot train on a forward pass of one item."""
+    return nn.Sequential(nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(in_channels * 4, 16),
+                         nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, num_classes))
+
+
 # ------------------------------------------------------------ models refused with one line
 
 class _WithAux(nn.Module):
@@ -186,3 +192,18 @@ def write_one_size_folder(root, per_class: int = 8) -> None:
                 pixels[c * 5:(c + 1) * 5] = 250  # the class is a bright half
                 mode = ("L", "RGBA", "RGB", "P")[i % 4]
                 Image.fromarray(pixels).convert(mode).save(folder / f"{i}.png")
+
+
+class _AuxInEval(nn.Module):
+    def __init__(self, num_classes: int, in_channels: int):
+        super().__init__()
+        self.body = pooled(num_classes, in_channels)
+
+    def forward(self, x):
+        logits = self.body(x)
+        return logits if self.training else (logits, logits.softmax(1))
+
+
+def aux_in_eval(num_classes: int, in_channels: int) -> nn.Module:
+    """Logits while training, (logits, probabilities) in eval mode."""
+    return _AuxInEval(num_classes, in_channels)

@@ -105,7 +105,8 @@ def preflight(settings: TrainSettings, *, out_dir: str | Path | None = None,
         out.mkdir(parents=True, exist_ok=True)
     steps = [("data", _data_checks), ("devices", _device_check),
              ("registration", _registration_check), ("gradients", _gradient_check),
-             ("loss_wiring", _loss_wiring_check), ("overfit", _overfit_checks)]
+             ("loss_wiring", _loss_wiring_check), ("last_batch", _last_batch_check),
+             ("overfit", _overfit_checks)]
     if lr_range_test:
         steps.append(("lr_range", lambda ctx: _lr_range_check(ctx, lr_search)))
     ctx = _Context(settings, report, out, overfit_steps)
@@ -433,7 +434,14 @@ def _loss_wiring_check(ctx: _Context) -> None:
     model, (x, _) = ctx.run.model, ctx.batch
     model.eval()
     with torch.no_grad():
-        out = ctx.guarded("loss_wiring", lambda: model(x)).float()  # eval mode: its own path
+        out = ctx.guarded("loss_wiring", lambda: model(x))  # eval mode: its own path
+    if not isinstance(out, torch.Tensor):
+        ctx.add("loss_wiring", FAIL, f"in eval mode the model returned a {type(out).__name__}, "
+                                     f"not a tensor", "evaluation and export read one logits "
+                                                      "tensor", "return the logits alone in "
+                                                                "eval mode too")
+        raise _Stop
+    out = out.float()
     k = ctx.data.num_classes
     if out.ndim != 2 or out.shape[1] != k:
         ctx.add("loss_wiring", FAIL, f"logits shape {tuple(out.shape)}, expected "
@@ -454,6 +462,32 @@ def _loss_wiring_check(ctx: _Context) -> None:
     else:
         ctx.add("loss_wiring", PASS, f"logits {tuple(out.shape)}, values in "
                                      f"[{float(out.min()):.3g}, {float(out.max()):.3g}]")
+
+
+def _last_batch_check(ctx: _Context) -> None:
+    """Where an epoch leaves a forward pass of one item, that item trains: BatchNorm over one
+    value per channel raises mid-epoch. A row only when some forward pass sees one item."""
+    s, n = ctx.settings, len(ctx.data.train)
+    order = ctx.run.train_batches.order
+    if min(len(m) for micro, _, _ in order.steps() for m in micro) > 1:
+        return
+    model, (x, y) = ctx.run.model, ctx.batch
+    model.train()
+    evidence = (f"an epoch of {n} items in batches of {s.batch_size} leaves a forward pass of "
+                f"one item")
+    try:
+        F.cross_entropy(model(x[:1]).float(), y[:1]).backward()
+    except Exception as e:  # noqa: BLE001 - the model's own verdict on a batch of one
+        better = next(b for b in itertools.count(s.batch_size + 1) if n % b != 1)
+        ctx.add("last_batch", FAIL, f"{evidence}; the model raises on it: "
+                                    f"{type(e).__name__}: {_first_line(e)}",
+                "the model cannot train on a single item (BatchNorm needs two values per "
+                "channel)", f"choose a batch_size that leaves no single item (e.g. {better}), "
+                            f"or a dataset size that does")
+    else:
+        ctx.add("last_batch", PASS, f"{evidence}; the model trains on it")
+    finally:
+        model.zero_grad(set_to_none=True)
 
 
 # ------------------------------------------------------------------------- overfit one batch

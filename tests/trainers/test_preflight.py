@@ -144,3 +144,14 @@ def test_a_model_returning_logits_and_aux_fails_naming_the_fix():
     check = run(**CORPUS, model="tests.corpus:logits_and_aux").check("gradients")
     assert check.status == FAIL and "returned a tuple" in check.evidence
     assert "return the logits alone" in check.fix
+    check = run(**CORPUS, model="tests.corpus:aux_in_eval").check("loss_wiring")
+    assert check.status == FAIL and "in eval mode the model returned a tuple" in check.evidence
+
+
+def test_a_last_batch_of_one_item_that_batchnorm_cannot_train_fails_naming_batch_size():
+    tiny = {"dataset": "tests.corpus:tiny", "model": "tests.corpus:batchnorm_head"}
+    check = run(**tiny, batch_size=3).check("last_batch")  # 10 items = 3 + 3 + 3 + 1
+    assert check.status == FAIL and "leaves a forward pass of one item" in check.evidence
+    assert "BatchNorm" in check.cause and "batch_size that leaves no single item (e.g. 4)" \
+        in check.fix
+    assert "last_batch" not in {c.name for c in run(**tiny, batch_size=5).checks}
