@@ -373,9 +373,12 @@ def apply_overrides(raw: dict, overrides, source: str) -> dict:
         if not sep or not key.strip():
             raise SpecError(f"--set {item!r}: expected KEY=VALUE, e.g. --set train.epochs=1")
         try:
-            value = yaml.safe_load(text) if text.strip() else None
-        except yaml.YAMLError:
-            raise SpecError(f"--set {item!r}: the value is not valid YAML; quote it") from None
+            value = yaml.load(text, Loader=_YamlLoader) if text.strip() else None  # noqa: S506
+        except yaml.YAMLError as e:
+            problem = getattr(e, "problem", None)
+            raise SpecError(_one_line(f"--set {item!r}: the value is not valid YAML"
+                                      f"{f' ({problem})' if problem else ''}; quote it"
+                                      )) from None
         node = out
         parts = key.strip().split(".")
         for i, part in enumerate(parts[:-1]):

@@ -361,3 +361,8 @@ def test_cli_refuses_a_gpu_listed_twice(tmp_path):
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
     assert "lists a GPU twice, got '0,1,0'" in out.stderr
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_set_value_naming_a_key_twice_is_refused(write_spec):
+    with pytest.raises(SpecError, match="the key 'epochs' is given twice"):
+        load_spec(write_spec(tiny_spec()), ["train={epochs: 1, epochs: 2}"])
