@@ -19,7 +19,7 @@ from typing import Any, Iterator, Union
 
 from trainers import SettingsError, TrainSettings, setting_fields, setting_kind
 
-from .errors import did_you_mean, key_text
+from .errors import SweepError, did_you_mean, key_text
 
 RANGE_KEYS = ("low", "high", "log", "step", "type")
 MAX_RANGE_STEPS = 10**9  # a float step finer than this many steps over its range is a typo
@@ -310,14 +310,21 @@ class _FromParams:
     def __init__(self, params: dict[str, Any]):
         self.params = params
 
-    def suggest_categorical(self, name, choices):
+    def _value(self, name):
+        if name not in self.params:  # e.g. a study started before nested names were qualified
+            raise SweepError(f"a trial's parameters {sorted(self.params)} lack {name!r}, which "
+                             f"this sweep's space names: the study was made with other "
+                             f"parameter names; rerun with --new to start a fresh study")
         return self.params[name]
+
+    def suggest_categorical(self, name, choices):
+        return self._value(name)
 
     def suggest_int(self, name, low, high, step=1, log=False):
-        return self.params[name]
+        return self._value(name)
 
     def suggest_float(self, name, low, high, step=None, log=False):
-        return self.params[name]
+        return self._value(name)
 
 
 def settings_for(space: Space, params: dict[str, Any]) -> dict[str, Any]:

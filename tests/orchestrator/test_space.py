@@ -117,3 +117,13 @@ def test_a_grid_is_counted_as_a_product_without_listing_it():
                       "batch_size": [32, 64, 128]})
     assert sp.grid_size(small) == len(sp.grid(small)) == (2 + 1) * 3
     assert sp.grid_size(()) == 1
+
+
+def test_params_from_another_naming_are_one_clear_error_not_a_key_error():
+    from orchestrator.errors import SweepError
+
+    space, _ = parse({"optimizer": {o: {"schedule": {"constant": {"lr": [0.1, 0.01]}}}
+                                    for o in ("sgd", "adam")}})
+    old = {"optimizer": "sgd", "sgd.schedule": "constant", "constant.lr": 0.1}
+    with pytest.raises(SweepError, match="lack 'sgd.constant.lr'.*rerun with --new"):
+        sp.settings_for(space, old)
