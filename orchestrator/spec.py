@@ -450,7 +450,8 @@ def _check_settings(top: SweepSpec, problems: list[str]) -> sp.Space:
         except SettingsError as e:
             if e.field in fixed:
                 problems.append(f"train.{e.field} {e.fix}, got {e.value!r}")
-            elif not space:  # a default the fixed settings do not fit: name them
+            elif e.field not in {n.setting for _, n in sp.walk(space)}:  # a default they
+                # do not fit (a dataset's data_dir...): train's to fix, not a searched value's
                 problems.append(f"train.{e.field} {e.fix}, got its default {e.value!r}; set it "
                                 f"in train, or change {', '.join(f'train.{k}' for k in fixed)}")
     if not problems:

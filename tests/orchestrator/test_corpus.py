@@ -3,6 +3,10 @@ verdict, `sweep run` trains the ones that can train, and the others are refused 
 naming the check and the fix; never a traceback, never an ERROR of the checker itself."""
 import json
 
+import pytest
+
+from orchestrator.errors import SpecError
+from orchestrator.spec import validate
 from tests.conftest import ROOT, run_cli, tiny_spec
 from tests.corpus import write_one_size_folder
 from tests.datasets import write_image_folder
@@ -122,3 +126,12 @@ def test_sweep_run_trains_each_dataset_style(stores, write_spec):
     reports = {r["label"]: r["report"] for r in json.loads(open(local).read())["configurations"]}
     data = reports["image_folder / tests.corpus:pooled"]["checks"][0]
     assert data["evidence"].endswith("2 classes, images 3x10x12")
+
+
+def test_a_dataset_setting_left_out_is_named_in_train_not_on_a_searched_value():
+    with pytest.raises(SpecError) as e:
+        validate(tiny_spec(train={"dataset": "image_folder", "epochs": 1},
+                           space={"lr": [0.01, 0.1]}))
+    (line,) = e.value.lines
+    assert line.startswith("<sweep>: train.data_dir is needed for dataset image_folder")
+    assert "space" not in line
