@@ -42,6 +42,8 @@ def json_schema() -> dict[str, Any]:
     for key in ("train", "space"):
         schema["properties"][key] = {"$ref": f"#/definitions/{key}", "default": {},
                                      "description": defs[key]["description"]}
+    schema["properties"]["gpus"]["anyOf"][0]["uniqueItems"] = True  # a GPU id once
+    schema["properties"]["export"]["uniqueItems"] = True  # a format once
     # "_TopLevel": the title every schema written so far carries (the name of the model it was
     # first generated from), kept so that regenerating a committed schema file changes nothing
     return {"$schema": "http://json-schema.org/draft-07/schema#", "title": "_TopLevel",

@@ -61,6 +61,8 @@ def test_schema_accepts_what_the_validator_accepts(validator, mapping):
     ({"space": {"data_dir": ["a", "b"]}}, "$.space"),  # fixed-only settings are not searched
     ({"train": {"seed": 3}}, "$.train"),  # the seed is top-level
     ({"name": "has space"}, "$.name"),
+    ({"gpus": [0, 0]}, "$.gpus"),  # a GPU id twice
+    ({"seed": 2**32}, "$.seed"),  # past numpy's seeds
 ])
 def test_schema_rejects_what_the_validator_rejects(validator, change, where):
     mapping = {**tiny_spec(), **change}
