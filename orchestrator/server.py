@@ -2,6 +2,7 @@
 starting it, waiting until it answers, and stopping it together with its helper processes."""
 from __future__ import annotations
 
+import ctypes
 import errno
 import ipaddress
 import os
@@ -36,6 +37,7 @@ def server_command(backend: str, artifacts: Path, host: str, port: int, workers:
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # besides SIGINT (Ctrl-C)
+PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when its parent dies
 
 
 def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str, path: str,
@@ -70,7 +72,7 @@ def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str
             # its own process group: the MLflow server's helpers outlive a server killed alone
             proc = subprocess.Popen(cmd, start_new_session=True, env=env,
                                     stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT)
+                                    stderr=subprocess.STDOUT, preexec_fn=_stop_with_parent)
         _wait_until_it_answers(proc, what, base, log_path)
         console.print(f"{what}: {base}{path}{hint}   (Ctrl-C stops it; server log: {log_path})",
                       soft_wrap=True)
@@ -88,6 +90,16 @@ def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str
 
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
+
+
+def _stop_with_parent() -> None:
+    """In the server's process, before MLflow starts: SIGTERM when the CLI dies, even by a
+    SIGKILL no handler sees (Linux). MLflow passes SIGTERM on to its uvicorn server, which
+    stops its workers."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the handlers above are all there is
+        pass
 
 
 def _wait_until_it_answers(proc: subprocess.Popen, what: str, base: str, log_path: Path) -> None:

@@ -5,13 +5,14 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 
 import pytest
 
 # the first three are unused here: test_scale_out imports them from this module
 from orchestrator.paths import runs_table
-from tests.conftest import run_cli, serve
+from tests.conftest import group_alive, run_cli, serve
 
 
 def test_ui_prints_the_runs_table_url_and_stops_with_its_helpers(quickstart):
@@ -76,6 +77,17 @@ def test_sigterm_of_sweep_ui_stops_its_mlflow_server(stores):
         assert ui.groups and ui.proc.pid not in ui.groups  # out of reach of the CLI's group
         assert "authentication" not in ui.before  # 127.0.0.1: this machine only
         ui.stop(signal.SIGTERM)  # exits 0 and leaves none of its processes
+
+
+def test_a_kill_9_of_sweep_ui_stops_its_mlflow_server_too(stores):
+    with serve("ui", "--tracking-uri", stores.tracking_uri, cwd=stores.dir,
+               prefix="MLflow UI:") as ui:
+        ui.proc.send_signal(signal.SIGKILL)  # no handler runs: the server is told by Linux
+        ui.proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(group_alive(g) for g in ui.groups) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(group_alive(g) for g in ui.groups), f"left running: {ui.groups}"
 
 
 def test_a_server_on_every_interface_warns_and_stops_on_sighup(tmp_path):
