@@ -424,6 +424,7 @@ def cmd_completion(args, console: Console) -> int:
 
 def cmd_doctor(args, console: Console) -> int:
     from . import preflight as pf
+    from .phases import check_in_worker
     from .spec import PreflightSpec
 
     spec = load_spec(args.spec, args.overrides, args.max_grid)
@@ -443,10 +444,14 @@ def cmd_doctor(args, console: Console) -> int:
     busy = contextlib.nullcontext() if downloads else console.status(
         f"preflight of {spec.name!r}: data, devices, model, loss, one batch...")
     with busy:
-        results = pf.check_all(spec, out, pf.run_checks)
+        # in a worker: a model or dataset that hangs is a FAIL at its deadline
+        results = check_in_worker(spec, out, paths.work_dir(paths.default_tracking_uri(),
+                                                            spec.name) / "logs")
     pf.show(console, results)
     pf.write(out, results)
     console.print(f"evidence: {out}/preflight.md (and .json, sample images)", soft_wrap=True)
+    for line in pf.failures(results, "ERROR"):  # the checker's fault: said, never a FAIL
+        console.print(f"[magenta]{line}[/]", soft_wrap=True, markup=True, highlight=False)
     if pf.status_of(results) == "FAIL":
         raise SweepError(*pf.failures(results))
     return 0

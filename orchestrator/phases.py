@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -17,7 +18,20 @@ from . import keys
 from . import preflight as pf
 from .book import TrialBook
 from .errors import SweepError
-from .protocol import Export, Exported, Preflight, Reply, Request, Test
+from .protocol import (
+    REPLY_TO,
+    Export,
+    Exported,
+    Preflight,
+    ProtocolError,
+    Ready,
+    Reply,
+    Request,
+    Test,
+)
+from .slots import plan_slots
+from .spec import SweepSpec
+from .workers import WorkerPool
 
 # Deadlines of a request to a worker, derived from the work it asks for: a preflight trains
 # `overfit_steps` steps (and the lr range test as many again) after loading the data; the test
@@ -106,12 +120,7 @@ def preflight(book: TrialBook, workers: Workers, *, force: bool = False,
         reply = workers.ask(request, seconds)
         if isinstance(reply, Lost):  # the user's model or data hung or killed the process
             book.say(f"preflight {pf.label(request.settings)}: {reply.line('preflight')}")
-            return pf.failed_report(
-                "deadline" if reply.seconds else "worker", reply.line("preflight"),
-                "the model or the data hangs (a forward, a dataset or a loader that never "
-                "returns)" if reply.seconds else "the model or the data crashed the process",
-                "run `sweep doctor SPEC` and interrupt it (Ctrl-C) to see where it waits"
-                if reply.seconds else "see the worker log named above")
+            return lost_report(reply)
         return reply.report if reply else None
 
     results = pf.check_all(spec, out, check)
@@ -131,6 +140,70 @@ def preflight(book: TrialBook, workers: Workers, *, force: bool = False,
                          "preflight failed: no trial was started; fix the cause above and run "
                          "again (sweep doctor SPEC checks without running), or pass --force to "
                          "run anyway")
+
+
+HANG_FIX = ("make the model's forward and the dataset return for one batch of this data (try "
+            "one by hand); if the checks are only slow, raise preflight.timeout_s")
+
+
+def lost_report(lost: Lost) -> dict[str, Any]:
+    """The report of a configuration whose checks hung or killed their worker: one FAIL."""
+    report = pf.failed_report(
+        "deadline" if lost.seconds else "worker", lost.line("preflight"),
+        "the model or the data hangs (a forward, a dataset or a loader that never returns)"
+        if lost.seconds else "the model or the data crashed the process",
+        HANG_FIX if lost.seconds else "see the worker log named above")
+    return {**report, "seconds": lost.seconds or 0.0}
+
+
+def check_in_worker(spec: SweepSpec, out: Path, log_dir: Path) -> list[dict[str, Any]]:
+    """``sweep doctor``'s checks in one worker process with every core, each configuration under
+    its deadline: a model or a dataset that hangs (or kills the process) is that
+    configuration's FAIL, and the next one gets a fresh worker.
+
+    Raises:
+        SweepError: the worker cannot start.
+    """
+    gpus = list(spec.gpus) if spec.gpus is not None else None
+    pool = WorkerPool(plan_slots(1, gpus), log_dir)
+    pool.start()
+    try:
+        def check(request: Preflight) -> dict[str, Any]:
+            reply = _ask_alone(pool, request, preflight_deadline(request,
+                                                                 spec.preflight.timeout_s))
+            return lost_report(reply) if isinstance(reply, Lost) else reply.report
+
+        return pf.check_all(spec, out, check)
+    finally:
+        pool.stop()
+
+
+def _ask_alone(pool: WorkerPool, request: Request, seconds: float) -> Reply | Lost:
+    """Ask the pool's one worker, once it is ready, and wait at most ``seconds`` for its
+    answer (its start-up gets as long)."""
+    worker, sent = pool.workers[0], False
+    until = time.monotonic() + seconds
+    while (left := until - time.monotonic()) > 0:
+        if worker.ready and not sent:
+            sent, until = worker.send(request), time.monotonic() + seconds
+            continue
+        for _, msg in pool.wait(timeout=min(0.5, left)):
+            if msg is None:
+                reason = worker.exit_reason()
+                if not worker.ready:
+                    raise SweepError(f"the preflight worker cannot start: {reason}")
+                pool.restart(worker)
+                return Lost(reason)
+            if isinstance(msg, Ready):
+                worker.info = msg
+            elif isinstance(msg, REPLY_TO[type(request)]):
+                return msg
+            else:
+                raise ProtocolError(f"the preflight worker sent a {msg.op.value} message")
+    pool.kill_one(worker, f"no answer within {seconds:.0f} s")
+    worker.exit_reason()
+    pool.restart(worker)
+    return Lost(f"worker pid {worker.proc.pid}", seconds)
 
 
 def evaluate_test_split(book: TrialBook, workers: Workers) -> dict[str, Any] | None:

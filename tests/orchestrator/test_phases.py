@@ -53,3 +53,15 @@ def test_a_hanging_model_fails_the_preflight_at_its_deadline(stores, write_spec)
     assert "preflight" in line and "3 s" in line
     assert stores.study("tiny").trials == []  # no trial was started
     assert time.monotonic() - t0 < 100  # it did not wait for the model (an hour)
+
+
+def test_sweep_doctor_names_a_hanging_model_as_a_fail_at_its_deadline(tmp_path, write_spec):
+    spec = tiny_spec(preflight={"overfit_steps": 5, "timeout_s": 3},
+                     train={"dataset": "digits", "model": "tests.datasets:hanging_model",
+                            "epochs": 1})
+    done = run_cli("doctor", str(write_spec(spec)), "--out", str(tmp_path / "e"), cwd=tmp_path,
+                   env=USER_CODE, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    line = next(x for x in done.stderr.splitlines() if "deadline FAIL" in x)
+    assert "tests.datasets:hanging_model" in line and "3 s" in line
