@@ -148,7 +148,8 @@ def _is_json(line: bytes) -> bool:
 
 def make_sampler(spec: SweepSpec, seed_offset: int = 0):
     """The sampler of ``spec``, its seed offset by ``seed_offset`` (see :meth:`SweepStudy.open`)."""
-    s, seed = spec.sampler, spec.sampler_seed + seed_offset
+    # numpy's seeds stop at 2**32 - 1, which a valid seed plus a joiner's offset can pass
+    s, seed = spec.sampler, (spec.sampler_seed + seed_offset) % 2**32
     factories = {
         "tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler,
         # every grid point is enqueued, so the sampler is never asked for a value

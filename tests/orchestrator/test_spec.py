@@ -366,3 +366,14 @@ def test_cli_refuses_a_gpu_listed_twice(tmp_path):
 def test_a_set_value_naming_a_key_twice_is_refused(write_spec):
     with pytest.raises(SpecError, match="the key 'epochs' is given twice"):
         load_spec(write_spec(tiny_spec()), ["train={epochs: 1, epochs: 2}"])
+
+
+def test_the_largest_seed_still_makes_a_sampler_for_a_joining_process():
+    import optuna
+
+    from orchestrator.study import make_sampler
+
+    spec = validate(tiny_spec(sampler={"name": "tpe", "seed": 2**32 - 1}))
+    study = optuna.create_study(sampler=make_sampler(spec, seed_offset=5))
+    trial = study.ask()
+    assert 0 < trial.suggest_float("x", 0.0, 1.0) < 1
