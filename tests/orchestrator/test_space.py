@@ -127,3 +127,36 @@ def test_params_from_another_naming_are_one_clear_error_not_a_key_error():
     old = {"optimizer": "sgd", "sgd.schedule": "constant", "constant.lr": 0.1}
     with pytest.raises(SweepError, match="lack 'sgd.constant.lr'.*rerun with --new"):
         sp.settings_for(space, old)
+
+
+def test_a_nested_sweep_runs_resumes_and_retries_on_a_real_study(tmp_path):
+    """Both branches of options inside options through SweepStudy on a journal file: no clash
+    of names mid-sweep, a resumed process reads the same names, and a retry replays the
+    settings of the trial it retries."""
+    from orchestrator.spec import validate
+    from orchestrator.study import SweepStudy
+    from tests.conftest import tiny_spec
+
+    space = {"optimizer": {"sgd": {"schedule": {"constant": {"lr": [0.1, 0.05]}}},
+                           "adam": {"schedule": {"constant": {"lr": {"low": 1e-4,
+                                                                     "high": 1e-3}}}}}}
+    spec = validate(tiny_spec(trials=12, space=space, sampler={"name": "tpe", "seed": 1,
+                                                                "n_startup_trials": 3}))
+    path = str(tmp_path / "j.journal")
+    study = SweepStudy.open(spec, path)
+    seen = set()
+    for _ in range(8):
+        pending = study.next_trial()
+        seen.add(pending.settings["optimizer"])
+        study.complete(pending, [pending.settings["lr"]])
+    assert seen == {"sgd", "adam"}
+    resumed = SweepStudy.open(spec, path)
+    crashed = resumed.next_trial()
+    resumed.fail(crashed, "a crash", "crash", retry=True)
+    retry = resumed.next_trial()
+    assert retry.retry_of == crashed.trial.number
+    assert retry.settings == crashed.settings
+    for t in resumed.trials(states=(optuna.trial.TrialState.COMPLETE,)):
+        names = {n for n in t.params if n.endswith("lr")}
+        assert names in ({"sgd.constant.lr"}, {"adam.constant.lr"})
+        assert resumed.trial_settings(t)["lr"] == t.params[names.pop()]
