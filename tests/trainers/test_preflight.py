@@ -149,9 +149,12 @@ def test_a_model_returning_logits_and_aux_fails_naming_the_fix():
 
 
 def test_a_last_batch_of_one_item_that_batchnorm_cannot_train_fails_naming_batch_size():
-    tiny = {"dataset": "tests.corpus:tiny", "model": "tests.corpus:batchnorm_head"}
-    check = run(**tiny, batch_size=3).check("last_batch")  # 10 items = 3 + 3 + 3 + 1
+    def checks(batch_size):  # the overfit run does not matter here: 5 steps
+        return preflight(TrainSettings(dataset="tests.corpus:tiny", batch_size=batch_size,
+                                       model="tests.corpus:batchnorm_head"), overfit_steps=5)
+
+    check = checks(3).check("last_batch")  # 10 items = 3 + 3 + 3 + 1
     assert check.status == FAIL and "leaves a forward pass of one item" in check.evidence
     assert "BatchNorm" in check.cause and "batch_size that leaves no single item (e.g. 4)" \
         in check.fix
-    assert "last_batch" not in {c.name for c in run(**tiny, batch_size=5).checks}
+    assert "last_batch" not in {c.name for c in checks(5).checks}
