@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -72,6 +73,43 @@ def stores(tmp_path, mlflow_template) -> Stores:
     d.mkdir()
     shutil.copyfile(mlflow_template, d / "mlflow.db")
     return Stores(d)
+
+
+# how much slower than measured a loaded 2-core machine may run (other tests, other work)
+SLACK = 10
+PACE_SCRIPT = """
+import json, time
+t0 = time.monotonic()
+import torch
+from trainers import TrainSettings, train
+torch.set_num_threads(1)  # as each of two workers on two cores
+ends = []
+train(TrainSettings(dataset="digits", model="small_cnn", epochs=2, batch_size=32),
+      on_epoch_end=lambda report: ends.append(time.monotonic()))
+epoch = ends[1] - ends[0]
+print(json.dumps({"startup_s": ends[0] - t0 - epoch, "epoch_s": epoch}))
+"""
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How fast this machine runs the tests' training now, measured: a wait derived from it
+    holds on a slow or loaded machine, where a fixed number of seconds does not."""
+
+    startup_s: float  # a fresh Python process: torch and the trainer imported, digits loaded
+    epoch_s: float  # one epoch of the digits CNN at batch 32, one thread
+
+    def budget(self, epochs: float, starts: int = 1) -> float:
+        """Seconds to wait for ``starts`` fresh processes that train ``epochs`` epochs in all,
+        one after the other, with :data:`SLACK` for a loaded machine."""
+        return SLACK * (starts * self.startup_s + epochs * self.epoch_s)
+
+
+@pytest.fixture(scope="session")
+def pace(tmp_path_factory) -> Pace:
+    out = subprocess.run([sys.executable, "-c", PACE_SCRIPT], capture_output=True, text=True,
+                         cwd=tmp_path_factory.mktemp("pace"), check=True)
+    return Pace(**json.loads(out.stdout.splitlines()[-1]))
 
 
 def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None):

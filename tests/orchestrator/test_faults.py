@@ -49,14 +49,16 @@ def hangs(num_classes, in_channels):
 '''
 
 
-def test_each_kind_of_failure_ends_in_its_state_and_the_others_finish(cli, stores, write_spec):
+def test_each_kind_of_failure_ends_in_its_state_and_the_others_finish(cli, stores, write_spec,
+                                                                      pace):
     (stores.dir / "faulty.py").write_text(FAULTY)  # importable: workers run in this folder
     spec = tiny_spec(sampler={"name": "grid"}, workers=2, retries=1, trial_timeout_min=0.1,
                      train={"dataset": "digits", "epochs": 2},
                      space={"model": ["faulty:raises", "faulty:aborts", "faulty:hangs",
                                       "small_cnn"]})
     del spec["trials"]
-    out = cli(write_spec(spec), timeout=240)
+    # 6 trials (4 and 2 retries), each on a fresh worker, 2 of them hanging 6 s
+    out = cli(write_spec(spec), timeout=pace.budget(epochs=2, starts=7) + 2 * 6)
     assert out.returncode == 1, out.stderr  # finished, with trials failed for good
     by_model = {}
     for t in stores.study("tiny").trials:
@@ -77,7 +79,8 @@ def test_each_kind_of_failure_ends_in_its_state_and_the_others_finish(cli, store
     assert all(r.data.tags.get("sweep.fail_reason") for r in runs if r.info.status == "FAILED")
 
 
-def test_an_interrupted_sweep_run_again_finishes_like_an_uninterrupted_one(stores, write_spec):
+def test_an_interrupted_sweep_run_again_finishes_like_an_uninterrupted_one(stores, write_spec,
+                                                                           pace):
     spec = tiny_spec(sampler={"name": "grid"}, workers=2,
                      train={"dataset": "digits", "epochs": 15, "batch_size": 32},
                      space={"lr": [1e-3, 2e-3, 3e-3]})
@@ -85,13 +88,13 @@ def test_an_interrupted_sweep_run_again_finishes_like_an_uninterrupted_one(store
     path = write_spec(spec)
     proc = start(path, stores.dir)
     try:
-        wait_for_epoch(stores, "tiny", proc)
+        wait_for_epoch(stores, "tiny", proc, pace)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=15)
     finally:
         proc.kill()
     assert proc.returncode == 130, err
-    again = run_cli("run", str(path), cwd=stores.dir)
+    again = run_cli("run", str(path), cwd=stores.dir, timeout=pace.budget(3 * 15, starts=3))
     assert again.returncode == 0, again.stderr
     trials = stores.study("tiny").trials
     assert [t.number for t in trials] == list(range(len(trials)))
@@ -111,7 +114,8 @@ def test_an_interrupted_sweep_run_again_finishes_like_an_uninterrupted_one(store
     assert all(r.info.status != "RUNNING" for r in stores.runs("tiny"))
 
 
-def test_kill_9_of_the_cli_takes_its_workers_along_and_a_rerun_recovers(stores, write_spec):
+def test_kill_9_of_the_cli_takes_its_workers_along_and_a_rerun_recovers(stores, write_spec,
+                                                                        pace):
     spec = tiny_spec(sampler={"name": "grid"}, workers=2,
                      train={"dataset": "digits", "epochs": 15, "batch_size": 32},
                      space={"lr": [1e-3, 2e-3]})
@@ -119,7 +123,7 @@ def test_kill_9_of_the_cli_takes_its_workers_along_and_a_rerun_recovers(stores, 
     path = write_spec(spec)
     proc = start(path, stores.dir)
     try:
-        wait_for_epoch(stores, "tiny", proc)
+        wait_for_epoch(stores, "tiny", proc, pace)
         workers = worker_pids(proc.pid)
         assert len(workers) == 2
         proc.send_signal(signal.SIGKILL)
@@ -131,7 +135,7 @@ def test_kill_9_of_the_cli_takes_its_workers_along_and_a_rerun_recovers(stores, 
     finally:
         proc.kill()
     assert any(t.state.name == "RUNNING" for t in stores.study("tiny").trials)
-    again = run_cli("run", str(path), cwd=stores.dir)
+    again = run_cli("run", str(path), cwd=stores.dir, timeout=pace.budget(2 * 15, starts=3))
     assert again.returncode == 0, again.stderr
     trials = stores.study("tiny").trials
     orphans = [t for t in trials if t.state.name == "FAIL"]
@@ -168,11 +172,12 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_eight_workers_on_one_fresh_store(tmp_path, write_spec):
+def test_eight_workers_on_one_fresh_store(tmp_path, write_spec, pace):
     stores = Stores(tmp_path / "bare")  # no template database: the sweep creates its stores
     stores.dir.mkdir()
     spec = tiny_spec(trials=16, workers=8, train={"dataset": "digits", "epochs": 1})
-    out = run_cli("run", str(write_spec(spec)), cwd=stores.dir, timeout=300)
+    out = run_cli("run", str(write_spec(spec)), cwd=stores.dir,
+                  timeout=pace.budget(epochs=16, starts=9))
     assert out.returncode == 0, out.stderr
     assert "locked" not in out.stderr.lower()
     trials = stores.study("tiny").trials

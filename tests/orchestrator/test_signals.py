@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import tiny_spec
+from tests.conftest import SLACK, tiny_spec
 
 
 def start(spec_path: Path, cwd: Path) -> subprocess.Popen:
@@ -16,14 +16,16 @@ def start(spec_path: Path, cwd: Path) -> subprocess.Popen:
                             env=env)
 
 
-def wait_for_epoch(stores, name: str, proc: subprocess.Popen, timeout: float = 120):
+def wait_for_epoch(stores, name: str, proc: subprocess.Popen, pace):
     """Block until some trial of sweep ``name`` has reported an epoch and has its MLflow run
     (created once MLflow is ready, which may come after the first epoch); return the run id.
+    Waits as long as :class:`tests.conftest.Pace` says the CLI and a worker take to start and
+    train an epoch.
 
     Reads the Optuna journal (safe beside a writer), not the MLflow database, which this test
     must not open while the sweep may still be creating it.
     """
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + pace.budget(epochs=1, starts=2)
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         if stores.journal.exists():
@@ -36,6 +38,32 @@ def wait_for_epoch(stores, name: str, proc: subprocess.Popen, timeout: float = 1
                     return t.user_attrs["sweep.mlflow_run_id"]
         time.sleep(0.3)
     raise AssertionError("no epoch was reported in time")
+
+
+def progress(stores, name: str) -> tuple[int, int]:
+    """(epochs reported, trials finished) of sweep ``name``, read from its journal."""
+    trials = stores.study(name).trials
+    return (sum(len(t.intermediate_values) for t in trials),
+            sum(t.state.is_finished() for t in trials))
+
+
+def finish(proc: subprocess.Popen, stores, name: str, pace) -> tuple[str, str]:
+    """``proc.communicate()``, waiting as long as the sweep makes progress: it fails only once
+    no epoch and no trial end came for as long as a fresh worker takes to start and train an
+    epoch (:class:`tests.conftest.Pace`), or SLACK times the longest such gap seen so far: on
+    a loaded machine epochs come slower, and so does the limit."""
+    seen, last, longest = progress(stores, name), time.monotonic(), 0.0
+    while True:
+        try:
+            return proc.communicate(timeout=1)
+        except subprocess.TimeoutExpired:
+            pass
+        now, done = time.monotonic(), progress(stores, name)
+        if done != seen:
+            seen, last, longest = done, now, max(longest, now - last)
+        stalled = now - last
+        assert stalled < max(pace.budget(epochs=1), SLACK * longest), \
+            f"no progress for {stalled:.0f} s (longest gap before: {longest:.0f} s)"
 
 
 def worker_pids(parent: int) -> list[int]:
@@ -57,12 +85,13 @@ def long_spec(**overrides):
                      **overrides)
 
 
-def test_sigint_stops_the_sweep_within_seconds_and_leaves_nothing_running(stores, write_spec):
+def test_sigint_stops_the_sweep_within_seconds_and_leaves_nothing_running(stores, write_spec,
+                                                                           pace):
     spec = long_spec()
     del spec["trials"]
     proc = start(write_spec(spec), stores.dir)
     try:
-        wait_for_epoch(stores, "tiny", proc)
+        wait_for_epoch(stores, "tiny", proc, pace)
         workers = worker_pids(proc.pid)
         assert len(workers) == 2
         t0 = time.monotonic()
@@ -86,7 +115,7 @@ def test_sigint_stops_the_sweep_within_seconds_and_leaves_nothing_running(stores
             (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z")
 
 
-def run_and_kill_the_worker(stores, write_spec, **overrides):
+def run_and_kill_the_worker(stores, write_spec, pace, **overrides):
     """Run a 2-trial grid on one worker, SIGKILL the worker during trial 0; return
     (returncode, killed run id, worker pid, stderr)."""
     spec = long_spec(workers=1, **overrides)
@@ -94,18 +123,18 @@ def run_and_kill_the_worker(stores, write_spec, **overrides):
     spec["train"]["epochs"] = 12
     proc = start(write_spec(spec), stores.dir)
     try:
-        run_id = wait_for_epoch(stores, "tiny", proc)
+        run_id = wait_for_epoch(stores, "tiny", proc, pace)
         (worker,) = worker_pids(proc.pid)
         os.kill(worker, signal.SIGKILL)
-        _, err = proc.communicate(timeout=180)
+        _, err = finish(proc, stores, "tiny", pace)
     finally:
         proc.kill()
     return proc.returncode, run_id, worker, err
 
 
 def test_a_killed_worker_fails_its_trial_and_the_retry_resumes_from_its_checkpoint(
-        stores, write_spec):
-    code, run_id, worker, err = run_and_kill_the_worker(stores, write_spec)
+        stores, write_spec, pace):
+    code, run_id, worker, err = run_and_kill_the_worker(stores, write_spec, pace)
     assert code == 0, err  # the retry finished: nothing failed for good
     killed, other, retry = stores.study("tiny").trials
     assert (killed.state.name, other.state.name, retry.state.name) == \
@@ -129,8 +158,8 @@ def test_a_killed_worker_fails_its_trial_and_the_retry_resumes_from_its_checkpoi
     assert not any((stores.dir / ".sweep" / "tiny" / "checkpoints").glob("trial-*"))
 
 
-def test_without_retries_a_killed_worker_fails_its_trial_for_good(stores, write_spec):
-    code, run_id, worker, err = run_and_kill_the_worker(stores, write_spec, retries=0)
+def test_without_retries_a_killed_worker_fails_its_trial_for_good(stores, write_spec, pace):
+    code, run_id, worker, err = run_and_kill_the_worker(stores, write_spec, pace, retries=0)
     assert code == 1, err
     assert [t.state.name for t in stores.study("tiny").trials] == ["FAIL", "COMPLETE"]
     killed = stores.client().get_run(run_id)
@@ -138,8 +167,12 @@ def test_without_retries_a_killed_worker_fails_its_trial_for_good(stores, write_
     assert f"(pid {worker}) killed by SIGKILL" in killed.data.tags["sweep.fail_reason"]
 
 
-def test_timeout_stops_launching_and_lets_running_trials_finish(cli, stores, write_spec):
-    spec = tiny_spec(trials=200, timeout_min=0.2, train={"dataset": "digits", "epochs": 1})
+def test_timeout_stops_launching_and_lets_running_trials_finish(cli, stores, write_spec, pace):
+    # long enough for the CLI and its workers to start and train a few trials on this machine
+    # as it runs now, far too short for 200
+    minutes = 3 * (2 * pace.startup_s + pace.epoch_s) / 60
+    spec = tiny_spec(trials=200, timeout_min=round(minutes, 2),
+                     train={"dataset": "digits", "epochs": 1})
     out = cli(write_spec(spec))
     assert out.returncode == 0, out.stderr
     trials = stores.study("tiny").trials

@@ -147,7 +147,7 @@ def test_a_rank_killed_by_a_signal_is_a_crash_worth_a_retry():
     assert not rank_processes()
 
 
-def test_ranks_die_with_their_parent(tmp_path):
+def test_ranks_die_with_their_parent(tmp_path, pace):
     # a rank 0 killed mid-trial (kill -9 of its worker) leaves no other rank training
     script = tmp_path / "rank0.py"
     script.write_text("import os, signal\n"
@@ -158,7 +158,7 @@ def test_ranks_die_with_their_parent(tmp_path):
                       "train(TrainSettings(model='mlp', epochs=3, devices_per_trial=2),"
                       " on_epoch_end=stop)\n")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120, cwd=os.getcwd())
+                          timeout=pace.budget(epochs=1, starts=2), cwd=os.getcwd())
     assert proc.returncode == -9 and "epoch" in proc.stdout
     assert not rank_processes()
 
