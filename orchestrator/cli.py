@@ -6,7 +6,6 @@ Exit codes: 0 the sweep finished, 1 it finished but some trials failed for good,
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shutil
 import sys
 import textwrap
@@ -438,15 +437,12 @@ def cmd_doctor(args, console: Console) -> int:
     out = Path(args.out) if args.out else \
         paths.work_dir(paths.default_tracking_uri(), spec.name) / "preflight"
     shutil.rmtree(out, ignore_errors=True)
-    downloads = data_downloads(spec)
-    _say_downloads(console, downloads, "torchvision's progress bar follows")
-    # a spinner would hold back the progress bar of a download until it ends
-    busy = contextlib.nullcontext() if downloads else console.status(
-        f"preflight of {spec.name!r}: data, devices, model, loss, one batch...")
-    with busy:
-        # in a worker: a model or dataset that hangs is a FAIL at its deadline
-        results = check_in_worker(spec, out, paths.work_dir(paths.default_tracking_uri(),
-                                                            spec.name) / "logs")
+    logs = paths.work_dir(paths.default_tracking_uri(), spec.name) / "logs"
+    # the checks run in a worker (a model or dataset that hangs is a FAIL at its deadline), so a
+    # download's progress bar goes to the worker's log
+    _say_downloads(console, data_downloads(spec), f"its progress bar is in {logs}/worker-*.log")
+    with console.status(f"preflight of {spec.name!r}: data, devices, model, loss, one batch..."):
+        results = check_in_worker(spec, out, logs)
     pf.show(console, results)
     pf.write(out, results)
     console.print(f"evidence: {out}/preflight.md (and .json, sample images)", soft_wrap=True)
