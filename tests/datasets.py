@@ -124,29 +124,6 @@ def hanging_model(num_classes: int, in_channels: int):
     return Hangs()
 
 
-def hangs_when_exported(num_classes: int, in_channels: int):
-    """A user model that trains, but whose forward never returns while it is traced or
-    exported (it waits on something only a deployment has)."""
-    import time
-
-    import torch
-    from torch import nn
-
-    class HangsWhenExported(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                                     nn.Linear(in_channels, num_classes))
-
-        def forward(self, x):
-            if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or \
-                    torch.compiler.is_compiling():
-                time.sleep(3600)
-            return self.net(x)
-
-    return HangsWhenExported()
-
-
 def batch_dependent(num_classes: int, in_channels: int):
     """A model whose output for one image depends on the batch size: it centres its logits
     over the batch when the batch has more than one image (a trace records only one branch)."""
