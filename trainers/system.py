@@ -10,6 +10,7 @@ import ctypes
 import fcntl
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -30,15 +31,39 @@ def die_with_parent() -> bool:
     return os.getppid() == parent
 
 
+class LockTimeout(TimeoutError):
+    """Another process held a lock past the caller's patience."""
+
+
 @contextlib.contextmanager
-def file_lock(path: str | os.PathLike) -> Iterator[None]:
+def file_lock(path: str | os.PathLike, timeout: float | None = None) -> Iterator[None]:
     """An exclusive ``flock`` on ``path`` (created, with its folder, when missing) for the
-    duration of the block; another process asking for it waits."""
+    duration of the block; another process asking for it waits, for ever or ``timeout`` s.
+
+    Raises:
+        LockTimeout: another process held the lock for ``timeout`` s.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        _acquire(f, path, timeout)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _acquire(f, path: Path, timeout: float | None) -> None:
+    if timeout is None:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise LockTimeout(f"{path} is held by another process for over "
+                                   f"{timeout:g} s") from None
+            time.sleep(0.05)
