@@ -426,7 +426,7 @@ class TrialBook:
     def end_parent(self, status: str) -> None:
         """End the sweep's parent run (FINISHED, KILLED or FAILED)."""
         self.attach_tracking()
-        self.tracker.end_parent(self.parent_id, status)
+        self.tracker.end_run(self.parent_id, status)
 
     # ---------------------------------------------------------------------------- trials
 

@@ -75,7 +75,11 @@ def reproduce(run_id: str, tracking_uri: str, progress=None) -> Verdict:
     original = {k: dict(v) for k, v in tracker.metric_histories(run_id, COMPARED).items()}
     ran = max((len(v) for v in original.values()), default=0)
     again = tracker.start_reproduction(run, threads)
-    result, history = _train_again(tracker, again, s, epochs, ran, progress)
+    try:
+        result, history = _train_again(tracker, again, s, epochs, ran, progress)
+    except BaseException as e:  # the user's code raised, or Ctrl-C: no run left RUNNING
+        tracker.end_run(again, "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+        raise
     tracker.end_run(again)
     gpu = result.device.startswith("cuda") and not s.deterministic
     tol = GPU_RTOL if gpu else 0.0

@@ -337,10 +337,8 @@ class Tracker:
                               tags=[RunTag(keys.BEST_RUN_ID, run_id),
                                     RunTag(keys.BEST_TRIAL, str(number))])
 
-    def end_parent(self, parent_id: str, status: str) -> None:
-        self.client.set_terminated(parent_id, status)
-
     def end_run(self, run_id: str, status: str = "FINISHED") -> None:
+        """End a run (the parent run, a reproduction) with MLflow status ``status``."""
         self.client.set_terminated(run_id, status)
 
     def running_trial_runs(self, experiment_id: str, parent_id: str) -> list[tuple[str, int]]:

@@ -72,3 +72,22 @@ def test_curves_compare_bit_for_bit_without_a_tolerance_and_relatively_with_one(
     # a reproduction that stopped early lacks the later epochs: NaN, never equal
     same, rows = compare(original, [{"val_loss": 1.0}], tol=1e-3)
     assert not same and math.isnan(rows[1][3])
+
+
+def test_a_reproduction_whose_training_raises_leaves_no_run_running(swept):
+    (run,) = swept.runs("again", "trial")
+    path = Path(urlparse(run.info.artifact_uri).path) / "settings.yaml"
+    recorded = path.read_text()
+    settings = yaml.safe_load(recorded)
+    settings["model"] = "tests.corpus:raises_in_backward"  # the user's code raises in training
+    path.write_text(yaml.safe_dump(settings))
+    try:
+        out = run_cli("reproduce", run.info.run_id, "--tracking-uri", swept.tracking_uri,
+                      cwd=swept.dir)
+    finally:
+        path.write_text(recorded)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    mine = [r for r in swept.runs("again") if r.data.tags.get("sweep.role") == "reproduction"
+            and r.info.status != "FINISHED"]
+    assert [r.info.status for r in mine] == ["FAILED"]
