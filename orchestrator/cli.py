@@ -216,7 +216,7 @@ def _reproduce_arguments(p: argparse.ArgumentParser) -> None:
 
 def _ui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", help="sweep name: print the URL of its runs table")
-    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--port", type=_port, default=5000)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only)")
     _store_flags(p)
@@ -231,7 +231,7 @@ def _server_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 for "
                         "every interface, behind your firewall)")
-    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--port", type=_port, default=5000)
     p.add_argument("--workers", type=int, default=2, help="server worker processes")
     p.add_argument("--allowed-hosts", metavar="HOSTS",
                    help="Host headers the server accepts besides localhost (MLflow's DNS "
@@ -303,6 +303,17 @@ def _formats(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(f"expected formats from {','.join(EXPORT_FORMATS)}, "
                                          f"got {text!r}")
     return list(dict.fromkeys(chosen))
+
+
+def _port(text: str) -> int:
+    """A TCP port a server can listen on (0 would pick one the link could not name)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: a port is a number from 1 to 65535")
+    return port
 
 
 def _positive(flag: str, value: int | None) -> None:

@@ -211,10 +211,10 @@ def _check_type(f: dataclasses.Field, value: Any) -> None:
         ok = isinstance(value, str)
     if not ok:
         raise SettingsError(f.name, value, f"must be {'null or ' if optional else ''}{base}")
-    if base == "float" and not math.isfinite(value):
-        raise SettingsError(f.name, value, "must be a finite number")
-    if base in ("int", "float") and abs(value) > MAX_INT:
+    if base in ("int", "float") and isinstance(value, int) and abs(value) > MAX_INT:
         raise SettingsError(f.name, value, f"must be at most {MAX_INT} in size")
+    if base == "float" and not math.isfinite(value):  # ints past a float's range were refused
+        raise SettingsError(f.name, value, "must be a finite number")
     choices = f.metadata.get("choices")
     if choices is not None and value not in choices:
         if f.metadata.get("user_code") and USER_CODE.match(value):

@@ -177,3 +177,11 @@ def test_export_of_weights_that_do_not_load_is_one_line_and_exit_2(stores):
     assert "weights_only=False" not in said  # never PyTorch's advice to unpickle anything
     assert not (stores.dir / "out").exists()
     assert not client.get_run(run_id).data.tags.get(keys.EXPORTED, "")
+
+
+@pytest.mark.parametrize("command", ["ui", "server"])
+@pytest.mark.parametrize("port", ["0", "70000", "http"])
+def test_a_port_outside_1_to_65535_is_one_line_and_exit_2(tmp_path, command, port):
+    out = run_cli(command, "--port", port, cwd=tmp_path)
+    assert out.returncode == 2 and "a port is a number from 1 to 65535" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not any(tmp_path.iterdir())

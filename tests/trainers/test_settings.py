@@ -50,3 +50,9 @@ def test_settings_import_without_torch():
     code = "import sys, trainers; trainers.TrainSettings(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("value", [10**400, -10**400])
+def test_an_integer_past_a_floats_range_is_a_settings_error_not_an_overflow(value):
+    with pytest.raises(SettingsError, match="lr must be at most"):
+        TrainSettings.from_dict({"lr": value})
