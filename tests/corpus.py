@@ -115,6 +115,32 @@ def pooled(num_classes: int, in_channels: int) -> nn.Module:
                          nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(128, num_classes))
 
 
+class _FailingBackward(torch.autograd.Function):
+    """The identity forward; its backward raises, as a user's custom op with a bug would."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise ValueError("a bug in the user's backward")
+
+
+class _RaisesInBackward(nn.Module):
+    def __init__(self, num_classes: int, in_channels: int):
+        super().__init__()
+        self.net = pooled(num_classes, in_channels)
+
+    def forward(self, x):
+        return _FailingBackward.apply(self.net(x))
+
+
+def raises_in_backward(num_classes: int, in_channels: int) -> nn.Module:
+    """A model whose forward works and whose backward raises (a user's custom autograd op)."""
+    return _RaisesInBackward(num_classes, in_channels)
+
+
 def lazy(num_classes: int, in_channels: int) -> nn.Module:
     """Lazy layers: their sizes are known only after the first batch."""
     return nn.Sequential(nn.LazyConv2d(8, 3, padding=1), nn.ReLU(), nn.Flatten(),

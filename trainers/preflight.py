@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field, replace
@@ -151,6 +152,12 @@ class _Context:
         except _Stop:
             raise
         except Exception as e:  # noqa: BLE001 - the checker's own failure, reported as such
+            user = _user_frame(e)
+            if user is not None:  # the user's model, data or loss raised: a finding
+                self.add(name, FAIL, f"{type(e).__name__}: {_first_line(e)} (at "
+                                     f"{Path(user.filename).name}:{user.lineno} in {user.name})",
+                         "your code raised", "fix the error above, then run sweep doctor again")
+                raise _Stop from e
             where = traceback.extract_tb(e.__traceback__)[-1]
             self.add(name, ERROR, f"{type(e).__name__}: {_first_line(e)} (at "
                                   f"{Path(where.filename).name}:{where.lineno} in {where.name})",
@@ -167,6 +174,20 @@ class _Context:
                      "the code under test raised", "fix the error above, then run sweep doctor "
                                                    "again")
             raise _Stop from e
+
+
+# the trainer's own files and the installed libraries: a frame elsewhere is the user's code
+_NOT_USER = tuple({str(Path(__file__).resolve().parent), sys.prefix, sys.base_prefix,
+                   sys.exec_prefix})
+
+
+def _user_frame(e: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of ``e``'s traceback in the user's own files (a model or dataset of
+    theirs), or None when only the trainer and libraries ran."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if not str(Path(f.filename).resolve()).startswith(_NOT_USER)
+              and not f.filename.startswith("<")]
+    return frames[-1] if frames else None
 
 
 def _first_line(e: BaseException) -> str:

@@ -111,6 +111,15 @@ def test_a_check_that_raises_is_an_error_row_and_the_other_checks_still_run(tmp_
     assert report.status == ERROR  # worse than WARN, short of a FAIL
 
 
+def test_an_exception_from_the_users_code_inside_a_check_is_a_fail_not_an_error(tmp_path):
+    report = preflight(TrainSettings(**CORPUS, model="tests.corpus:raises_in_backward"),
+                       out_dir=tmp_path, overfit_steps=5)
+    assert not [c for c in report.checks if c.status == ERROR]
+    (fail,) = [c for c in report.checks if c.status == FAIL]
+    assert "a bug in the user's backward" in fail.evidence and "corpus.py" in fail.evidence
+    assert fail.cause == "your code raised" and report.status == FAIL
+
+
 def test_lazy_layers_are_initialised_before_the_checks_and_the_optimizer():
     settings = TrainSettings(**CORPUS, model="tests.corpus:lazy", epochs=1)
     report = preflight(settings, overfit_steps=50)
