@@ -244,6 +244,11 @@ def _user(s: TrainSettings) -> Data:
         raise DataError("dataset", s.dataset, "must return (train_dataset, val_dataset, "
                                               "num_classes)")
     train, val, num_classes = result
+    for split in (train, val):
+        if not (hasattr(split, "__len__") and hasattr(split, "__getitem__")):
+            raise DataError("dataset", s.dataset, f"returned a {type(split).__name__}: each "
+                                                  f"split must be a map-style dataset (with "
+                                                  f"__len__ and __getitem__), not a stream")
     if len(train) == 0 or len(val) == 0:
         raise DataError("dataset", s.dataset, f"returned an empty split ({len(train)} training, "
                                               f"{len(val)} validation items)")

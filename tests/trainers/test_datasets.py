@@ -110,3 +110,8 @@ def test_float_labels_from_a_user_dataset_are_refused():
 def test_a_missing_user_dataset_names_the_setting():
     with pytest.raises(DataError, match="cannot be imported"):
         load_data(TrainSettings(dataset="tests.datasets:nothing_here"))
+
+
+def test_a_user_dataset_that_streams_is_refused_naming_map_style():
+    with pytest.raises(DataError, match="must be a map-style dataset"):
+        load_data(TrainSettings(dataset="tests.corpus:stream"))
