@@ -397,11 +397,6 @@ class TrialBook:
 
     # ---------------------------------------------------------------------------- MLflow
 
-    @property
-    def tracking_ready(self) -> bool:
-        """Whether MLflow is attached (see :meth:`attach_tracking`)."""
-        return self.runs.opened is not None
-
     def attach_tracking(self, wait: bool = True) -> bool:
         """See :meth:`Runs.attach`."""
         return self.runs.attach(wait)
@@ -540,11 +535,11 @@ class TrialBook:
         then = ", will be retried" if retry else ""
         self.say(f"trial {pending.number} failed{then}: {reason.splitlines()[0]}")
 
-    def will_retry(self, kind: str, root: int) -> bool:
-        """The retry rule, before a failure is recorded: interrupts are always retried; crashes
-        while the trial first started as number ``root`` has ``retries`` left."""
+    def will_retry(self, kind: str, root: int, recorded: bool = False) -> bool:
+        """The retry rule: interrupts are always retried; crashes while the trial first started
+        as number ``root`` has ``retries`` left (``recorded``: this crash is already counted)."""
         return kind == "interrupt" or (
-            kind == "crash" and self.study.crashes(root) < self.spec.retries)
+            kind == "crash" and self.study.crashes(root) - recorded < self.spec.retries)
 
     def abort(self, reason: str, kind: str = "crash") -> None:
         """Fail every running trial (an interrupt is queued for retry: the next run resumes it
@@ -590,7 +585,7 @@ class TrialBook:
             reason = (f"no heartbeat for {2 * self.spec.heartbeat_seconds} s: the machine or "
                       f"process running it is gone")
             root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
-            retry = self.study.crashes(root) <= self.spec.retries  # this failure included
+            retry = self.will_retry("crash", root, recorded=True)  # failed by fail_stale
             if retry:
                 self.study.retry(t)
             self.say(f"trial {t.number} failed: {reason}{' (queued for retry)' if retry else ''}")

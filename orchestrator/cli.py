@@ -20,6 +20,7 @@ from . import keys, paths
 from .display import Progress, params_text
 from .errors import SweepError, disk_full
 from .server import check_address, serve, server_command, ui_command
+from .space import grid_size
 from .spec import MAX_GRID, data_downloads, data_problems, load_spec
 
 EXIT_BAD_INPUT = 2
@@ -325,8 +326,8 @@ def cmd_validate(args, console: Console) -> int:
     spec = load_spec(args.spec, args.overrides, args.max_grid)
     for w in [*spec.warnings, *data_problems(spec)]:
         console.print(f"warning: {w}", soft_wrap=True)
-    kind = f"grid of {len(spec.grid())} configurations x {spec.repeats} repeats" if spec.is_grid \
-        else f"{spec.sampler.name} sampler"
+    kind = (f"grid of {grid_size(spec.space)} configurations x {spec.repeats} repeats"
+            if spec.is_grid else f"{spec.sampler.name} sampler")
     console.print(f"{args.spec}: ok: sweep {spec.name!r}, {spec.trials} trials, {kind}",
                   soft_wrap=True)
     return 0

@@ -177,15 +177,11 @@ def run_export(settings: dict, model, formats, folder: str, trainers) -> Exporte
 
 
 def run_preflight(request: Preflight) -> Checked:
-    """The preflight checks of one configuration (a crash of the checks themselves is a FAIL of
-    the configuration, not of the worker)."""
-    from .preflight import failed_report, run_checks
+    """The preflight checks of one configuration (:func:`orchestrator.preflight.run_checks`
+    never raises: a crash of the checks is an ERROR report)."""
+    from .preflight import run_checks
 
-    try:
-        return Checked(run_checks(request))
-    except Exception as e:  # noqa: BLE001 - reported as the finding it is
-        return Checked(failed_report("preflight", f"{type(e).__name__}: {e}"[:500],
-                                     "the checks themselves crashed", "see the worker log"))
+    return Checked(run_checks(request))
 
 
 def run_test(request: Test, trainers) -> Tested:
