@@ -502,7 +502,7 @@ def cmd_report(args, console: Console) -> int:
     out = Path(args.out or f"report-{data.study_name}")
     with console.status("building the report..."):
         report = build_report(data, out, args.by)
-        log_report(data, report, uri)
+        log_report(data, report)
     for line in report.missing:
         console.print(f"incomplete: {line}", soft_wrap=True)
     console.print(report.factors.to_string(index=False), soft_wrap=True)

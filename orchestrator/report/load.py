@@ -21,7 +21,8 @@ CURVES = ("val_acc", "val_loss", "train_loss")  # the per-epoch metrics a report
 @dataclass
 class SweepData:
     """One sweep as tables: ``trials`` (a row per Optuna trial, joined with its MLflow run),
-    ``curves`` (trial, epoch, metric, value) and the parent run's metrics and tags."""
+    ``curves`` (trial, epoch, metric, value) and the parent run's metrics and tags; ``tracker``
+    is the store they were read from, kept open for the report's own writes."""
 
     spec: SweepSpec
     study_name: str
@@ -31,6 +32,7 @@ class SweepData:
     parent_id: str | None
     parent_metrics: dict[str, float] = field(default_factory=dict)
     parent_tags: dict[str, str] = field(default_factory=dict)
+    tracker: Tracker | None = field(default=None, repr=False, compare=False)
 
     @property
     def factors(self) -> list[str]:
@@ -70,7 +72,7 @@ def load_sweep(spec_or_name: str, tracking_uri: str | None = None,
     parent = tracker.find_parent_run(experiment_id, name) if experiment_id else None
     return SweepData(spec, name, trials, curves, lr, parent.info.run_id if parent else None,
                      dict(parent.data.metrics) if parent else {},
-                     dict(parent.data.tags) if parent else {})
+                     dict(parent.data.tags) if parent else {}, tracker)
 
 
 def _name_in(path: str) -> str:

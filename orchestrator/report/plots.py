@@ -35,12 +35,12 @@ def plots(data: SweepData, by: str | None) -> dict[str, bytes]:
     if "batch_size" in data.factors and "params.lr_scaling" in data.trials:
         out["batch_scaling.png"] = _plot_scaling(data)
     out["history.png"] = _plot_history(data)
-    importance = _plot_importance(data)
-    if importance:
-        out["importances.png"] = importance
-    parallel = _plot_parallel(data)
-    if parallel:
-        out["parallel.png"] = parallel
+    study = _complete_study(data)  # one in-memory study for both plots that need one
+    if study is not None:
+        importance = _plot_importance(data, study)
+        if importance:
+            out["importances.png"] = importance
+        out["parallel.png"] = _plot_parallel(study)
     return out
 
 
@@ -151,6 +151,8 @@ def _plot_history(data: SweepData) -> bytes:
 
 
 def _complete_study(data: SweepData):
+    """The complete trials as an in-memory Optuna study (for its importance and parallel
+    coordinate plots), or None with fewer than two."""
     import optuna
 
     done = data.trials[data.trials["state"] == "COMPLETE"]
@@ -175,13 +177,10 @@ def _complete_study(data: SweepData):
     return study
 
 
-def _plot_importance(data: SweepData) -> bytes | None:
+def _plot_importance(data: SweepData, study) -> bytes | None:
     import matplotlib.pyplot as plt
     import optuna
 
-    study = _complete_study(data)
-    if study is None:
-        return None
     varying = [f for f in data.factors if f"params.{f}" in data.trials
                and data.trials[f"params.{f}"].nunique() > 1]
     if not varying:
@@ -198,14 +197,11 @@ def _plot_importance(data: SweepData) -> bytes | None:
     return _png(fig)
 
 
-def _plot_parallel(data: SweepData) -> bytes | None:
+def _plot_parallel(study) -> bytes:
     import warnings
 
     import optuna
 
-    study = _complete_study(data)
-    if study is None:
-        return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # experimental-API warnings
         ax = optuna.visualization.matplotlib.plot_parallel_coordinate(study)

@@ -12,7 +12,6 @@ from pathlib import Path
 import pandas as pd
 
 from .. import keys
-from ..tracking import Tracker
 from .load import SweepData
 from .plots import plots
 from .stats import (
@@ -146,8 +145,9 @@ def _html(data, ftable, paired, gaps, exports, pictures) -> str:
             f"<h1>Sweep report: {html.escape(data.study_name)}</h1>{body}</body></html>")
 
 
-def log_report(data: SweepData, report: Report, tracking_uri: str) -> None:
-    """The report's files on the sweep's parent run, under ``report/``."""
-    if data.parent_id is None:
+def log_report(data: SweepData, report: Report) -> None:
+    """The report's files on the sweep's parent run, under ``report/``, through the store
+    :func:`~orchestrator.report.load_sweep` read them from."""
+    if data.parent_id is None or data.tracker is None:
         return
-    Tracker(tracking_uri).log_report(data.parent_id, report.out_dir)
+    data.tracker.log_report(data.parent_id, report.out_dir)

@@ -98,6 +98,34 @@ def test_html_opens_with_every_plot_embedded_and_is_logged(grid):
     assert "optimizer" in rep.stdout
 
 
+def test_a_report_opens_the_study_and_the_tracking_store_once(grid, tmp_path, monkeypatch):
+    import optuna
+
+    from orchestrator import tracking
+    from orchestrator.cli import main
+
+    stores, _, _ = grid
+    opened = {"tracker": 0, "load_study": 0, "create_study": 0}
+
+    def counting(name, real):
+        def call(*args, **kwargs):
+            opened[name] += 1
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(tracking.Tracker, "__init__",
+                        counting("tracker", tracking.Tracker.__init__))
+    for name in ("load_study", "create_study"):
+        monkeypatch.setattr(optuna, name, counting(name, getattr(optuna, name)))
+    assert main(["report", "grid", "--out", str(tmp_path / "rep"), "--tracking-uri",
+                 stores.tracking_uri, "--storage", str(stores.journal)]) == 0
+    assert {"importances.png", "parallel.png"} <= {p.name for p in (tmp_path / "rep" /
+                                                                   "plots").iterdir()}
+    # one read of the study, one in-memory study for the importance and parallel plots, one
+    # MLflow store for the reads and the report's upload
+    assert opened == {"tracker": 1, "load_study": 1, "create_study": 1}
+
+
 def test_too_few_pairs_is_insufficient_evidence_and_a_partial_sweep_says_so(tmp_path):
     import yaml
 
