@@ -501,14 +501,15 @@ class TrialBook:
         if done.discarded_checkpoint:
             tags[keys.CHECKPOINT_DISCARDED] = done.discarded_checkpoint
         number = active.pending.number
-        if done.state == "complete":
-            value = self.study.complete(active.pending, active.curve)
+        if done.state == "complete":  # Optuna last: see _fail
+            value = self.study.objective_value(active.curve)
             self.tracker.end_trial(active.run_id, "complete", metrics, tags)
+            self.study.complete(active.pending, active.curve)
             self._record_if_best(value)
             self.say(f"trial {number} complete: {value:.4f}")
         else:
-            self.study.prune(active.pending)
             self.tracker.end_trial(active.run_id, "pruned", metrics, tags)
+            self.study.prune(active.pending)
             self.say(f"trial {number} pruned at epoch {len(active.curve)}")
 
     def fail(self, slot: int, reason: str, kind: str) -> None:
@@ -521,15 +522,16 @@ class TrialBook:
 
     def _fail(self, active: Active, reason: str, kind: str) -> None:
         """Fail a trial in both stores; queue its retry when :meth:`will_retry`, else drop its
-        checkpoint."""
+        checkpoint. Optuna is told last, once MLflow holds the run's end: when MLflow fails
+        first, the trial is still RUNNING for :meth:`abort` to queue as a store failure."""
         pending = active.pending
         self.runs.complete(active)
         retry = self.will_retry(kind, pending.root)
-        self.study.fail(pending, reason, kind, retry)
         state = "interrupted" if kind == "interrupt" else "failed"
         self.tracker.end_trial(active.run_id, state, tags={
             keys.FAIL_REASON: reason, keys.FAIL_KIND: kind, keys.WILL_RETRY: str(retry).lower(),
             **active.warning_tags()})
+        self.study.fail(pending, reason, kind, retry)
         if not retry:
             self.folders.drop_checkpoint(pending.root)
         then = ", will be retried" if retry else ""
@@ -543,21 +545,23 @@ class TrialBook:
 
     def abort(self, reason: str, kind: str = "crash") -> None:
         """Fail every running trial (an interrupt is queued for retry: the next run resumes it
-        from its checkpoint) and end the parent run KILLED (interrupt) or FAILED. When the MLflow
-        store broke, the trials are queued for retry in Optuna alone (kind ``store``): the store
-        failing is never the trials' fault."""
+        from its checkpoint) and end the parent run KILLED (interrupt) or FAILED. A store that
+        raises for one trial stops none of the others. When the MLflow store broke, the trials
+        are queued for retry in Optuna alone (kind ``store``): the store failing is never the
+        trials' fault."""
         for slot in list(self.active):
             active = self.active.pop(slot)
             try:
                 if self.runs.broken is None:
                     self._fail(active, reason, kind)
                     continue
-            except Exception:  # noqa: BLE001 - the store failed: Optuna still records it
+            except Exception:  # noqa: BLE001 - before Optuna was told (see _fail): told below
                 pass
             broken = self.runs.broken
-            self.study.fail(active.pending, f"the MLflow store failed: {broken}" if broken else
-                            reason, "store" if broken else kind,
-                            retry=broken is not None or kind == "interrupt")
+            with contextlib.suppress(Exception):  # the Optuna store too: on to the next trial
+                self.study.fail(active.pending, f"the MLflow store failed: {broken}" if broken
+                                else reason, "store" if broken else kind,
+                                broken is not None or self.will_retry(kind, active.pending.root))
         if self.runs.broken is None:
             with contextlib.suppress(Exception):
                 self.end_parent("KILLED" if kind == "interrupt" else "FAILED")

@@ -284,3 +284,42 @@ def test_an_error_between_ask_and_training_leaves_no_running_trial(stores, open_
                for t in trials)
     assert trials[1].user_attrs[keys.RETRY_OF] == trials[0].number
     assert book.active == {}
+
+
+# ---------------------------------------------------------------- an MLflow store that breaks
+
+def break_mlflow(stores) -> None:
+    """Overwrite the MLflow database under the open book: its every later call fails."""
+    (stores.dir / "mlflow.db").write_bytes(b"not a database\n" * 100)
+
+
+@pytest.mark.parametrize("end", [
+    done(), done("pruned"), Failed(reason="OSError: disk full", retryable=True),
+    Failed(reason="TrainingDiverged: loss is nan", retryable=False)],
+    ids=["complete", "pruned", "crash", "deterministic"])
+def test_a_trial_whose_end_mlflow_cannot_record_is_queued_for_retry_as_a_store_failure(
+        stores, open_book, end):
+    book = open_book(retries=0)
+    book.attach_tracking()
+    pending = run_trial(book, [0.5])  # its epoch is logged: ending it is MLflow's next call
+    break_mlflow(stores)
+    with pytest.raises(book_module.StoreBroke):
+        book.finish(0, end)
+    book.abort("the sweep run process stopped: StoreBroke")  # as the runner does then
+    t = trial(stores, pending.number)
+    assert (t.state, t.user_attrs[keys.FAIL_KIND]) == (TrialState.FAIL, "store")
+    assert waiting_retries(stores) == [pending.number]
+    assert book.active == {}
+
+
+def test_abort_ends_every_trial_in_optuna_when_mlflow_breaks_under_the_first(stores, open_book):
+    book = open_book(retries=0)
+    book.attach_tracking()
+    numbers = [run_trial(book, [0.5], slot).number for slot in (0, 1)]
+    break_mlflow(stores)  # not known to the book yet: abort finds it out ending the first trial
+    book.abort("the sweep run process stopped: ProtocolError: worker 0 sent nonsense")
+    trials = stores.study("tiny").trials
+    assert [(trials[n].state, trials[n].user_attrs[keys.FAIL_KIND]) for n in numbers] == \
+        [(TrialState.FAIL, "store")] * 2
+    assert sorted(waiting_retries(stores)) == numbers
+    assert book.active == {}
