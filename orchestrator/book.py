@@ -26,6 +26,8 @@ from .study import PendingTrial, SweepStudy, abandon
 # Epochs reach MLflow at least this often (and at every trial's end): one call per flush, not per
 # epoch, keeps this process's share of the CPU small when epochs take a fraction of a second.
 FLUSH_SECONDS = 1.0
+# a run to close: (trial number, the run id recorded on the trial or None, the reason)
+Closing = tuple[int, str | None, str]
 
 
 @dataclass
@@ -251,7 +253,7 @@ class Runs:
         self.tracking_uri = tracking_uri
         self.broken: SweepError | None = None  # why the MLflow side cannot be used, once it broke
         # (trial number, run id, reason) of runs to close once attached
-        self._unclosed: list[tuple[int, str | None, str]] = []
+        self._unclosed: list[Closing] = []
 
     @property
     def tracker(self):
@@ -280,8 +282,8 @@ class Runs:
             self.broken = store_broke(self.tracking_uri, e)
             raise self.broken from e
         self.opened = replace(opened, tracker=Guarded(opened.tracker, self._broke))
-        for number, run_id, reason in self._unclosed:
-            self._close_runs(number, run_id, reason)
+        if self._unclosed:
+            self._close_runs(self._unclosed)
         self._close_stray_runs()
         for active in self.active.values():
             self.open_run(active)
@@ -304,22 +306,27 @@ class Runs:
                 self.tracker.fail_run(run_id, "the sweep run process that owned it was gone "
                                       "before the run was linked to its trial")
 
-    def fail_runs(self, number: int, run_id: str | None, reason: str) -> None:
-        """Close the runs of trial ``number`` another process left RUNNING: now if attached,
-        else once attached."""
+    def fail_runs(self, closing: list[Closing]) -> None:
+        """Close the runs of trials another process left RUNNING, given as ``(trial number,
+        recorded run id, reason)``: now if attached, else once attached."""
+        if not closing:
+            return
         if self.attach(wait=False):
-            self._close_runs(number, run_id, reason)
+            self._close_runs(closing)
         else:
-            self._unclosed.append((number, run_id, reason))
+            self._unclosed += closing
 
-    def _close_runs(self, number: int, run_id: str | None, reason: str) -> None:
-        """Close the trial's recorded run, and any run of it still RUNNING that it never
-        recorded: a process killed between creating the run and recording its id leaves one."""
-        ids = {run_id} if run_id else set()
-        ids |= {found for found, n in self.tracker.running_trial_runs(
-            self.opened.experiment_id, self.opened.parent_id) if n == number}
-        for found in ids:
-            self.tracker.fail_run(found, reason)
+    def _close_runs(self, closing: list[Closing]) -> None:
+        """Close each trial's recorded run, and any run of it still RUNNING that it never
+        recorded (a process killed between creating the run and recording its id leaves one):
+        one search of the store for them all."""
+        found: dict[int, set[str]] = {}
+        for run_id, number in self.tracker.running_trial_runs(self.opened.experiment_id,
+                                                              self.opened.parent_id):
+            found.setdefault(number, set()).add(run_id)
+        for number, run_id, reason in closing:
+            for run in found.get(number, set()) | ({run_id} if run_id else set()):
+                self.tracker.fail_run(run, reason)
 
     def open_run(self, active: Active) -> None:
         """Create the trial's run now if MLflow is attached (else :meth:`attach` will), and
@@ -585,25 +592,29 @@ class TrialBook:
         if self._heartbeat is None or time.monotonic() < self._next_stale_check:
             return
         self._next_stale_check = time.monotonic() + self.spec.heartbeat_seconds
+        reason = (f"no heartbeat for {2 * self.spec.heartbeat_seconds} s: the machine or "
+                  f"process running it is gone")
+        closing: list[Closing] = []
         for t in self.study.fail_stale():
-            reason = (f"no heartbeat for {2 * self.spec.heartbeat_seconds} s: the machine or "
-                      f"process running it is gone")
             root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
             retry = self.will_retry("crash", root, recorded=True)  # failed by fail_stale
             if retry:
                 self.study.retry(t)
             self.say(f"trial {t.number} failed: {reason}{' (queued for retry)' if retry else ''}")
-            self.runs.fail_runs(t.number, t.user_attrs.get(keys.RUN_ID), reason)
+            closing.append((t.number, t.user_attrs.get(keys.RUN_ID), reason))
+        self.runs.fail_runs(closing)
 
 
 def recover_orphans(book: TrialBook) -> None:
     """Fail (and retry, within ``retries``) the trials a dead ``sweep run`` on this host left
     RUNNING; their runs are closed FAILED once MLflow is attached."""
+    closing: list[Closing] = []
     for t in book.study.orphans():
         reason = f"the sweep run process that owned it ({t.user_attrs.get(keys.OWNER)}) is gone"
         root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
         retry = book.will_retry("crash", root)
         if book.study.fail(t, reason, "crash", retry):
-            book.runs.fail_runs(t.number, t.user_attrs.get(keys.RUN_ID), reason)
+            closing.append((t.number, t.user_attrs.get(keys.RUN_ID), reason))
             if not retry:
                 book.folders.drop_checkpoint(root)
+    book.runs.fail_runs(closing)

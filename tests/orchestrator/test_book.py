@@ -10,7 +10,7 @@ import pytest
 from optuna.trial import TrialState
 
 from orchestrator import book as book_module
-from orchestrator import keys, space
+from orchestrator import keys, space, tracking
 from orchestrator.book import TrialBook
 from orchestrator.protocol import Done, Epoch, Failed, Ready
 from orchestrator.spec import validate
@@ -185,9 +185,9 @@ def test_an_interrupted_trial_is_always_retried_and_the_parent_run_killed(stores
 
 # -------------------------------------------------------------------- what others left behind
 
-def orphan_one(book: TrialBook) -> int:
+def orphan_one(book: TrialBook, slot: int = 0) -> int:
     """A trial RUNNING with its run, as a ``sweep run`` that was killed leaves it."""
-    pending = run_trial(book, [0.5])
+    pending = run_trial(book, [0.5], slot)
     book.attach_tracking()
     book.study.set_attr(pending, keys.OWNER, DEAD_OWNER)
     return pending.number
@@ -202,6 +202,19 @@ def test_orphans_of_a_dead_owner_are_failed_retried_and_their_runs_closed(stores
     assert waiting_retries(stores) == [number]
     run = run_of(stores, number)
     assert run.info.status == "FAILED" and "is gone" in run.data.tags["sweep.fail_reason"]
+
+
+def test_the_runs_of_many_orphans_are_closed_with_one_search_of_mlflow(stores, open_book,
+                                                                       monkeypatch):
+    first = open_book(retries=1)
+    numbers = [orphan_one(first, slot) for slot in range(3)]
+    searches = []
+    search = tracking.Tracker.running_trial_runs
+    monkeypatch.setattr(tracking.Tracker, "running_trial_runs",
+                        lambda self, *args: searches.append(args) or search(self, *args))
+    open_book(retries=1).attach_tracking()
+    assert [run_of(stores, n).info.status for n in numbers] == ["FAILED"] * 3
+    assert len(searches) == 2  # the orphans' runs, then the runs no trial points at
 
 
 def test_orphans_are_not_retried_beyond_retries(stores, open_book):
