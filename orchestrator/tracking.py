@@ -379,6 +379,8 @@ def export_tags(result: dict[str, Any]) -> dict[str, str]:
 def log_onnx_model(tracking_uri: str, run_id: str, onnx_file: str, example_file: str) -> None:
     """The ONNX file as an MLflow model with a signature and an input example: MLflow's
     serving and registry load it without unpickling any Python class."""
+    from importlib.metadata import version
+
     import mlflow
     import numpy as np
     import onnx
@@ -398,8 +400,15 @@ def log_onnx_model(tracking_uri: str, run_id: str, onnx_file: str, example_file:
     quiet.setLevel(logging.ERROR)
     try:
         with mlflow.start_run(run_id=run_id):
-            mlflow.onnx.log_model(onnx.load(onnx_file), name=keys.ONNX_MODEL,
-                                  signature=signature, input_example={"pixels": example})
+            # the requirements given: MLflow otherwise infers them by loading the model in a
+            # new Python process (seconds at the end of every sweep); a model under 1 GiB
+            # stays one file, which MLflow's check of the input example can load
+            mlflow.onnx.log_model(
+                onnx.load(onnx_file), name=keys.ONNX_MODEL, signature=signature,
+                input_example={"pixels": example},
+                pip_requirements=[f"onnx=={version('onnx')}",
+                                  f"onnxruntime=={version('onnxruntime')}"],
+                save_as_external_data=os.path.getsize(onnx_file) > 1 << 30)
     finally:
         quiet.setLevel(level)
 
