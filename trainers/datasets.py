@@ -14,12 +14,13 @@ training split with a fixed seed (the same for every trial) and the test split i
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import importlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -34,6 +35,7 @@ from .system import file_lock
 DIGITS_TRAIN = 1437
 SPLIT_SEED = 0  # validation carved from a training split: the same images for every trial
 FAKE_SIZES = {"train": 1024, "val": 256, "test": 256}
+SIZE_SAMPLE = 64  # image headers read to find an image folder's own size, spread over its files
 
 
 @dataclass(frozen=True)
@@ -176,29 +178,84 @@ def _fake(s: TrainSettings) -> Data:
     return _in_memory(s, *splits, tuple(str(i) for i in range(10)), STATS["fake"])
 
 
-def image_folder_size(root: Path) -> tuple[int, int]:
-    """The one ``(height, width)`` of every image under ``root`` (read from the file headers).
+class ImageFileError(DataError):
+    """A file of an image folder the trainer cannot use (not an image, cut short, or of another
+    size than the folder's own): the message names the file and the fix.
+
+    Also built from one text alone: torch re-raises a DataLoader worker's exception as
+    ``type(text)``, the text being the worker's traceback (pytorch/pytorch#34130, which turns a
+    plain :class:`DataError` into a RuntimeError there). The traceback's last line is this
+    error's own, so the trial still fails with it, as a DataError that no retry cures.
+    """
+
+    def __init__(self, field_name: str, value: Any = None, fix: str | None = None):
+        if fix is not None:
+            super().__init__(field_name, value, fix)
+            return
+        line = field_name.rstrip().splitlines()[-1] if field_name.strip() else field_name
+        own = line.partition(f"{type(self).__name__}: ")[2] or line
+        ValueError.__init__(self, own)
+        self.field, self.value, self.fix = "data_dir", None, own
+
+
+def _read_image(path: str, size: tuple[int, int] | None = None):
+    """An image folder's file as an RGB PIL image (torchvision's ``pil_loader``); ``size``:
+    the ``(height, width)`` every file must have (the folder's own size, no ``image_size``).
 
     Raises:
-        DataError: the images differ in size (``image_size`` must then say the size to train
-            at), or there is none.
+        ImageFileError: PIL cannot read the file, or it has another size than ``size``.
     """
     from PIL import Image
-    from torchvision.datasets.folder import IMG_EXTENSIONS
 
-    sizes: dict[tuple[int, int], Path] = {}
-    for path in sorted(root.rglob("*")):
-        if path.suffix.lower() in IMG_EXTENSIONS and path.is_file():
+    with open(path, "rb") as f:
+        try:
+            image = Image.open(f).convert("RGB")
+        except OSError as e:  # UnidentifiedImageError, or "image file is truncated" from PIL
+            raise ImageFileError("data_dir", path, _unreadable(e)) from None
+    if size is not None and (image.height, image.width) != size:
+        raise ImageFileError("image_size", None, _sizes_differ(path, size, image.size[::-1]))
+    return image
+
+
+def _unreadable(error: OSError) -> str:
+    reason = "not an image PIL can read" if type(error).__name__ == "UnidentifiedImageError" \
+        else str(error).splitlines()[0]
+    return f"holds a file that cannot be read as an image ({reason}); delete or replace it"
+
+
+def _sizes_differ(path, size: tuple[int, int], other: tuple[int, int]) -> str:
+    return (f"is needed: the images of the folder differ in size ({Path(path).name} is "
+            f"{other[0]}x{other[1]}, others are {size[0]}x{size[1]}); set image_size (e.g. "
+            f"{min(size + other)}) to train on square images of that side")
+
+
+def image_folder_size(paths: list[str], sample: int | None = None) -> tuple[int, int]:
+    """The ``(height, width)`` the images at ``paths`` share, read from the headers of at most
+    ``sample`` (default :data:`SIZE_SAMPLE`) of them spread evenly over the list: each process
+    that loads the folder reads those, not every file; a file outside the sample of another
+    size fails when it is read, as :func:`_read_image` checks.
+
+    Raises:
+        DataError: the sampled images differ in size (``image_size`` must then say the size to
+            train at), or there are none.
+        ImageFileError: a sampled file is not an image PIL can read.
+    """
+    from PIL import Image
+
+    if not paths:
+        raise DataError("data_dir", None, "holds no images")
+    sample = sample or SIZE_SAMPLE
+    picked = sorted({round(i) for i in np.linspace(0, len(paths) - 1, min(sample, len(paths)))})
+    sizes: dict[tuple[int, int], str] = {}
+    for path in (paths[i] for i in picked):
+        try:
             with Image.open(path) as img:
                 sizes.setdefault((img.height, img.width), path)
-            if len(sizes) > 1:
-                (a, pa), (b, pb) = sizes.items()
-                raise DataError("image_size", None, f"is needed: the images under {root} differ "
-                                f"in size ({pa.name} is {a[0]}x{a[1]}, {pb.name} is "
-                                f"{b[0]}x{b[1]}); set image_size (e.g. {min(a + b)}) to train "
-                                f"on square images of that side")
-    if not sizes:
-        raise DataError("data_dir", str(root), "holds no images")
+        except OSError as e:
+            raise ImageFileError("data_dir", path, _unreadable(e)) from None
+        if len(sizes) > 1:
+            (a, _), (b, pb) = sizes.items()
+            raise DataError("image_size", None, _sizes_differ(pb, a, b))
     return next(iter(sizes))
 
 
@@ -207,19 +264,13 @@ def _image_folder(s: TrainSettings) -> Data:
 
     check_data_files(s)
     root = data_root(s)
-    norm = STATS["image_folder"]
-    # without image_size the images' own size, when they share one
-    size = (s.image_size, s.image_size) if s.image_size else image_folder_size(root)
-    transform = transforms.Compose([
-        transforms.Resize(size), transforms.ToTensor(),
-        transforms.Normalize(norm.mean, norm.std)])
     splits = {}
     for split in ("train", "val", "test"):
         if split == "test" and not (root / split).is_dir():
             splits[split] = None
             continue
         try:
-            splits[split] = datasets.ImageFolder(str(root / split), transform=transform)
+            splits[split] = datasets.ImageFolder(str(root / split), loader=_read_image)
         except (FileNotFoundError, RuntimeError) as e:
             raise DataError("data_dir", s.data_dir, f"{split}/ holds no images: {e}") from None
     classes = splits["train"].classes
@@ -228,6 +279,16 @@ def _image_folder(s: TrainSettings) -> Data:
             raise DataError("data_dir", s.data_dir,
                             f"{split}/ has classes {splits[split].classes}, train/ has "
                             f"{classes}: give every split the same class folders")
+    # without image_size the images' own size, when they share one
+    own = None if s.image_size else image_folder_size(
+        [path for split in splits.values() if split is not None for path, _ in split.samples])
+    size = own or (s.image_size, s.image_size)
+    norm = STATS["image_folder"]
+    transform = transforms.Compose([transforms.Resize(size), transforms.ToTensor(),
+                                    transforms.Normalize(norm.mean, norm.std)])
+    for split in splits.values():
+        if split is not None:
+            split.transform, split.loader = transform, functools.partial(_read_image, size=own)
     return Data(splits["train"], splits["val"], splits["test"], len(classes), tuple(classes), 3,
                 size, norm)
 

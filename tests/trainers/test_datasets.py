@@ -115,3 +115,77 @@ def test_a_missing_user_dataset_names_the_setting():
 def test_a_user_dataset_that_streams_is_refused_naming_map_style():
     with pytest.raises(DataError, match="must be a map-style dataset"):
         load_data(TrainSettings(dataset="tests.corpus:stream"))
+
+
+def _one_size_folder(root, per_class: int):
+    from tests.corpus import write_one_size_folder
+
+    write_one_size_folder(root, per_class)
+    return sorted(str(p) for p in root.rglob("*.png"))
+
+
+def test_an_image_folder_reads_a_bounded_sample_of_headers_for_its_size(tmp_path, monkeypatch):
+    from PIL import Image
+
+    from trainers import datasets
+
+    files = _one_size_folder(tmp_path, per_class=40)  # 160 images of 10 x 12
+    opened = []
+    real_open = Image.open
+
+    def counting_open(fp, *args, **kwargs):
+        opened.append(fp)
+        return real_open(fp, *args, **kwargs)
+
+    monkeypatch.setattr(Image, "open", counting_open)
+    data = load_data(TrainSettings(dataset="image_folder", data_dir=str(tmp_path)))
+    assert data.image_size == (10, 12)
+    assert len(files) == 160 and len(opened) == datasets.SIZE_SAMPLE
+    assert {files[0], files[-1]} <= set(opened)  # spread over the whole list, ends included
+
+
+def test_an_image_of_another_size_outside_the_sample_fails_when_read(tmp_path, monkeypatch):
+    from PIL import Image
+
+    from trainers import datasets
+
+    _one_size_folder(tmp_path, per_class=4)
+    odd = tmp_path / "train" / "cat" / "2.png"  # not among 2 headers spread over 16 files
+    Image.new("RGB", (7, 5)).save(odd)
+    monkeypatch.setattr(datasets, "SIZE_SAMPLE", 2)
+    data = load_data(TrainSettings(dataset="image_folder", data_dir=str(tmp_path)))
+    assert data.image_size == (10, 12)
+    index = [p for p, _ in data.train.samples].index(str(odd))
+    with pytest.raises(DataError, match=r"image_size is needed: .*2\.png is 5x7, others are "
+                                        r"10x12"):
+        data.train[index]
+
+
+def _corrupt(root, kind: str):
+    """One file of the folder as garbage bytes, or a PNG cut short (its header still reads)."""
+    path = root / "train" / "dog" / "3.png"
+    data = path.read_bytes()
+    path.write_bytes(b"not an image at all" * 4 if kind == "garbage" else data[:len(data) // 2])
+    return path
+
+
+def test_a_file_that_is_not_an_image_is_a_data_error_naming_it(tmp_path):
+    _one_size_folder(tmp_path, per_class=4)
+    bad = _corrupt(tmp_path, "garbage")
+    with pytest.raises(DataError, match="not an image PIL can read") as caught:
+        load_data(TrainSettings(dataset="image_folder", data_dir=str(tmp_path)))
+    assert str(bad) in str(caught.value) and "delete or replace it" in str(caught.value)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_truncated_image_is_a_data_error_naming_it_in_training(tmp_path, num_workers):
+    _one_size_folder(tmp_path, per_class=4)
+    bad = _corrupt(tmp_path, "truncated")
+    with pytest.raises(DataError, match="(?i)truncated") as caught:  # image_size: no header
+        train(TrainSettings(dataset="image_folder", data_dir=str(tmp_path), epochs=1,  # read
+                            image_size=8, batch_size=8, num_workers=num_workers,
+                            loader="dataloader"))
+    message = str(caught.value)
+    # one line, from a DataLoader worker too: the file and the fix, not the worker's traceback
+    assert str(bad) in message and "delete or replace it" in message
+    assert len(message.splitlines()) == 1
