@@ -16,15 +16,13 @@ from rich.console import Console
 from rich.table import Table
 
 from trainers import TrainSettings
+from trainers.verdicts import ERROR, FAIL, PASS, SKIP, WARN, worst
 
 from . import space as sp
 from .protocol import Preflight
 from .spec import SweepSpec, settings_of
 
-STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim", "ERROR": "magenta"}
-# worst last; ERROR (a check that raised: the checker's fault) ranks under FAIL, so that only a
-# FAIL of the user's code stops `sweep run`
-ORDER = ["PASS", "WARN", "ERROR", "FAIL"]
+STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red", SKIP: "dim", ERROR: "magenta"}
 VARIES = ("dataset", "model")  # a check per distinct pair: that is where the bugs live
 
 
@@ -72,7 +70,7 @@ def request(spec: SweepSpec, settings: dict[str, Any], out_dir: Path) -> Preflig
 
 
 def failed_report(check: str, evidence: str, cause: str, fix: str,
-                  status: str = "FAIL") -> dict[str, Any]:
+                  status: str = FAIL) -> dict[str, Any]:
     """The report of a configuration whose checks could not run: one row of ``check``, FAIL
     (the user's settings or code) or ERROR (the checker's own fault)."""
     return {"status": status, "files": {}, "seconds": 0.0, "suggested_lr": None,
@@ -93,14 +91,14 @@ def run_checks(req: Preflight) -> dict[str, Any]:
         return failed_report("settings", str(e), "a setting cannot be used", e.fix)
     except Exception as e:  # noqa: BLE001 - the checker's fault, not the user's: no FAIL
         return failed_report("settings", f"{type(e).__name__}: {e}"[:500], "the checks could "
-                             "not start: a fault of the checker", "", status="ERROR")
+                             "not start: a fault of the checker", "", status=ERROR)
     lr_search_range = tuple(req.lr_search) if req.lr_search else None
     try:
         return preflight(settings, out_dir=req.dir, overfit_steps=req.overfit_steps,
                          lr_range_test=req.lr_range_test, lr_search=lr_search_range).to_dict()
     except Exception as e:  # noqa: BLE001 - each check is isolated; this is the frame's fault
         return failed_report("preflight", f"{type(e).__name__}: {e}"[:500], "the checks "
-                             "themselves raised: a fault of the checker", "", status="ERROR")
+                             "themselves raised: a fault of the checker", "", status=ERROR)
 
 
 def check_all(spec: SweepSpec, out_dir: Path,
@@ -126,7 +124,7 @@ def check_all(spec: SweepSpec, out_dir: Path,
 
 def status_of(results: list[dict[str, Any]]) -> str:
     """The worst status of all configurations: PASS, WARN, ERROR or FAIL (only FAIL stops)."""
-    return max((r["report"]["status"] for r in results), key=ORDER.index, default="PASS")
+    return worst(r["report"]["status"] for r in results)
 
 
 def table(name: str, report: dict[str, Any]) -> Table:
@@ -149,7 +147,7 @@ def show(console: Console, results: list[dict[str, Any]]) -> None:
             console.print(f"lr range test: search lr in [{low:.2g}, {high:.2g}]")
 
 
-def failures(results: list[dict[str, Any]], status: str = "FAIL") -> list[str]:
+def failures(results: list[dict[str, Any]], status: str = FAIL) -> list[str]:
     """One line per check of ``status`` (FAIL: the user's code; ERROR: the checker's own):
     configuration, check, evidence, cause and fix."""
     return [f"preflight {r['label']}: {c['name']} {status}: {c['evidence']} ({c['cause']}; "

@@ -17,7 +17,7 @@ MAX_CLASS_LINES = 250
 # trainers sits wholly below the orchestrator. A module missing here fails the test: place it.
 LAYERS: list[set[str]] = [
     # trainers: helpers without torch, then the settings every module reads
-    {"trainers.system", "trainers.errors"},
+    {"trainers.system", "trainers.errors", "trainers.verdicts"},
     {"trainers.settings"},
     {"trainers.datafiles"},
     {"trainers.runtime", "trainers.augment", "trainers.checkpoint", "trainers.models",

@@ -28,11 +28,8 @@ from .datasets import Data, load_data
 from .loop import build_run
 from .runtime import resolve_device, seed_everything
 from .settings import TrainSettings
+from .verdicts import ERROR, FAIL, PASS, SKIP, WARN, worst
 
-PASS, WARN, FAIL, SKIP, ERROR = "PASS", "WARN", "FAIL", "SKIP", "ERROR"
-# ERROR: the check itself raised (a bug of the checker, not a verdict on the user's code); it
-# ranks under FAIL so that only a FAIL stops a sweep
-SEVERITY = {SKIP: 0, PASS: 0, WARN: 1, ERROR: 2, FAIL: 3}
 SAMPLE = 64          # items read for the data checks
 BALANCE_ITEMS = 5000  # at most this many labels counted per split for the class balance
 OVERFIT_BATCH = 32
@@ -66,8 +63,7 @@ class PreflightReport:
 
     @property
     def status(self) -> str:
-        worst = max((SEVERITY[c.status] for c in self.checks), default=0)
-        return {0: PASS, 1: WARN, 2: ERROR, 3: FAIL}[worst]
+        return worst(c.status for c in self.checks)
 
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)
@@ -494,12 +490,16 @@ def _last_batch_check(ctx: _Context) -> None:
         return
     model, (x, y) = ctx.run.model, ctx.batch
     model.train()
-    evidence = (f"an epoch of {n} items in batches of {s.batch_size} leaves a forward pass of "
+    k = s.grad_accum_steps
+    evidence = (f"an epoch of {n} items in batches of {s.batch_size}"
+                f"{f' (each in {k} forward passes)' if k > 1 else ''} leaves a forward pass of "
                 f"one item")
     try:
         F.cross_entropy(model(x[:1]).float(), y[:1]).backward()
     except Exception as e:  # noqa: BLE001 - the model's own verdict on a batch of one
-        better = next(b for b in itertools.count(s.batch_size + 1) if n % b != 1)
+        # the next batch_size grad_accum_steps divides that leaves no forward pass of one item
+        better = next(b for b in itertools.count(s.batch_size + k, k)
+                      if not _leaves_one_item(n, b, k))
         ctx.add("last_batch", FAIL, f"{evidence}; the model raises on it: "
                                     f"{type(e).__name__}: {_first_line(e)}",
                 "the model cannot train on a single item (BatchNorm needs two values per "
@@ -509,6 +509,15 @@ def _last_batch_check(ctx: _Context) -> None:
         ctx.add("last_batch", PASS, f"{evidence}; the model trains on it")
     finally:
         model.zero_grad(set_to_none=True)
+
+
+def _leaves_one_item(n: int, batch_size: int, grad_accum_steps: int) -> bool:
+    """Whether an epoch of ``n`` items in batches of ``batch_size``, each cut into
+    ``grad_accum_steps`` forward passes the way :class:`trainers.batches.EpochOrder` cuts them
+    (``tensor_split``), has a forward pass of one item (in a full batch or the last one)."""
+    last = n % batch_size
+    return any(len(part) == 1 for size in {batch_size, last} - {0}
+               for part in torch.arange(size).tensor_split(grad_accum_steps))
 
 
 # ------------------------------------------------------------------------- overfit one batch

@@ -167,3 +167,17 @@ def test_a_last_batch_of_one_item_that_batchnorm_cannot_train_fails_naming_batch
     assert "BatchNorm" in check.cause and "batch_size that leaves no single item (e.g. 4)" \
         in check.fix
     assert "last_batch" not in {c.name for c in checks(5).checks}
+
+
+def test_the_last_batch_suggestion_counts_the_forward_passes_of_gradient_accumulation():
+    def checks(batch_size):
+        return preflight(TrainSettings(dataset="tests.corpus:tiny", batch_size=batch_size,
+                                       grad_accum_steps=2, model="tests.corpus:batchnorm_head"),
+                         overfit_steps=5)
+
+    # by hand, 10 items, 2 forward passes per batch: 4 leaves 10 = 4 + 4 + 2, the last 2 in
+    # passes of 1 + 1; 5 is no multiple of 2 (refused); 6 leaves 6 + 4, passes of 3 + 3, 2 + 2
+    check = checks(4).check("last_batch")
+    assert check.status == FAIL and "(each in 2 forward passes)" in check.evidence
+    assert "batch_size that leaves no single item (e.g. 6)" in check.fix
+    assert "last_batch" not in {c.name for c in checks(6).checks}
