@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import keys, paths
-from .errors import SweepError
+from .errors import SweepError, disk_full
 from .paths import mask
 from .protocol import Done, Epoch, Failed, Ready
 from .spec import SweepSpec
@@ -48,14 +48,6 @@ class Active:
 
     def warning_tags(self) -> dict[str, str]:
         return {keys.WARNINGS: "\n".join(self.warnings)} if self.warnings else {}
-
-
-def check_tracking_uri(uri: str) -> None:
-    """The mistakes in a tracking URI that can be caught without importing MLflow."""
-    db = paths.sqlite_file(uri)
-    if db is not None and not db.parent.is_dir():
-        raise SweepError(f"--tracking-uri {uri}: folder {db.parent} does not exist; create it "
-                         f"first")
 
 
 @dataclass
@@ -118,6 +110,9 @@ def _store_fix(tracking_uri: str) -> str:
 def store_broke(tracking_uri: str, error: BaseException) -> StoreBroke:
     """The one line saying what broke in the MLflow store and what to do."""
     what = _root_cause(error)
+    if disk_full(error) is not None:  # the CLI adds what to do about a full disk after it
+        return StoreBroke(f"the MLflow store {mask(tracking_uri)} failed, the trials that were "
+                          f"running are queued for retry: {what}")
     db = paths.sqlite_file(tracking_uri)
     if db is not None and not db.exists():
         what = f"{db} was deleted ({what})"
@@ -388,7 +383,8 @@ class TrialBook:
         Raises:
             SweepError: a store cannot be opened, or the study belongs to another sweep.
         """
-        check_tracking_uri(tracking_uri)  # bad input fails here, before anything is written
+        # bad input fails here, before anything is written (and without importing MLflow)
+        paths.check_sqlite_folder(tracking_uri, "--tracking-uri")
         study = SweepStudy.open(spec, storage, new=new)
         check_store_present(tracking_uri, study)
         book = cls(spec, study, tracking_uri=tracking_uri, storage=storage, spec_text=spec_text,

@@ -1,5 +1,6 @@
 """One cross-process lock per store, held while a store is created or migrated: a file lock
-beside a SQLite database or a journal file, an advisory lock inside a PostgreSQL database."""
+beside a SQLite database, a journal file or an MLflow ``file:`` store folder, an advisory lock
+inside a PostgreSQL database. MySQL and HTTP stores take none."""
 from __future__ import annotations
 
 import contextlib
@@ -7,9 +8,11 @@ import zlib
 from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 from trainers.system import LockTimeout, file_lock
 
+from . import paths
 from .errors import SweepError
 from .paths import mask
 
@@ -20,7 +23,7 @@ LOCK_TIMEOUT_S = 300
 
 
 def lock_file(path: Path) -> Path:
-    """The lock file of a store file: ``.sweep/<name>.lock`` in the store's folder."""
+    """The lock file of a store file or folder: ``.sweep/<name>.lock`` in its parent folder."""
     path = path.resolve()
     return path.parent / ".sweep" / f"{path.name}.lock"
 
@@ -32,8 +35,8 @@ def store_lock(url: str) -> Iterator[None]:
     processes starting on a new database break each other's migration).
 
     ``url``: ``sqlite:///FILE``, ``postgresql://...``, a journal file's path (or
-    ``journal:PATH``); anything else (an HTTP tracking server, which migrates its own database
-    once) takes no lock.
+    ``journal:PATH``), an MLflow ``file:`` store; anything else takes no lock: an HTTP
+    tracking server migrates its own database once, and MySQL's creation is not locked.
 
     Raises:
         SweepError: another process held the lock for :data:`LOCK_TIMEOUT_S` s.
@@ -46,21 +49,26 @@ def store_lock(url: str) -> Iterator[None]:
                          f"stop the hung sweep run, or wait for it, then run again") from None
 
 
+def locked_file(url: str) -> Path | None:
+    """The file or folder of a store that a file lock beside it guards: a SQLite database (not
+    in memory), a journal file, an MLflow ``file:`` store folder; None for any other store."""
+    parts = urlsplit(url)
+    db = paths.sqlite_file(url)
+    if db is not None:
+        return None if str(db) in (".", ":memory:") else db
+    if parts.scheme == "file":
+        return Path(url2pathname(parts.path))
+    return paths.journal_file(url)
+
+
 @contextlib.contextmanager
 def _store_lock(url: str) -> Iterator[None]:
-    scheme = urlsplit(url).scheme.split("+")[0]
-    if url.startswith("sqlite:///"):
-        target = url[len("sqlite:///"):]
-        if target in ("", ":memory:"):
+    target = locked_file(url)
+    if target is not None:
+        with file_lock(lock_file(target), LOCK_TIMEOUT_S):
             yield
-            return
-        with file_lock(lock_file(Path(target)), LOCK_TIMEOUT_S):
-            yield
-    elif scheme in ("postgresql", "postgres"):
+    elif urlsplit(url).scheme.split("+")[0] in ("postgresql", "postgres"):
         with _advisory_lock(url):
-            yield
-    elif url.startswith("journal:") or len(scheme) <= 1:  # a path (a Windows drive letter too)
-        with file_lock(lock_file(Path(url.removeprefix("journal:"))), LOCK_TIMEOUT_S):
             yield
     else:
         yield

@@ -31,6 +31,39 @@ def sqlite_file(tracking_uri: str) -> Path | None:
     return None
 
 
+def journal_file(storage: str) -> Path | None:
+    """The Optuna journal file a ``--storage`` names: a path or ``journal:PATH``; None for a
+    database URL (``scheme://...``). A one-letter scheme is a Windows drive, so a path."""
+    if storage.startswith("journal:"):
+        return Path(storage[len("journal:"):])
+    return Path(storage) if len(urlsplit(storage).scheme) <= 1 else None
+
+
+def check_sqlite_folder(url: str, option: str) -> None:
+    """Refuse a ``sqlite:///FILE`` URL given as ``option`` whose folder is missing (SQLite would
+    say no more than "unable to open database file").
+
+    Raises:
+        SweepError: the folder does not exist.
+    """
+    _check_folder(sqlite_file(url), url, option)
+
+
+def check_journal_folder(storage: str) -> None:
+    """Refuse a journal ``--storage`` whose folder is missing.
+
+    Raises:
+        SweepError: the folder does not exist.
+    """
+    _check_folder(journal_file(storage), storage, "--storage")
+
+
+def _check_folder(file: Path | None, url: str, option: str) -> None:
+    if file is not None and not file.parent.is_dir():
+        raise SweepError(f"{option} {mask(url)}: folder {file.parent} does not exist; create "
+                         f"it first")
+
+
 def work_dir(tracking_uri: str, name: str | None = None) -> Path:
     """``.sweep/`` (or ``.sweep/NAME/``) under :func:`home`."""
     base = home(tracking_uri) / ".sweep"
@@ -69,10 +102,9 @@ def store_of(path: str, tracking_uri: str, storage: str) -> str:
     if not path:  # a write names no file: SQLite's "database or disk is full", a write()
         return f"the stores (the MLflow store {mask(tracking_uri)}, the Optuna storage " \
                f"{mask(storage)}) or the sweep's files in {home(tracking_uri)}"
-    db = sqlite_file(tracking_uri)
+    db, journal = sqlite_file(tracking_uri), journal_file(storage)
     target = Path(path).resolve()
-    if not storage.startswith(("sqlite:", "postgresql:", "mysql:")) and \
-            target == Path(storage.removeprefix("journal:")).resolve():
+    if journal is not None and target == journal.resolve():
         return f"the Optuna journal {target}"
     if db is not None and target.name.startswith(db.name) and target.parent == db.resolve().parent:
         return f"the MLflow store {target}"  # the database or its -journal / -wal file
@@ -88,15 +120,8 @@ def check_store_folders(tracking_uri: str | None, storage: str | None) -> None:
     Raises:
         SweepError: the folder does not exist.
     """
-    db = sqlite_file(tracking_uri or "")
-    if db is not None and not db.parent.is_dir():
-        raise SweepError(f"--tracking-uri {tracking_uri}: folder {db.parent} does not exist; "
-                         f"create it first")
-    if storage and "://" not in storage:
-        journal = Path(storage.removeprefix("journal:"))
-        if not journal.parent.is_dir():
-            raise SweepError(f"--storage {storage}: folder {journal.parent} does not exist; "
-                             f"create it first")
+    check_sqlite_folder(tracking_uri or "", "--tracking-uri")
+    check_journal_folder(storage or "")
 
 
 def write_traceback(error: BaseException) -> Path | None:

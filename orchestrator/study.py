@@ -58,12 +58,11 @@ def open_storage(url: str, heartbeat_s: int | None = None, on_stale=None):
     scheme = urlsplit(url).scheme.split("+")[0]
     if scheme in RDB_SCHEMES:
         return _open_rdb(url, heartbeat_s, on_stale)
-    path = Path(url[len("journal:"):] if url.startswith("journal:") else url)
-    if scheme and not url.startswith("journal:") and len(scheme) > 1:
+    path = paths.journal_file(url)
+    if path is None:
         raise SweepError(f"--storage {mask(url)}: unknown storage scheme {scheme!r}; use a file "
                          f"path (journal), sqlite:///FILE, postgresql://... or mysql://...")
-    if not path.parent.is_dir():
-        raise SweepError(f"--storage {url}: folder {path.parent} does not exist; create it first")
+    paths.check_journal_folder(url)
     with store_lock(str(path)):  # one process repairs or creates the file at a time
         repair_journal(path)
         try:
@@ -77,9 +76,7 @@ def open_storage(url: str, heartbeat_s: int | None = None, on_stale=None):
 def _open_rdb(url: str, heartbeat_s: int | None, on_stale) -> RDBStorage:
     """An RDB storage, created under the store's lock: Optuna creates a new database's tables
     and stamps its schema version without one, so machines starting together break each other."""
-    db = paths.sqlite_file(url)
-    if db is not None and not db.parent.is_dir():
-        raise SweepError(f"--storage {url}: folder {db.parent} does not exist; create it first")
+    paths.check_sqlite_folder(url, "--storage")
     for attempt in range(4):
         try:
             with store_lock(url):

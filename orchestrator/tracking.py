@@ -84,10 +84,7 @@ def open_store(tracking_uri: str) -> MlflowClient:
     Raises:
         SweepError: the folder of a SQLite file is missing, or the store cannot be opened.
     """
-    db = paths.sqlite_file(tracking_uri)
-    if db is not None and not db.parent.is_dir():
-        raise SweepError(f"--tracking-uri {tracking_uri}: folder {db.parent} does not exist; "
-                         f"create it first")
+    paths.check_sqlite_folder(tracking_uri, "--tracking-uri")
     try:
         # MlflowClient's constructor builds the SQLAlchemy store, whose constructor creates the
         # tables and runs every migration of a new database: not safe to race, so processes
@@ -398,6 +395,10 @@ def log_onnx_model(tracking_uri: str, run_id: str, onnx_file: str, example_file:
     quiet = logging.getLogger("mlflow.onnx")
     level = quiet.level
     quiet.setLevel(logging.ERROR)
+    # the model is logged inside the run, which that reopens and ends again: its end time and
+    # status are put back, so that the trial's duration is its training, not this export
+    client = mlflow.MlflowClient(tracking_uri)
+    ended = client.get_run(run_id).info
     try:
         with mlflow.start_run(run_id=run_id):
             # the requirements given: MLflow otherwise infers them by loading the model in a
@@ -411,6 +412,7 @@ def log_onnx_model(tracking_uri: str, run_id: str, onnx_file: str, example_file:
                 save_as_external_data=os.path.getsize(onnx_file) > 1 << 30)
     finally:
         quiet.setLevel(level)
+        client.set_terminated(run_id, ended.status, ended.end_time)
 
 
 def environment_tags() -> dict[str, str]:

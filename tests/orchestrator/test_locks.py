@@ -1,0 +1,65 @@
+"""The store locks and the store URLs they are read from: which file each store's lock guards,
+and that a lock another holder keeps is one line naming the store, within a deadline."""
+from pathlib import Path
+
+import pytest
+
+from orchestrator import locks, paths
+from orchestrator.errors import SweepError
+from trainers.system import file_lock
+
+
+@pytest.mark.parametrize("url, guarded", [
+    ("sqlite:////data/mlflow.db", "/data/mlflow.db"),
+    ("/data/optuna.journal", "/data/optuna.journal"),
+    ("journal:/data/optuna.journal", "/data/optuna.journal"),
+    ("file:///data/mlruns", "/data/mlruns"),
+    ("mlruns", "mlruns"),  # MLflow reads a bare path as a file store too
+    ("sqlite:///:memory:", None),
+    ("postgresql://u@db/sweeps", None),  # an advisory lock inside the database
+    ("mysql+pymysql://u@db/sweeps", None),
+    ("http://127.0.0.1:5000", None),
+])
+def test_each_store_url_names_the_file_its_lock_guards(url, guarded):
+    assert locks.locked_file(url) == (Path(guarded) if guarded else None)
+
+
+@pytest.mark.parametrize("url", ["file://{folder}/mlruns", "sqlite:///{folder}/mlflow.db",
+                                 "{folder}/optuna.journal"])
+def test_a_store_whose_lock_another_holder_keeps_is_one_line_naming_it(tmp_path, monkeypatch,
+                                                                        url):
+    url = url.format(folder=tmp_path)
+    monkeypatch.setattr(locks, "LOCK_TIMEOUT_S", 0.3)
+    with file_lock(locks.lock_file(locks.locked_file(url))):  # held as another process would
+        with pytest.raises(SweepError, match="lock is held by another process") as err:
+            with locks.store_lock(url):
+                pass
+    assert "\n" not in str(err.value) and str(tmp_path) in str(err.value)
+
+
+@pytest.mark.parametrize("storage, journal", [
+    ("/data/optuna.journal", "/data/optuna.journal"),
+    ("journal:rel/optuna.journal", "rel/optuna.journal"),
+    ("sqlite:////data/optuna.db", None),
+    ("postgresql://u:pw@db/sweeps", None),
+])
+def test_the_journal_of_a_storage_is_its_path_and_a_database_has_none(storage, journal):
+    assert paths.journal_file(storage) == (Path(journal) if journal else None)
+
+
+@pytest.mark.parametrize("check, url, option", [
+    (lambda url: paths.check_sqlite_folder(url, "--tracking-uri"), "sqlite:///{missing}/m.db",
+     "--tracking-uri"),
+    (lambda url: paths.check_sqlite_folder(url, "--storage"), "sqlite:///{missing}/o.db",
+     "--storage"),
+    (paths.check_journal_folder, "{missing}/optuna.journal", "--storage"),
+    (paths.check_journal_folder, "journal:{missing}/optuna.journal", "--storage"),
+])
+def test_a_store_file_in_a_missing_folder_is_one_line_naming_option_folder_and_fix(
+        tmp_path, check, url, option):
+    url = url.format(missing=tmp_path / "missing")
+    with pytest.raises(SweepError) as err:
+        check(url)
+    assert str(err.value) == (f"{option} {url}: folder {tmp_path / 'missing'} does not exist; "
+                              f"create it first")
+    check(url.replace("/missing", ""))  # the folder exists: no complaint
