@@ -349,6 +349,9 @@ def test_the_best_trial_is_exported_checked_and_logged_as_a_model(quickstart):
     exp = client.get_experiment_by_name("quickstart")
     models = client.search_logged_models([exp.experiment_id])
     assert [m.source_run_id for m in models] == [best_id]
+    # the export reopens the run to log the model: its end stays the end of its training
+    assert client.get_run(best_id).info.end_time < models[0].creation_timestamp
+    assert client.get_run(best_id).info.status == "FINISHED"
     import mlflow
 
     mlflow.set_tracking_uri(stores.tracking_uri)
