@@ -1,7 +1,8 @@
-"""The ``sweep`` command line: run, validate, ui.
+"""The ``sweep`` command line: one subcommand per entry of :data:`COMMANDS`.
 
-Exit codes: 0 the sweep finished, 1 it finished but some trials failed for good, 2 bad input
-(one line naming the field, the value and the fix), 130 interrupted.
+Exit codes (:data:`EXIT_CODES`): 0 done, 1 done with a negative answer (trials failed for good),
+2 bad input (one line naming the field, the value and the fix), 3 the command could not finish
+(a full disk, or a bug: one line naming the file with the traceback), 130 interrupted.
 """
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import argparse
 import shutil
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 from rich.table import Table
@@ -23,71 +26,34 @@ from .server import check_address, serve, server_command, ui_command
 from .space import grid_size
 from .spec import MAX_GRID, data_downloads, data_problems, load_spec
 
-EXIT_BAD_INPUT = 2
-EXIT_UNEXPECTED = 1
+# 0, 1 and 130 are also what a sweep run ends with (orchestrator.runner: a test ties them)
+EXIT_OK, EXIT_FAILED_TRIALS, EXIT_BAD_INPUT, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_CODES = {  # in `sweep --help` and the README's table (a test compares them)
+    EXIT_OK: "done",
+    EXIT_FAILED_TRIALS: "done, with a negative answer: trials failed for good (run), curves "
+                        "differ (reproduce), a format fails its parity check (export)",
+    EXIT_BAD_INPUT: "bad input, one line naming the field, the value and the fix; or a "
+                    "preflight check FAILed (doctor, and run before any trial)",
+    EXIT_ERROR: "the command could not finish: a full disk (one line saying what to free) or a "
+                "bug in sweep (one line naming the file that holds the traceback)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C, SIGTERM)",
+}
 FREE_SPACE = ("free space there (or move the stores with --tracking-uri and --storage), then run "
               "the same command again: a sweep resumes where it stopped, its finished trials kept")
 COMPLETION_SHELLS = ("bash", "zsh")
-# each command: its line in `sweep --help`, its description, and the examples its --help ends
-# with (a test runs them as written)
-COMMANDS = {
-    "run": ("run or resume a sweep",
-            "Run a sweep, or resume it where it stopped: the study continues until it holds "
-            "`trials` finished trials. Exit 0 when it finished, 1 when some trials failed for "
-            "good, 2 on bad input, 130 when interrupted.",
-            ("sweep run sweeps/quickstart.yaml",
-             "sweep run sweeps/quickstart.yaml --set train.epochs=2 --trials 4")),
-    "status": ("the sweeps in the study storage, or one sweep's trials",
-               "Without NAME, list the sweeps in the Optuna study storage: trials complete, "
-               "running, pruned and failed, the best value, when the first trial started and "
-               "the last activity. With NAME, that sweep's trials: state, value, params, "
-               "duration and MLflow run id. Reads the storage only: safe while a sweep runs.",
-               ("sweep status", "sweep status quickstart")),
-    "doctor": ("check data, devices, model and loss before a sweep",
-               "Run the preflight checks of a sweep without running it: data (shapes, dtypes, "
-               "ranges, labels, class balance, a sample grid), devices, parameter registration, "
-               "gradients, loss wiring, overfitting one batch and gradient health. Exit 2 when "
-               "a check FAILs.",
-               ("sweep doctor sweeps/quickstart.yaml --lr-range-test",)),
-    "validate": ("check a sweep YAML without running it",
-                 "Check a sweep YAML without running it or touching the stores: every problem "
-                 "is one line naming the field, the value and the fix (exit 2).",
-                 ("sweep validate sweeps/adam_vs_sgd.yaml --set repeats=1",)),
-    "schema": ("print the JSON Schema of the sweep YAML (for editors)",
-               "Print the JSON Schema of the sweep YAML, generated from the models that "
-               "validate it, for editors (VS Code's YAML extension: see README).",
-               ("sweep schema --out sweep.schema.json",)),
-    "export": ("export a finished trial's model and check parity",
-               "Export a trial's final weights in the given formats, check each file against "
-               "the eager model, log the files and figures into the trial's run and copy them "
-               "to --out.",
-               ("sweep export RUN_ID --formats onnx,int8   # RUN_ID: see sweep status NAME",)),
-    "report": ("the sweep's answer: statistics per setting, plots",
-               "Write an HTML report (plots embedded), a Markdown summary and the trial table "
-               "(CSV, Parquet) of a sweep, and log them on its parent run.",
-               ("sweep report sweeps/adam_vs_sgd.yaml --out report/", "sweep report quickstart")),
-    "reproduce": ("train a trial again from its run and compare curves",
-                  "Rebuild a trial from its MLflow run alone (settings, seed, thread count), "
-                  "train it again in a run tagged as its reproduction, and compare the "
-                  "per-epoch curves. Exit 0 when they match, 1 when they differ (with what "
-                  "differs in the environment).",
-                  ("sweep reproduce RUN_ID   # RUN_ID: see sweep status NAME",)),
-    "ui": ("open the MLflow UI on this machine's store (127.0.0.1)",
-           "Start the MLflow UI on this machine's store, wait until it answers and print its "
-           "URL: with NAME, the sweep's runs table. Ctrl-C stops it.",
-           ("sweep ui quickstart", "sweep ui quickstart --port 5001")),
-    "server": ("an MLflow tracking server for several machines",
-               "Start an MLflow tracking server with artifact proxying for a team or several "
-               "machines, bound to 127.0.0.1 unless --host says otherwise.",
-               ("sweep server --backend-store-uri postgresql://mlflow@db/mlflow --host 0.0.0.0 "
-                "--allowed-hosts 'box1:5000,box2:5000'",)),
-    "completion": ("print a shell completion script (bash or zsh)",
-                   "Print a tab-completion script for bash or zsh, generated from this command "
-                   "line (commands, flags, YAML file names). Load it from your shell's startup "
-                   "file or its completion folder.",
-                   ("sweep completion bash > ~/.local/share/bash-completion/completions/sweep",
-                    "sweep completion zsh > ~/.zfunc/_sweep")),
-}
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its line in ``sweep --help``, its description, the examples its
+    ``--help`` ends with (a test runs them as written), the function that adds its arguments
+    and the one that runs it (returning the exit code)."""
+
+    summary: str
+    description: str
+    examples: tuple[str, ...]
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Console], int]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -121,10 +87,11 @@ def _set_flag(p: argparse.ArgumentParser, example: str = "") -> None:
 
 def _command(sub, name: str) -> argparse.ArgumentParser:
     """Subcommand ``name`` of :data:`COMMANDS`, its ``--help`` ending with its examples."""
-    help, description, examples = COMMANDS[name]
-    heading = "example:" if len(examples) == 1 else "examples:"
-    return sub.add_parser(name, help=help, description=textwrap.fill(description, 79),
-                          epilog="\n".join([heading, *(f"  {e}" for e in examples)]),
+    command = COMMANDS[name]
+    heading = "example:" if len(command.examples) == 1 else "examples:"
+    return sub.add_parser(name, help=command.summary,
+                          description=textwrap.fill(command.description, 79),
+                          epilog="\n".join([heading, *(f"  {e}" for e in command.examples)]),
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
@@ -136,21 +103,19 @@ def _spec_arg(p: argparse.ArgumentParser, metavar: str = "SPEC",
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``sweep`` parser: one subcommand per ``cmd_*`` function."""
+    """The ``sweep`` parser: one subcommand per entry of :data:`COMMANDS`, in its order."""
+    codes = [f"  {code:<3}  {line}" for code, meaning in EXIT_CODES.items()
+             for line in [textwrap.fill(meaning, 72, subsequent_indent=" " * 7)]]
     parser = _Parser(prog="sweep", description=textwrap.fill(
                          "Run PyTorch hyperparameter sweeps described in YAML with Optuna, "
                          "tracked in MLflow. Each command's --help ends with examples.", 79),
-                     epilog="examples:\n  sweep run sweeps/quickstart.yaml\n"
-                            "  sweep status quickstart\n  sweep ui quickstart",
+                     epilog="\n".join(["exit codes:", *codes, "", "examples:",
+                                       "  sweep run sweeps/quickstart.yaml",
+                                       "  sweep status quickstart", "  sweep ui quickstart"]),
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    arguments = {"run": _run_arguments, "status": _status_arguments, "doctor": _doctor_arguments,
-                 "validate": _validate_arguments, "schema": _schema_arguments,
-                 "export": _export_arguments, "report": _report_arguments,
-                 "reproduce": _reproduce_arguments, "ui": _ui_arguments,
-                 "server": _server_arguments, "completion": _completion_arguments}
-    for name, add_arguments in arguments.items():  # in this order in `sweep --help`
-        add_arguments(_command(sub, name))
+    for name, command in COMMANDS.items():
+        command.arguments(_command(sub, name))
     return parser
 
 
@@ -247,23 +212,20 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=False, highlight=False)
     try:
-        return {"run": cmd_run, "validate": cmd_validate, "ui": cmd_ui, "doctor": cmd_doctor,
-                "server": cmd_server, "status": cmd_status, "schema": cmd_schema,
-                "completion": cmd_completion, "export": cmd_export, "report": cmd_report,
-                "reproduce": cmd_reproduce}[args.command](args, console)
+        return COMMANDS[args.command].run(args, console)
     except SweepError as e:
         if disk_full(e) is not None:  # a store that could not be opened for want of space
             sys.stderr.write(f"sweep: {e.lines[0]}; {FREE_SPACE}\n")
-            return EXIT_UNEXPECTED
+            return EXIT_ERROR
         for line in e.lines:
             sys.stderr.write(f"sweep: {line}\n")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         sys.stderr.write("sweep: interrupted\n")
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as e:  # the last guard: one line, the traceback in a file
         sys.stderr.write(f"sweep: {unexpected_line(e, args)}\n")
-        return EXIT_UNEXPECTED
+        return EXIT_ERROR
 
 
 def unexpected_line(error: Exception, args: argparse.Namespace) -> str:
@@ -366,7 +328,7 @@ def _say_downloads(console: Console, downloads: list[str], where: str) -> None:
 
 def _print_summary(console: Console, spec, outcome) -> None:
     c = outcome.counts
-    state = "interrupted" if outcome.exit_code == 130 else "finished"
+    state = "interrupted" if outcome.exit_code == EXIT_INTERRUPTED else "finished"
     console.print(f"sweep {spec.name!r} {state} in {outcome.elapsed:.1f} s: {c['complete']} "
                   f"complete, {c['pruned']} pruned, {c['fail']} failed")
     if outcome.best:
@@ -590,6 +552,87 @@ def cmd_server(args, console: Console) -> int:
     return serve(console, cmd, Path.cwd() / ".sweep" / "mlflow-server.log",
                  "MLflow tracking server", f"http://{args.host}:{args.port}", "",
                  hint="   (sweep run ... --tracking-uri this URL on every machine)")
+
+
+# every command, in its order in `sweep --help`
+COMMANDS: dict[str, Command] = {
+    "run": Command(
+        "run or resume a sweep",
+        "Run a sweep, or resume it where it stopped: the study continues until it holds "
+        "`trials` finished trials. Exit 0 when it finished, 1 when some trials failed for "
+        "good, 2 on bad input or a failed preflight, 3 when it could not finish (a full disk, "
+        "a bug), 130 when interrupted.",
+        ("sweep run sweeps/quickstart.yaml",
+         "sweep run sweeps/quickstart.yaml --set train.epochs=2 --trials 4"),
+        _run_arguments, cmd_run),
+    "status": Command(
+        "the sweeps in the study storage, or one sweep's trials",
+        "Without NAME, list the sweeps in the Optuna study storage: trials complete, running, "
+        "pruned and failed, the best value, when the first trial started and the last "
+        "activity. With NAME, that sweep's trials: state, value, params, duration and MLflow "
+        "run id. Reads the storage only: safe while a sweep runs.",
+        ("sweep status", "sweep status quickstart"),
+        _status_arguments, cmd_status),
+    "doctor": Command(
+        "check data, devices, model and loss before a sweep",
+        "Run the preflight checks of a sweep without running it: data (shapes, dtypes, ranges, "
+        "labels, class balance, a sample grid), devices, parameter registration, gradients, "
+        "loss wiring, overfitting one batch and gradient health. Exit 2 when a check FAILs.",
+        ("sweep doctor sweeps/quickstart.yaml --lr-range-test",),
+        _doctor_arguments, cmd_doctor),
+    "validate": Command(
+        "check a sweep YAML without running it",
+        "Check a sweep YAML without running it or touching the stores: every problem is one "
+        "line naming the field, the value and the fix (exit 2).",
+        ("sweep validate sweeps/adam_vs_sgd.yaml --set repeats=1",),
+        _validate_arguments, cmd_validate),
+    "schema": Command(
+        "print the JSON Schema of the sweep YAML (for editors)",
+        "Print the JSON Schema of the sweep YAML, generated from the models that validate it, "
+        "for editors (VS Code's YAML extension: see README).",
+        ("sweep schema --out sweep.schema.json",),
+        _schema_arguments, cmd_schema),
+    "export": Command(
+        "export a finished trial's model and check parity",
+        "Export a trial's final weights in the given formats, check each file against the "
+        "eager model, log the files and figures into the trial's run and copy them to --out.",
+        ("sweep export RUN_ID --formats onnx,int8   # RUN_ID: see sweep status NAME",),
+        _export_arguments, cmd_export),
+    "report": Command(
+        "the sweep's answer: statistics per setting, plots",
+        "Write an HTML report (plots embedded), a Markdown summary and the trial table (CSV, "
+        "Parquet) of a sweep, and log them on its parent run.",
+        ("sweep report sweeps/adam_vs_sgd.yaml --out report/", "sweep report quickstart"),
+        _report_arguments, cmd_report),
+    "reproduce": Command(
+        "train a trial again from its run and compare curves",
+        "Rebuild a trial from its MLflow run alone (settings, seed, thread count), train it "
+        "again in a run tagged as its reproduction, and compare the per-epoch curves. Exit 0 "
+        "when they match, 1 when they differ (with what differs in the environment).",
+        ("sweep reproduce RUN_ID   # RUN_ID: see sweep status NAME",),
+        _reproduce_arguments, cmd_reproduce),
+    "ui": Command(
+        "open the MLflow UI on this machine's store (127.0.0.1)",
+        "Start the MLflow UI on this machine's store, wait until it answers and print its URL: "
+        "with NAME, the sweep's runs table. Ctrl-C stops it.",
+        ("sweep ui quickstart", "sweep ui quickstart --port 5001"),
+        _ui_arguments, cmd_ui),
+    "server": Command(
+        "an MLflow tracking server for several machines",
+        "Start an MLflow tracking server with artifact proxying for a team or several "
+        "machines, bound to 127.0.0.1 unless --host says otherwise.",
+        ("sweep server --backend-store-uri postgresql://mlflow@db/mlflow --host 0.0.0.0 "
+         "--allowed-hosts 'box1:5000,box2:5000'",),
+        _server_arguments, cmd_server),
+    "completion": Command(
+        "print a shell completion script (bash or zsh)",
+        "Print a tab-completion script for bash or zsh, generated from this command line "
+        "(commands, flags, YAML file names). Load it from your shell's startup file or its "
+        "completion folder.",
+        ("sweep completion bash > ~/.local/share/bash-completion/completions/sweep",
+         "sweep completion zsh > ~/.zfunc/_sweep"),
+        _completion_arguments, cmd_completion),
+}
 
 
 def entry() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import keys
-from orchestrator.cli import COMPLETION_SHELLS, build_parser
+from orchestrator.cli import COMPLETION_SHELLS, EXIT_CODES, build_parser, main
 from tests.conftest import ROOT, run_cli, tiny_spec
 
 
@@ -135,7 +135,7 @@ def test_a_disk_that_fills_up_during_a_run_is_one_line_naming_the_stores(tmp_pat
     out = subprocess.run([*namespace, "sh", "-c", script], capture_output=True, text=True,
                          timeout=600, env={k: v for k, v in os.environ.items()
                                            if k != "MLFLOW_TRACKING_URI"})
-    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.returncode == 3, out.stdout + out.stderr  # could not finish: not failed trials
     (said,) = out.stderr.splitlines()
     assert said.startswith("sweep: ") and str(disk / "mlflow.db") in said, said
     assert ": no space left on the disk; free space there (or move the stores with " \
@@ -185,3 +185,44 @@ def test_a_port_outside_1_to_65535_is_one_line_and_exit_2(tmp_path, command, por
     out = run_cli(command, "--port", port, cwd=tmp_path)
     assert out.returncode == 2 and "a port is a number from 1 to 65535" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and not any(tmp_path.iterdir())
+
+
+def test_an_unexpected_error_exits_3_not_the_1_of_failed_trials(tmp_path, monkeypatch, capsys):
+    """A study whose identity attribute is not JSON (written by another tool): `sweep report`
+    fails where nobody expected it, and the last guard says so in one line naming the file that
+    holds the traceback."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    journal = tmp_path / "optuna.journal"
+    study = optuna.create_study(study_name="odd",
+                                storage=JournalStorage(JournalFileBackend(str(journal))))
+    study.set_user_attr(keys.IDENTITY, "{not json")
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()  # Optuna's line about the study it created
+    code = main(["report", "odd", "--storage", str(journal), "--tracking-uri",
+                 f"sqlite:///{tmp_path / 'mlflow.db'}"])
+    (said,) = capsys.readouterr().err.splitlines()
+    assert code == 3 != 1
+    assert said.startswith("sweep: unexpected error JSONDecodeError: ")
+    log = Path(said.split("the traceback is in ")[1].split()[0])
+    assert "JSONDecodeError" in log.read_text()
+    log.unlink()
+
+
+def test_sweep_help_and_the_readme_list_the_same_exit_codes():
+    import re
+
+    from orchestrator import cli, runner
+
+    for name in ("EXIT_OK", "EXIT_FAILED_TRIALS", "EXIT_INTERRUPTED"):  # what sweep run ends with
+        assert getattr(runner, name) == getattr(cli, name)
+    assert list(EXIT_CODES) == [0, 1, 2, 3, 130]
+    epilog = build_parser().format_help().split("exit codes:\n")[1].split("\n\n")[0]
+    listed = {int(m[0]): " ".join(m[1].split()) for m in re.findall(
+        r"^  (\d+) +(.+(?:\n {7}.+)*)", epilog, re.M)}
+    assert listed == EXIT_CODES
+    readme = (ROOT / "README.md").read_text()
+    table = dict(re.findall(r"^  \| (\d+) \| (.+) \|$", readme, re.M))
+    assert {int(k): v for k, v in table.items()} == EXIT_CODES

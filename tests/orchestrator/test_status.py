@@ -205,7 +205,7 @@ def test_sweep_run_on_a_journal_with_a_line_that_is_no_entry_is_one_line_and_exi
 
 def test_an_unexpected_error_is_one_line_naming_the_file_with_its_traceback(tmp_path):
     """A study whose identity attribute is not JSON (written by another tool) makes `sweep
-    status` fail where nobody expected it: the last guard says so in one line, exit 1."""
+    status` fail where nobody expected it: the last guard says so in one line, exit 3."""
     journal = tmp_path / "optuna.journal"
     study = optuna.create_study(study_name="odd",
                                 storage=JournalStorage(JournalFileBackend(str(journal))))
@@ -213,7 +213,7 @@ def test_an_unexpected_error_is_one_line_naming_the_file_with_its_traceback(tmp_
     trial = study.ask()
     study.tell(trial, 0.5)  # a best value: its metric's name is read from the identity
     out = run_cli("status", cwd=tmp_path)
-    assert out.returncode == 1, out.stderr
+    assert out.returncode == 3, out.stderr
     (said,) = out.stderr.splitlines()
     assert said.startswith("sweep: unexpected error JSONDecodeError: ")
     assert "this is a bug in sweep, the traceback is in " in said
