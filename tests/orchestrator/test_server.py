@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 from orchestrator.server import kill_group, server_command, ui_command, wait_http
-from tests.conftest import free_port, group_alive
+from tests.conftest import free_port, group_alive, process_groups_of_children
 
 
 def test_ui_command_binds_the_host_and_port_given():
@@ -33,7 +33,10 @@ def test_wait_http_gives_up_as_soon_as_the_server_exits():
 
 def test_kill_group_stops_the_process_and_its_children():
     proc = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60"], start_new_session=True)
-    time.sleep(0.3)  # let it start its child
+    deadline = time.monotonic() + 30
+    while not process_groups_of_children(proc.pid):  # until it has started its child
+        assert time.monotonic() < deadline and proc.poll() is None, "no child started"
+        time.sleep(0.01)
     kill_group(proc)
     assert proc.poll() is not None
     deadline = time.monotonic() + 10

@@ -3,6 +3,7 @@ an MLflow store that breaks mid-sweep, and what a killed process leaves between 
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator import keys
-from tests.conftest import ROOT, Stores, run_cli, tiny_spec
+from tests.conftest import ROOT, SLACK, Pace, Stores, run_cli, tiny_spec
 from tests.orchestrator.test_scale_out import databases  # noqa: F401 - a fixture
 
 MACHINES = 4
@@ -41,20 +42,54 @@ def machine(storage: str, tracking_uri: str, go: str) -> None:
                         resumed_from=0, weights=""))
 
 
-def start_together(storage: str, tracking_uri: str, folder: Path) -> list[tuple[int, str]]:
+def start_together(storage: str, tracking_uri: str, folder: Path,
+                   pace: Pace) -> list[tuple[int, str]]:
     """:func:`machine` in :data:`MACHINES` processes released at one moment; (exit code,
-    stderr) of each."""
+    stderr) of each.
+
+    Nothing waits without a deadline, so a hung child fails the test instead of hanging it: the
+    processes must be ready within the :class:`~tests.conftest.Pace` budget of as many fresh
+    starts, and then finish within SLACK times MACHINES times the start they were measured to
+    take (each opens the stores, under a lock the others wait on, and books one trial).
+    """
     go = folder / "go"
     code = f"from tests.orchestrator.test_stores import machine; " \
            f"machine({storage!r}, {tracking_uri!r}, {str(go)!r})"
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    started = time.monotonic()
     procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for _ in range(MACHINES)]
-    for p in procs:  # each has imported everything it needs
-        assert p.stdout.readline() == "ready\n", p.communicate()
-    go.touch()
-    return [(p.wait(timeout=240), p.communicate()[1]) for p in procs]
+    try:
+        ready_by = started + pace.budget(epochs=0, starts=MACHINES)
+        for p in procs:  # each has imported everything it needs
+            line = read_line(p, ready_by)
+            assert line == "ready\n", (line, p.communicate(timeout=5))
+        go.touch()
+        finish_by = time.monotonic() + SLACK * MACHINES * (time.monotonic() - started)
+        ends = []
+        for p in procs:
+            try:
+                _, err = p.communicate(timeout=max(0.1, finish_by - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                raise AssertionError(f"a process did not finish in time: "
+                                     f"{p.communicate()[1][-3000:]}") from None
+            ends.append((p.returncode, err))
+        return ends
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
+def read_line(proc: subprocess.Popen, deadline: float) -> str:
+    """The next line ``proc`` writes to its stdout, or an AssertionError at ``deadline``."""
+    readable, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+    if not readable:
+        raise AssertionError(f"no line from process {proc.pid} by the deadline")
+    return proc.stdout.readline()
 
 
 def assert_one_trial_each(storage: str, tracking_uri: str) -> None:
@@ -73,18 +108,18 @@ def assert_one_trial_each(storage: str, tracking_uri: str) -> None:
     assert roles == {("trial", "FINISHED"): MACHINES, ("parent", "RUNNING"): 1}
 
 
-def test_processes_starting_together_on_new_sqlite_stores_all_succeed(tmp_path):
+def test_processes_starting_together_on_new_sqlite_stores_all_succeed(tmp_path, pace):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    ends = start_together(storage, tracking_uri, tmp_path)
+    ends = start_together(storage, tracking_uri, tmp_path, pace)
     assert [code for code, _ in ends] == [0] * MACHINES, [err[-3000:] for _, err in ends]
     assert_one_trial_each(storage, tracking_uri)
 
 
 def test_processes_starting_together_on_new_postgresql_databases_all_succeed(databases,  # noqa: F811
-                                                                              tmp_path):
+                                                                              tmp_path, pace):
     storage, tracking_uri = databases(), databases()
-    ends = start_together(storage, tracking_uri, tmp_path)
+    ends = start_together(storage, tracking_uri, tmp_path, pace)
     assert [code for code, _ in ends] == [0] * MACHINES, [err[-3000:] for _, err in ends]
     assert_one_trial_each(storage, tracking_uri)
 
