@@ -11,7 +11,11 @@ Runs, each as its own process (start-up included in every wall time):
   sweep-N  `sweep run` with its default parallelism (one single-threaded worker per core)
   peer     ../shared/peers/optuna_inproc.py --work W1 (when that folder is there)
 
-Usage: python bench/overhead.py [--trials 24] [--epochs 10] [--skip-peer]
+With ``--pairs N`` it runs only the default sweep and the peers' script, alternately N times
+(on a shared machine the load changes within minutes: each pair is compared by itself), and
+prints each pair's ratio and their median.
+
+Usage: python bench/overhead.py [--trials 24] [--epochs 10] [--skip-peer] [--pairs N]
 """
 from __future__ import annotations
 
@@ -109,6 +113,7 @@ def peer(folder: Path) -> float | None:
     script = ROOT.parent / "shared" / "peers" / "optuna_inproc.py"
     if not script.exists():
         return None
+    folder.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     subprocess.run([sys.executable, str(script), "--work", "W1", "--out",
                     str(folder / "peer.json")], check=True, cwd=script.parent,
@@ -127,10 +132,14 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=24)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--skip-peer", action="store_true")
+    parser.add_argument("--pairs", type=int, default=0,
+                        help="only the default sweep against the peers' script, N times")
     args = parser.parse_args()
     N_TRIALS, N_EPOCHS = args.trials, args.epochs
     cores = len(os.sched_getaffinity(0))
     spec = work_spec(args.trials, args.epochs)
+    if args.pairs:
+        return pairs(spec, args.pairs)
     with tempfile.TemporaryDirectory(prefix="sweep-bench-") as tmp:
         tmp = Path(tmp)
         one_wall, one_settings, one_train, _ = run_sweep(spec, 1, tmp / "one")
@@ -154,6 +163,31 @@ def main() -> None:
     if peer_wall is not None:
         print(f"peers/optuna_inproc.py W1 (1 process): {peer_wall:7.1f} s  default sweep "
               f"ratio to it {many_wall / peer_wall:.2f} (goal <= 0.90)")
+
+
+def pairs(spec: dict, n: int) -> None:
+    """The default sweep and the peers' script, alternately ``n`` times: each pair's ratio (the
+    load of a shared machine changes between pairs, less within one) and the median."""
+    ratios = []
+    with tempfile.TemporaryDirectory(prefix="sweep-bench-") as tmp:
+        for i in range(n):
+            folder = Path(tmp) / str(i)
+            sweep_first = i % 2 == 0  # alternate which side runs first
+            if not sweep_first:
+                peer_wall = peer(folder.with_suffix(".peer"))
+            wall, _, train, ph = run_sweep(spec, None, folder)
+            if sweep_first:
+                peer_wall = peer(folder.with_suffix(".peer"))
+            if peer_wall is None:
+                raise SystemExit("the peers' script is not next to the repository")
+            ratios.append(wall / peer_wall)
+            print(f"pair {i + 1}: default sweep {wall:6.1f} s (sum train {train:6.1f} s; preflight "
+                  f"{ph['preflight']:.1f} s, after the last trial {ph['end_phases']:.1f} s = "
+                  f"{(ph['preflight'] + ph['end_phases']) / wall:.0%}; {ph['overlapping_pairs']} "
+                  f"overlaps)  peers' script {peer_wall:6.1f} s  ratio {ratios[-1]:.2f}",
+                  flush=True)
+    ratios.sort()
+    print(f"median ratio of {n} pairs: {ratios[len(ratios) // 2]:.2f} (goal <= 0.90)")
 
 
 if __name__ == "__main__":

@@ -640,17 +640,16 @@ def entry() -> None:
 
     By then every store is closed and every file written; what the teardown would do is
     unload MLflow's, SQLAlchemy's and Optuna's modules one by one (about 2 s on a 2-core
-    machine, after every command). Threads still running (none should be) are joined first,
-    and the exit hooks run (logging's flush among them), as a normal exit would.
+    machine, after every command). What a normal exit does first is done: threads are shut
+    down as the interpreter would (thread pools told to end, then every non-daemon thread
+    joined), then the exit hooks run (logging's flush among them).
     """
     import atexit
     import os
     import threading
 
     code = main()
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    threading._shutdown()  # what Py_FinalizeEx calls first: pools' exit hooks, then joins
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

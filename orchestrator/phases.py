@@ -1,10 +1,12 @@
-"""The phases of a sweep that borrow one idle worker: the preflight before the first trial, and
-at the end the held-out test split and the export of the best trial.
+"""The phases of a sweep that borrow idle workers: the preflight before the first trial, and
+at the end the held-out test split and the export of the best trial (spread over the idle
+workers: one trial's test evaluation, or a share of the export formats, each).
 
 Each is a function given the trial book and the loop's :class:`Workers`; none imports the loop.
 """
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import time
@@ -28,6 +30,7 @@ from .protocol import (
     Reply,
     Request,
     Test,
+    Tested,
 )
 from .slots import plan_slots
 from .spec import SweepSpec
@@ -59,17 +62,23 @@ class Lost:
                 f"(the worker was killed and restarted): {self.reason}")
 
 
-# Send one request to an idle worker, waiting for one to start if need be, and wait at most
-# `deadline_s` for its answer: the reply, Lost, or None (a signal came, or no worker can start).
-Ask = Callable[[Request, float], "Reply | Lost | None"]
+# Send requests to idle workers, as many at once as are idle, waiting for workers to start if
+# need be, and wait at most `deadline_s` for each answer: per request its reply, Lost, or None
+# (a signal came, or no worker can start).
+AskAll = Callable[[list[Request], float], "list[Reply | Lost | None]"]
 
 
 @dataclass(frozen=True)
 class Workers:
     """What the loop lends a phase."""
 
-    ask: Ask
+    ask_all: AskAll
     interrupted: Callable[[], bool]  # SIGINT or SIGTERM arrived: stop
+    count: int = 1  # how many workers the loop has (the most requests answered at once)
+
+    def ask(self, request: Request, deadline_s: float) -> Reply | Lost | None:
+        """One request to one idle worker (see :data:`AskAll`)."""
+        return self.ask_all([request], deadline_s)[0]
 
 
 def started_trials(book: TrialBook) -> list:
@@ -208,7 +217,8 @@ def _ask_alone(pool: WorkerPool, request: Request, seconds: float) -> Reply | Lo
 
 def evaluate_test_split(book: TrialBook, workers: Workers) -> dict[str, Any] | None:
     """The held-out test split, read once: by the final weights of the best configuration's
-    trials (every repeat), after selection. Datasets without a test split skip it.
+    trials (every repeat, one per idle worker at a time), after selection. Datasets without a
+    test split skip it.
 
     Returns:
         The :func:`summarize_test` of the trials evaluated, or None when none was.
@@ -219,13 +229,23 @@ def evaluate_test_split(book: TrialBook, workers: Workers) -> dict[str, Any] | N
     book.attach_tracking()
     if book.tracker.tag(book.parent_id, keys.TEST_TRIALS) == ",".join(str(t.number) for t in group):
         return None  # a rerun of a finished sweep: these weights were already tested
-    seconds = TEST_BASE_S + EPOCHS_OF_WORK * epoch_seconds(group)
+    seconds = book.spec.test_timeout_s or TEST_BASE_S + EPOCHS_OF_WORK * epoch_seconds(group)
     results: dict[int, dict[str, float]] = {}
     scratch = book.folders.outputs / "test"
     try:
+        asked = []  # (trial, its run) of each request
+        requests = []
         for trial in group:
-            if not _test_one(book, workers.ask, trial, scratch / str(trial.number), results,
-                             seconds):
+            run_id = trial.user_attrs.get(keys.RUN_ID)
+            weights = (book.tracker.weights_path(run_id, scratch / str(trial.number))
+                       if run_id else None)
+            if weights is not None:
+                asked.append((trial, run_id))
+                requests.append(Test(settings=book.study.trial_settings(trial),
+                                     weights=weights))
+        replies = workers.ask_all(requests, seconds) if requests else []
+        for (trial, run_id), reply in zip(asked, replies):
+            if not _record_test(book, trial, run_id, reply, results):
                 break
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -240,15 +260,10 @@ def evaluate_test_split(book: TrialBook, workers: Workers) -> dict[str, Any] | N
     return test
 
 
-def _test_one(book: TrialBook, ask: Ask, trial, scratch: Path, results: dict,
-              seconds: float) -> bool:
-    """Evaluate one trial's weights on the test split into ``results``; False when there is no
-    point in going on (no test split, no worker, a signal came)."""
-    run_id = trial.user_attrs.get(keys.RUN_ID)
-    weights = book.tracker.weights_path(run_id, scratch) if run_id else None
-    if weights is None:
-        return True
-    reply = ask(Test(settings=book.study.trial_settings(trial), weights=weights), seconds)
+def _record_test(book: TrialBook, trial, run_id: str, reply: Tested | Lost | None,
+                 results: dict) -> bool:
+    """One trial's test evaluation into its run and ``results``; False when there is no point
+    in going on (no test split, a signal came, no worker could start)."""
     if isinstance(reply, Lost):  # reported on the run; the sweep's results stand
         error = reply.line("test split evaluation")
     elif reply is None or (reply.metrics is None and not reply.error):
@@ -265,8 +280,9 @@ def _test_one(book: TrialBook, ask: Ask, trial, scratch: Path, results: dict,
 
 
 def export_best(book: TrialBook, workers: Workers) -> None:
-    """``export_for: best``: the best trial's weights exported in ``export`` formats, checked,
-    and logged into its run (once: a rerun of a finished sweep does not export again)."""
+    """``export_for: best``: the best trial's weights exported in ``export`` formats (shared out
+    among the idle workers), checked, and logged into its run (once: a rerun of a finished
+    sweep does not export again)."""
     spec, best = book.spec, book.study.best(1)
     if spec.export_for != "best" or not spec.export or not best:
         return
@@ -281,19 +297,52 @@ def export_best(book: TrialBook, workers: Workers) -> None:
             return
         book.say(f"exporting trial {best[0].number} as {', '.join(spec.export)} and checking "
                  f"parity...")
-        seconds = len(spec.export) * (EXPORT_PER_FORMAT_S
-                                      + EPOCHS_OF_WORK * epoch_seconds(best))
-        reply = workers.ask(Export(settings=book.study.trial_settings(best[0]), weights=weights,
-                                   formats=tuple(spec.export), dir=str(scratch / "export")),
-                            seconds)
-        if reply is None:
+        # one share of the formats per worker: each loads the model once for its share
+        shares = [tuple(spec.export[i::workers.count])
+                  for i in range(min(workers.count, len(spec.export)))]
+        seconds = max(len(f) for f in shares) * (spec.export_timeout_s or EXPORT_PER_FORMAT_S
+                                                 + EPOCHS_OF_WORK * epoch_seconds(best))
+        settings = book.study.trial_settings(best[0])
+        replies = workers.ask_all([Export(settings=settings, weights=weights, formats=formats,
+                                          dir=str(scratch / f"part-{i}"))
+                                   for i, formats in enumerate(shares)], seconds)
+        if any(r is None for r in replies):
             return
-        if isinstance(reply, Lost):  # a tag on the run, as any failed export; results stand
-            reply = Exported.failed(reply.line("export"), str(scratch / "export"))
-        book.tracker.log_export(run_id, reply.result(), mlflow_model=True)
-        book.say(f"trial {best[0].number} export: {export_line(reply.result())}")
+        result = merge_exports(shares, replies, scratch / "export")
+        book.tracker.log_export(run_id, result, mlflow_model=True)
+        book.say(f"trial {best[0].number} export: {export_line(result)}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def merge_exports(shares: list[tuple[str, ...]], replies: list[Exported | Lost],
+                  folder: Path) -> dict[str, Any]:
+    """One export result (as :meth:`Exported.result`) from the shares of the formats that
+    several workers exported: their files moved into ``folder`` with one ``export.json``. A
+    share that failed as a whole (its worker lost, the weights unreadable) becomes that error
+    on each of its formats; the result is an error only when every share failed."""
+    parts = [Exported.failed(r.line("export"), "") if isinstance(r, Lost) else r
+             for r in replies]
+    if all(p.error for p in parts):
+        return Exported.failed(parts[0].error, str(folder)).result()
+    folder.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"files": {}, "formats": {}, "eager_latency": {}, "meta": {}}
+    metrics: dict[str, float] = {}
+    for formats, part in zip(shares, parts):
+        if part.error or not part.report:
+            report["formats"].update({f: {"passed": False, "error": part.error}
+                                      for f in formats})
+            continue
+        for path in Path(part.dir).iterdir():  # every share writes the same example input
+            shutil.move(str(path), str(folder / path.name))
+        report["files"].update({f: str(folder / Path(p).name)
+                                for f, p in part.report.get("files", {}).items()})
+        report["formats"].update(part.report.get("formats", {}))
+        for key in ("eager_latency", "meta"):  # the same model: the first share's figures
+            report[key] = report[key] or part.report.get(key, {})
+        metrics = {**part.metrics, **metrics}
+    (folder / "export.json").write_text(json.dumps(report, indent=2, default=str))
+    return Exported(report=report, metrics=metrics, error=None, dir=str(folder)).result()
 
 
 def summarize_test(results: dict[int, dict[str, float]]) -> dict[str, Any]:

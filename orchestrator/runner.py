@@ -132,8 +132,9 @@ class _Loop:
                  force: bool = False):
         self.book, self.spec, self.study = book, book.spec, book.study
         self.pool, self.signals, self.progress, self.force = pool, signals, progress, force
-        self.workers = phases.Workers(ask=self._ask,
-                                      interrupted=lambda: bool(self.signals.received))
+        self.workers = phases.Workers(ask_all=self._ask_all,
+                                      interrupted=lambda: bool(self.signals.received),
+                                      count=len(pool.workers))
         self.test: dict[str, Any] | None = None
         self.failed_starts = 0
         self._shown = 0.0
@@ -244,56 +245,65 @@ class _Loop:
 
     # ------------------------------------------------------------- lending a worker to a phase
 
-    def _idle_worker(self) -> Worker | None:
-        """A ready worker without a trial, waiting for one to start if none is (a rerun of a
-        finished sweep)."""
-        while not self.signals.received:
-            ready = [w for w in self.pool.workers
-                     if w.ready and w.alive and w.slot.index not in self.book.active]
-            if ready:
-                return ready[0]
-            if self.failed_starts >= 2 * len(self.pool.workers):
-                return None
-            for worker, msg in self.pool.wait(timeout=0.5):
-                self._handle(worker, msg)
-        return None
+    def _free(self, busy: dict[int, Any]) -> list[Worker]:
+        """Ready workers holding neither a trial nor a phase's request."""
+        return [w for w in self.pool.workers if w.ready and w.alive
+                and w.slot.index not in self.book.active and w.slot.index not in busy]
 
-    def _ask(self, request: Request, deadline_s: float) -> Reply | phases.Lost | None:
-        """Send one request to an idle worker and wait at most ``deadline_s`` for its answer.
+    def _ask_all(self, requests: list[Request],
+                 deadline_s: float) -> list[Reply | phases.Lost | None]:
+        """Send ``requests`` to idle workers, as many at once as are idle (the rest as workers
+        free up or finish starting), and wait at most ``deadline_s`` for each answer from its
+        sending.
 
         Every other worker's message meanwhile goes to :meth:`_handle`, as in the loop: a
         worker that finishes starting during a phase is marked ready, a trial's epoch answered.
 
         Returns:
-            The reply; :class:`phases.Lost` when the worker died or missed the deadline (then
-            it is killed and restarted); None when a signal came or no worker can start.
+            Per request: its reply; :class:`phases.Lost` when its worker died or missed the
+            deadline (then it is killed and restarted); None when a signal came or no worker
+            can start.
         """
-        worker = self._idle_worker()
-        if worker is None:
-            return None
-        until = time.monotonic() + deadline_s
-        died = not worker.send(request)
-        while not died and not self.signals.received:
-            left = until - time.monotonic()
-            if left <= 0:
-                self.pool.kill_one(worker, f"no answer to a {request.op.value} request within "
-                                           f"{deadline_s:.0f} s")
-                self._replace(worker)
-                return phases.Lost(f"worker {worker.slot.index}, pid {worker.proc.pid}",
-                                   deadline_s)
-            for w, reply in self.pool.wait(timeout=min(0.5, left)):
-                if w is not worker:
-                    self._handle(w, reply)
-                elif reply is None:
-                    died = True  # its pipe closed
-                elif not isinstance(reply, REPLY_TO[type(request)]):
-                    raise ProtocolError(f"worker {w.slot.index} answered a {request.op.value} "
-                                        f"request with a {reply.op.value} message")
+        replies: list[Reply | phases.Lost | None] = [None] * len(requests)
+        todo = list(range(len(requests)))
+        busy: dict[int, tuple[Worker, int, float]] = {}  # slot: worker, request, deadline
+        while (todo or busy) and not self.signals.received:
+            for worker in self._free(busy)[:len(todo)]:
+                i = todo.pop(0)
+                if worker.send(requests[i]):
+                    busy[worker.slot.index] = (worker, i, time.monotonic() + deadline_s)
                 else:
-                    return reply
-        if self.signals.received:
-            return None
-        return phases.Lost(self._replace(worker))
+                    replies[i] = phases.Lost(self._replace(worker))
+            if not busy and self.failed_starts >= 2 * len(self.pool.workers):
+                break  # no worker can start: the rest stay None
+            self._await(requests, replies, busy, deadline_s)
+        return replies
+
+    def _await(self, requests: list[Request], replies: list, busy: dict[int, Any],
+               deadline_s: float) -> None:
+        """One wait of :meth:`_ask_all`: the answers that came, the deadlines that passed."""
+        now = time.monotonic()
+        timeout = min([0.5] + [max(0.0, until - now) for _, _, until in busy.values()])
+        for w, msg in self.pool.wait(timeout=timeout):
+            held = busy.get(w.slot.index)
+            if held is None or held[0] is not w:
+                self._handle(w, msg)
+                continue
+            i = busy.pop(w.slot.index)[1]
+            if msg is None:  # its pipe closed
+                replies[i] = phases.Lost(self._replace(w))
+            elif not isinstance(msg, REPLY_TO[type(requests[i])]):
+                raise ProtocolError(f"worker {w.slot.index} answered a {requests[i].op.value} "
+                                    f"request with a {msg.op.value} message")
+            else:
+                replies[i] = msg
+        for slot, (w, i, until) in list(busy.items()):
+            if time.monotonic() >= until:
+                del busy[slot]
+                self.pool.kill_one(w, f"no answer to a {requests[i].op.value} request within "
+                                      f"{deadline_s:.0f} s")
+                self._replace(w)
+                replies[i] = phases.Lost(f"worker {slot}, pid {w.proc.pid}", deadline_s)
 
     def _replace(self, worker: Worker) -> str:
         """Restart a worker that holds no trial; how it ended."""

@@ -38,7 +38,8 @@ NUMERIC_ONLY_SAMPLERS = ("cmaes", "gp", "qmc")
 PRUNERS = ("none", "median", "successive_halving", "hyperband")
 RESUMABLE_KEYS = ("trials", "workers", "retries", "timeout_min", "trial_timeout_min",
                   "description", "keep_checkpoints", "gpus", "workers_per_gpu", "export",
-                  "export_for", "preflight", "heartbeat_seconds")
+                  "export_for", "export_timeout_s", "test_timeout_s", "preflight",
+                  "heartbeat_seconds")
 MINIMIZE_HINT = {"val_loss": "minimize", "train_loss": "minimize", "val_acc": "maximize"}
 MAX_SEED = 2**32 - 1  # numpy's seeds: every trial seed (seed + repeat index) must be one
 # Bounds on what a sweep file may be, so that any input is read or refused in bounded time and
@@ -133,6 +134,12 @@ class SweepSpec(_Strict):
                                                   description="formats to export the winner in")
     export_for: Literal["best", "all", "none"] = Field("best", description="which trials are "
                                                        "exported")
+    export_timeout_s: float | None = Field(None, gt=0, description="seconds the export of the "
+                                           "best trial may take per format (default: 300 plus "
+                                           "10 of its epochs)")
+    test_timeout_s: float | None = Field(None, gt=0, description="seconds one trial's "
+                                         "evaluation on the test split may take (default: 120 "
+                                         "plus 10 of its epochs)")
     preflight: bool | PreflightSpec = Field(True, description="checks before the first trial; "
                                             "false skips them")
     heartbeat_seconds: int = Field(10, ge=1, le=3600, description="RDB storages: heartbeat "

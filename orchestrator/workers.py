@@ -136,10 +136,13 @@ class WorkerPool:
         return out
 
     def stop(self, grace: float = 3.0) -> None:
-        """Ask every worker to stop, then terminate, then kill what is left."""
+        """Ask every worker to stop, then terminate, then kill what is left. A worker still
+        starting (importing torch: it reads no message yet) holds nothing: terminated at once."""
         for w in self.workers:
-            if w.alive:
+            if w.alive and w.ready:
                 w.send(Stop())
+            elif w.alive:
+                w.proc.terminate()
         self._reap(grace, signal.SIGTERM)
         self._reap(2.0, signal.SIGKILL)
         for w in self.workers:

@@ -124,6 +124,32 @@ def hanging_model(num_classes: int, in_channels: int):
     return Hangs()
 
 
+def hangs_once_loaded(num_classes: int, in_channels: int):
+    """A user model that trains, but whose forward never returns once saved weights are loaded
+    into it: what the test split's evaluation and the export do, and training does not."""
+    import time
+
+    from torch import nn
+
+    class HangsLoaded(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.loaded = False
+            self.net = nn.Sequential(nn.AdaptiveAvgPool2d(2), nn.Flatten(),
+                                     nn.Linear(in_channels * 4, num_classes))
+
+        def load_state_dict(self, *args, **kwargs):
+            self.loaded = True
+            return super().load_state_dict(*args, **kwargs)
+
+        def forward(self, x):
+            if self.loaded:
+                time.sleep(3600)
+            return self.net(x)
+
+    return HangsLoaded()
+
+
 def batch_dependent(num_classes: int, in_channels: int):
     """A model whose output for one image depends on the batch size: it centres its logits
     over the batch when the batch has more than one image (a trace records only one branch)."""

@@ -65,3 +65,73 @@ def test_sweep_doctor_names_a_hanging_model_as_a_fail_at_its_deadline(tmp_path, 
     assert "Traceback" not in done.stderr
     line = next(x for x in done.stderr.splitlines() if "deadline FAIL" in x)
     assert "tests.datasets:hanging_model" in line and "3 s" in line
+
+
+def test_a_test_split_or_export_that_hangs_ends_at_its_deadline_and_the_sweep_finishes(
+        stores, write_spec):
+    # the model hangs once saved weights are loaded into it: the test split's evaluation and
+    # the export both do, training does not
+    spec = tiny_spec(trials=1, workers=1, export_for="best", export=["onnx"],
+                     test_timeout_s=2, export_timeout_s=2,
+                     train={"dataset": "fake", "model": "tests.datasets:hangs_once_loaded",
+                            "epochs": 1})
+    t0 = time.monotonic()
+    done = run_cli("run", str(write_spec(spec)), cwd=stores.dir, env=USER_CODE, timeout=300)
+    assert done.returncode == 0, done.stderr  # the trial's result stands
+    assert "Traceback" not in done.stdout + done.stderr
+    (run,) = stores.runs("tiny", "trial")
+    assert run.info.status == "FINISHED"
+    test_error = run.data.tags["sweep.test_error"]
+    assert "test split evaluation did not finish within its deadline of 2 s" in test_error
+    assert "the export did not finish within its deadline of 2 s" in \
+        run.data.tags["sweep.export_error"]
+    assert "test_acc" not in run.data.metrics
+    assert [t.state.name for t in stores.study("tiny").trials] == ["COMPLETE"]
+    assert time.monotonic() - t0 < 250  # it did not wait for the model (an hour)
+
+
+def _share(folder, fmt: str, file: str, passed: bool = True):
+    from orchestrator.protocol import Exported
+
+    folder.mkdir()
+    (folder / file).write_bytes(fmt.encode())
+    (folder / "input_example.npy").write_bytes(b"same example")
+    (folder / "export.json").write_text("{}")
+    report = {"files": {fmt: str(folder / file)}, "formats": {fmt: {"passed": passed}},
+              "eager_latency": {"ms_per_image_b1": 2.0}, "meta": {"classes": 10}}
+    return Exported(report=report, metrics={f"export_{fmt}_passed": float(passed),
+                                            "export_eager_ms_per_image_b1": 2.0},
+                    error=None, dir=str(folder))
+
+
+def test_the_shares_of_an_export_are_merged_and_a_lost_share_fails_only_its_formats(tmp_path):
+    import json
+
+    from orchestrator.phases import Lost, export_line, merge_exports
+    from orchestrator.tracking import export_tags
+
+    shares = [("torch_export",), ("onnx", "int8")]
+    both = merge_exports(shares, [_share(tmp_path / "a", "torch_export", "model.pt2"),
+                                  _share(tmp_path / "b", "onnx", "model.onnx", passed=False)],
+                         tmp_path / "both")
+    assert sorted(p.name for p in (tmp_path / "both").iterdir()) == [
+        "export.json", "input_example.npy", "model.onnx", "model.pt2"]
+    written = json.loads((tmp_path / "both" / "export.json").read_text())
+    assert written["formats"] == {"torch_export": {"passed": True}, "onnx": {"passed": False}}
+    assert written["files"]["onnx"] == str(tmp_path / "both" / "model.onnx")
+    assert both["metrics"] == {"export_torch_export_passed": 1.0, "export_onnx_passed": 0.0,
+                               "export_eager_ms_per_image_b1": 2.0}
+    assert export_line(both) == "torch_export passed parity; onnx FAILED parity"
+
+    lost = merge_exports(shares, [_share(tmp_path / "c", "torch_export", "model.pt2"),
+                                  Lost("worker 1 died: killed by SIGKILL")], tmp_path / "lost")
+    tags = export_tags(lost)
+    assert tags["sweep.export.torch_export"] == "passed"
+    onnx = tags["sweep.export.onnx"]
+    assert onnx.startswith("error: ") and "SIGKILL" in onnx
+    assert tags["sweep.export.int8"] == tags["sweep.export.onnx"]
+    assert "sweep.export_error" not in tags
+
+    every = merge_exports(shares, [Lost("worker 0 died"), Lost("worker 1 died")],
+                          tmp_path / "none")
+    assert "worker 0 died" in every["error"] and every["report"] is None
