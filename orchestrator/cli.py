@@ -312,7 +312,7 @@ def cmd_run(args, console: Console) -> int:
     from .runner import run_sweep
 
     with Progress(console, spec.name) as progress:
-        outcome = run_sweep(spec, spec_text=Path(args.spec).read_text(), storage=args.storage,
+        outcome = run_sweep(spec, spec_text=spec.text, storage=args.storage,
                             tracking_uri=args.tracking_uri, workers=args.workers,
                             gpus=args.gpus, new=args.new, force=args.force,
                             progress=progress)

@@ -150,6 +150,7 @@ class SweepSpec(_Strict):
     # not YAML keys: where the spec came from, and what validating it found worth saying
     _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
     _source: str = PrivateAttr("<sweep>")
+    _text: str = PrivateAttr("")
     _warnings: tuple[str, ...] = PrivateAttr(())
 
     @property
@@ -161,6 +162,12 @@ class SweepSpec(_Strict):
     def source(self) -> str:
         """The file the spec was read from, as messages name it."""
         return self._source
+
+    @property
+    def text(self) -> str:
+        """The file's text as the user wrote it (before ``--set``), read once with the spec:
+        what the sweep logs is what it validated, even if the file changes meanwhile."""
+        return self._text
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -263,14 +270,17 @@ def load_spec(path: str | os.PathLike, overrides: list[str] = (),
         SpecError: with one line per problem, each starting with the file name.
     """
     path = Path(path)
-    raw = read_yaml(path)
+    text = read_text(path)
+    raw = parse_yaml(text, path)
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: a sweep file must be a mapping of keys (name, objective, train, "
                         f"space...), got {type(raw).__name__}")
     raw = apply_overrides(raw, overrides, str(path))
-    return validate(raw, source=str(path), max_grid=max_grid)
+    spec = validate(raw, source=str(path), max_grid=max_grid)
+    spec._text = text  # the very bytes validated: the file may change while the sweep runs
+    return spec
 
 
 class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
@@ -297,6 +307,15 @@ def read_yaml(path: Path) -> Any:
     Raises:
         SpecError: the file is unreadable, too large, not UTF-8, not YAML, too deep or too big.
     """
+    return parse_yaml(read_text(path), path)
+
+
+def read_text(path: Path) -> str:
+    """A sweep file's text, read once and in bounded memory.
+
+    Raises:
+        SpecError: the file is unreadable, too large or not UTF-8.
+    """
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_FILE_BYTES + 1)
@@ -310,6 +329,15 @@ def read_yaml(path: Path) -> Any:
     except UnicodeDecodeError as e:
         raise SpecError(f"{path}: not UTF-8 text (byte {e.start} is "
                         f"{data[e.start:e.start + 1]!r}); save the file as UTF-8") from None
+    return text
+
+
+def parse_yaml(text: str, path: Path) -> Any:
+    """The value of a sweep file's text, built in bounded time and memory.
+
+    Raises:
+        SpecError: not YAML, too deep or too big.
+    """
     try:
         _check_yaml_events(text, path)
         return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a safe loader

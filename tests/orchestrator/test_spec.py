@@ -377,3 +377,15 @@ def test_the_largest_seed_still_makes_a_sampler_for_a_joining_process():
     study = optuna.create_study(sampler=make_sampler(spec, seed_offset=5))
     trial = study.ask()
     assert 0 < trial.suggest_float("x", 0.0, 1.0) < 1
+
+
+def test_the_text_a_sweep_logs_is_the_text_it_validated(tmp_path):
+    # read once: a file edited while the sweep starts cannot make the logged YAML another one
+    path = tmp_path / "s.yaml"
+    text = "name: first\nobjective: {metric: val_acc, direction: maximize}\ntrials: 2\n" \
+           "train: {dataset: digits, model: small_cnn, epochs: 1}\n"
+    path.write_text(text)
+    spec = load_spec(path, ["trials=3"])
+    path.write_text(text.replace("first", "second"))
+    assert spec.name == "first" and spec.trials == 3
+    assert spec.text == text  # as written, before --set
