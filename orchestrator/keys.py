@@ -56,11 +56,18 @@ GRID_DONE = _key("sweep.grid_enqueued", STUDY_ATTR,
                  "how many grid trials the creator enqueued (once)")
 PARENT_RUN = _key("sweep.parent_run_id", STUDY_ATTR,
                   "the MLflow parent run that every machine of the sweep shares")
+COMPARE = _key("sweep.compare", STUDY_ATTR,
+               "a comparison's `compare:` block as validated (JSON): the sweep compares levels")
 
 # --- an Optuna trial (several also tag its MLflow run) ----------------------------------------
 REPEAT = _key("sweep.repeat", (TRIAL_ATTR, TRIAL_TAG),
               "which repeat of its configuration it is (its seed is `seed` + repeat)")
 SEED = _key("sweep.seed", (TRIAL_ATTR, TRIAL_TAG), "the seed it trains with")
+PHASE = _key("sweep.phase", (TRIAL_ATTR, TRIAL_TAG),
+             "a comparison's phase: tune (searching a level's settings) or confirm (its best "
+             "settings on a fresh seed)")
+LEVEL = _key("sweep.level", (TRIAL_ATTR, TRIAL_TAG),
+             "the compared level (the factor's value; several factors: `a=x,b=y`)")
 RUN_ID = _key("sweep.mlflow_run_id", TRIAL_ATTR, "its MLflow run")
 OWNER = _key("sweep.owner", TRIAL_ATTR,
              "the `sweep run` process running it (host, pid, start time): a trial whose owner "
@@ -102,11 +109,16 @@ BEST_RUN_ID = _key("sweep.best_run_id", PARENT_TAG, "the best trial's run so far
 BEST_TRIAL = _key("sweep.best_trial", PARENT_TAG, "the best trial's number so far")
 TEST_TRIALS = _key("sweep.test_trials", PARENT_TAG,
                    "the trials whose weights saw the held-out test split")
+VERDICT = _key("sweep.verdict", PARENT_TAG,
+               "a comparison's verdict in one sentence (which level is better, by how much)")
 BEST_VALUE = _key("best_value", PARENT_METRIC, "the best objective so far (step: trials finished)")
 SPEC_FILE = _key("sweep.yaml", PARENT_ARTIFACT, "the sweep YAML as written")
 RESOLVED_FILE = _key("sweep.resolved.yaml", PARENT_ARTIFACT, "the sweep with every default filled")
 PREFLIGHT_DIR = _key("preflight", PARENT_ARTIFACT, "the preflight's JSON, Markdown and images")
 REPORT_DIR = _key("report", PARENT_ARTIFACT, "`sweep report --log`'s files")
+COMPARISON_CSV = _key("report/comparison.csv", PARENT_ARTIFACT,
+                      "a comparison's paired results: factor,a,b,pairs,diff,ci_low,ci_high,p,"
+                      "p_holm,verdict, a row per pair of levels")
 
 # --- a trial run -----------------------------------------------------------------------------
 PARENT_RUN_ID = _key("mlflow.parentRunId", TRIAL_TAG, "its parent run (nests it in the UI)")
