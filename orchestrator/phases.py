@@ -34,6 +34,7 @@ from .protocol import (
 )
 from .slots import plan_slots
 from .spec import SweepSpec
+from .tracking import prepare_onnx_model
 from .workers import WorkerPool
 
 # Deadlines of a request to a worker, derived from the work it asks for: a preflight trains
@@ -303,6 +304,8 @@ def export_best(book: TrialBook, workers: Workers) -> None:
         seconds = max(len(f) for f in shares) * (spec.export_timeout_s or EXPORT_PER_FORMAT_S
                                                  + EPOCHS_OF_WORK * epoch_seconds(best))
         settings = book.study.trial_settings(best[0])
+        if "onnx" in spec.export:  # this process waits meanwhile: the MLflow model's set-up
+            prepare_onnx_model()
         replies = workers.ask_all([Export(settings=settings, weights=weights, formats=formats,
                                           dir=str(scratch / f"part-{i}"))
                                    for i, formats in enumerate(shares)], seconds)

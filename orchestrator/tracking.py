@@ -10,6 +10,7 @@ import logging
 import os
 import platform
 import subprocess
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -371,6 +372,27 @@ def export_tags(result: dict[str, Any]) -> dict[str, str]:
         if r.get("method"):  # torchscript: script or trace; int8: static or dynamic
             tags[keys.export_tag(fmt, method=True)] = r["method"]
     return tags
+
+
+def prepare_onnx_model() -> threading.Thread:
+    """Start, in a daemon thread, the slow first steps of :func:`log_onnx_model` that need no
+    model: importing onnx, onnxruntime and MLflow's ONNX flavour, and MLflow's map of the
+    installed packages (read from every distribution's file list to check the model's
+    requirements: seconds). Called while the workers export, which leaves this process idle."""
+    def warm() -> None:
+        try:
+            import mlflow.onnx  # noqa: F401
+            import onnx  # noqa: F401
+            import onnxruntime  # noqa: F401
+            from mlflow.utils import requirements_utils
+
+            getattr(requirements_utils, "_init_packages_to_modules_map", lambda: None)()
+        except Exception:  # a head start only: log_onnx_model does it all again if need be
+            pass
+
+    thread = threading.Thread(target=warm, name="sweep-prepare-onnx-model", daemon=True)
+    thread.start()
+    return thread
 
 
 def log_onnx_model(tracking_uri: str, run_id: str, onnx_file: str, example_file: str) -> None:
