@@ -205,6 +205,8 @@ def run_tags(study: str, slot: int, pending: PendingTrial, worker: Ready) -> dic
             keys.DEVICE_NAME: worker.device_name}
     if pending.retry_of is not None:
         tags[keys.RETRY_OF] = str(pending.retry_of)
+    if pending.phase is not None:  # a comparison's trial
+        tags[keys.PHASE], tags[keys.LEVEL] = pending.phase, str(pending.level)
     return tags
 
 

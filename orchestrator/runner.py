@@ -8,12 +8,16 @@ idle worker from it.
 """
 from __future__ import annotations
 
+import csv
+import posixpath
 import signal
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from . import keys, paths, phases
+from . import compare, keys, paths, phases
 from . import space as sp
 from .book import TrialBook
 from .errors import SweepError
@@ -168,10 +172,13 @@ class _Loop:
             self.book.say(f"{self.study.running()} trial(s) still run on other machines; the "
                           f"parent run ends with the last of them")
         else:
+            log_comparison(self.book)
             self.book.end_parent("FINISHED")
         return self._outcome(started, interrupted=False)
 
     def _done(self) -> bool:
+        if self.study.comparison is not None:
+            return isinstance(self.study.plan().action, compare.Done)
         return self.study.counts()["finished"] >= self.spec.trials
 
     def _launch(self) -> bool:
@@ -182,12 +189,14 @@ class _Loop:
         # once per pass, not once per worker; trials running on other machines count too
         finished = self.study.counts()["finished"]
         running = max(self.study.running(), len(self.book.active))
-        for worker in idle:
-            if finished + running >= self.spec.trials:
+        for worker in idle:  # a comparison's plan counts its own trials
+            if self.study.comparison is None and finished + running >= self.spec.trials:
                 return False
             pending = self.study.next_trial()
             if pending is None:
                 return True
+            if isinstance(pending, compare.Wait):
+                return False
             self._start(worker, pending)
             running += 1
         return False
@@ -340,8 +349,30 @@ class _Loop:
             return
         self._shown = time.monotonic()
         best = self.study.best(1)
+        plan = self.study.plan()
         self.progress.update({
-            "counts": self.study.counts(), "total": self.spec.trials,
+            "counts": self.study.counts(), "total": plan.total if plan else self.spec.trials,
             "running": len(self.book.active), "elapsed": time.monotonic() - started,
             "best": ((best[0].value, sp.settings_for(self.spec.space, best[0].params))
                      if best else None)})
+
+
+def log_comparison(book: TrialBook) -> str | None:
+    """At the end of a decided comparison: its pairs as ``report/comparison.csv`` and its
+    verdict as the tag ``sweep.verdict`` on the parent run (``sweep report`` writes both again
+    from the stores). Returns the verdict; None when the sweep is no comparison, or undecided."""
+    plan = book.study.plan()
+    if plan is None or not isinstance(plan.action, compare.Done):
+        return None
+    sentence = compare.verdict_sentence(book.study.comparison, plan.action.results)
+    folder, name = posixpath.split(keys.COMPARISON_CSV)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / name
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(compare.CSV_COLUMNS))
+            writer.writeheader()
+            writer.writerows(r.as_row() for r in plan.action.results)
+        book.tracker.client.log_artifact(book.parent_id, str(path), folder)
+    book.tracker.log_final(book.parent_id, {}, tags={keys.VERDICT: sentence})
+    book.say(sentence)
+    return sentence

@@ -9,6 +9,7 @@ import copy
 import hashlib
 import importlib.util
 import inspect
+import itertools
 import json
 import math
 import os
@@ -94,6 +95,34 @@ class PreflightSpec(_Strict):
                                     "300 + 1 per training step")
 
 
+class CompareSpec(_Strict):
+    """``compare:``: the levels of a setting compared fairly (see :mod:`orchestrator.compare`)."""
+
+    factor: str | list[str] = Field(description="the searched setting whose levels are "
+                                    "compared (an option mapping or a list under space); a list "
+                                    "of settings compares the product of their levels")
+    tune_trials: int = Field(ge=1, description="tuning trials per level, each over that level's "
+                             "own sub-space, on the tuning seed (seed)")
+    seeds: int = Field(3, ge=2, description="fresh paired seeds (seed+1, seed+2, ...) each "
+                       "level's best tuned configuration is trained on")
+    max_seeds: int | None = Field(None, ge=2, description="add one paired seed a round, up to "
+                                  "this many, while a pair of levels is undecided (default: "
+                                  "seeds)")
+    precision: float | None = Field(None, gt=0, description="a pair is decided when its "
+                                    "confidence interval excludes 0 or lies within +-precision "
+                                    "(metric units)")
+    target: float | None = Field(None, description="objective value for time-to-target "
+                                 "(epochs and seconds each level takes to reach it)")
+
+    @property
+    def factors(self) -> tuple[str, ...]:
+        return (self.factor,) if isinstance(self.factor, str) else tuple(self.factor)
+
+    @property
+    def most_seeds(self) -> int:
+        return self.seeds if self.max_seeds is None else self.max_seeds
+
+
 class SweepSpec(_Strict):
     """A validated sweep, frozen: build it with :func:`load_spec` or :func:`validate`.
 
@@ -146,6 +175,9 @@ class SweepSpec(_Strict):
                                    "interval of running trials")
     train: dict[str, Any] = Field({}, description="fixed trainer settings")
     space: dict[str, Any] = Field({}, description="searched trainer settings")
+    compare: CompareSpec | None = Field(None, description="compare the levels of a searched "
+                                        "setting: each level tuned with tune_trials, its best "
+                                        "confirmed on fresh paired seeds")
 
     # not YAML keys: where the spec came from, and what validating it found worth saying
     _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
@@ -452,17 +484,20 @@ def validate(raw: dict, source: str = "<sweep>", max_grid: int | None = MAX_GRID
     warnings: list[str] = []
     space = _check_settings(top, problems)
     n_configs = None
+    trials = top.trials
+    if not problems and top.compare is not None:
+        trials = _check_compare(top, space, problems)
     if not problems:
         n_configs = _check_sampler(top, space, problems, warnings, max_grid)
         _check_pruner(top, problems, warnings)
         _check_objective(top, problems, warnings)
-    trials = top.trials
-    if not problems:
+    if not problems and top.compare is None:
         trials = _count_trials(top, n_configs, problems)
-    if top.seed + top.repeats - 1 > MAX_SEED:
-        problems.append(f"seed: the trial seeds seed + repeat index reach "
-                        f"{top.seed + top.repeats - 1}, past numpy's largest seed {MAX_SEED}; "
-                        f"lower seed")
+    last_seed = top.seed + (top.compare.most_seeds if top.compare else top.repeats - 1)
+    if last_seed > MAX_SEED:
+        how = "seed + confirmation round" if top.compare else "seed + repeat index"
+        problems.append(f"seed: the trial seeds {how} reach {last_seed}, past numpy's largest "
+                        f"seed {MAX_SEED}; lower seed")
     if top.gpus is not None and not problems:
         _check_slots(top, problems)
     if len(set(top.export)) != len(top.export):
@@ -514,6 +549,64 @@ def _count_trials(top: SweepSpec, n_configs: int | None, problems: list[str]) ->
     return trials
 
 
+def compare_levels(space: sp.Space, factors: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The levels a comparison of ``factors`` compares, in YAML order: the product of each
+    factor's options or choices, as the Optuna parameters that fix a level (``{optimizer:
+    sgd}``). Every factor must be a list or an option mapping at the top of ``space``."""
+    nodes = {n.setting: n for n in space}
+    per_factor = [[{nodes[f].name: v} for v in _levels_of(nodes[f])] for f in factors]
+    return [dict(kv for part in combo for kv in part.items())
+            for combo in itertools.product(*per_factor)]
+
+
+def _levels_of(node: sp.Node) -> tuple:
+    return node.choices if isinstance(node, sp.Choice) else tuple(o for o, _ in node.options)
+
+
+def _check_compare(top: SweepSpec, space: sp.Space, problems: list[str]) -> int | None:
+    """The rules of ``compare:``; the most trials the comparison can run."""
+    c, before = top.compare, len(problems)
+    nodes = {n.setting: n for n in space}
+    searched = [n.setting for n in space if not isinstance(n, sp.Fixed)]
+    twice = [f for i, f in enumerate(c.factors) if f in c.factors[:i]]
+    if twice:
+        problems.append(f"compare.factor names {twice[0]} twice, got {c.factor}; name it once")
+    for f in dict.fromkeys(c.factors):
+        node = nodes.get(f)
+        if node is None or isinstance(node, sp.Fixed):
+            problems.append(f"compare.factor: {f!r} is not a searched setting at the top of "
+                            f"space (it searches {', '.join(searched) or 'nothing'}); list its "
+                            f"levels under space, e.g. space.{f}: [a, b]")
+        elif isinstance(node, sp.Range):
+            problems.append(f"compare.factor: space.{f} is a range; a comparison needs its "
+                            f"levels as a list (e.g. [32, 128]) or an option mapping")
+        elif len(_levels_of(node)) < 2:
+            problems.append(f"compare.factor: space.{f} has one level, "
+                            f"{list(_levels_of(node))}; list at least two to compare")
+    if c.max_seeds is not None and c.max_seeds < c.seeds:
+        problems.append(f"compare.max_seeds must be >= compare.seeds ({c.seeds}), got "
+                        f"{c.max_seeds}; raise it or drop it")
+    if top.repeats > 1:
+        problems.append(f"repeats: {top.repeats}: repeats does not apply to a comparison: use "
+                        f"compare.seeds (each level's best is trained on that many fresh "
+                        f"paired seeds); remove repeats")
+    if top.sampler.name == "grid":
+        problems.append("sampler.name: grid cannot tune inside a comparison's levels (each "
+                        "level gets tune_trials sampled trials); use tpe or random")
+    if top.pruner.name == "hyperband":
+        problems.append("pruner.name: hyperband runs its brackets over the whole study, not "
+                        "within each level; with compare use median or successive_halving")
+    if len(problems) > before:
+        return None
+    levels = len(compare_levels(space, c.factors))
+    least, most = levels * (c.tune_trials + c.seeds), levels * (c.tune_trials + c.most_seeds)
+    if top.trials is not None:
+        problems.append(f"trials: a comparison counts its own trials (levels x tune_trials + "
+                        f"levels x seeds, up to max_seeds: here {least} to {most}), got "
+                        f"trials: {top.trials}; remove trials (or --trials)")
+    return most
+
+
 def _check_slots(top: SweepSpec, problems: list[str]) -> None:
     """The worker slots ``sweep run`` will plan on ``gpus``, checked now."""
     twice = sorted({g for g in top.gpus if top.gpus.count(g) > 1})
@@ -557,7 +650,7 @@ def _pydantic_line(err: dict) -> str:
 
 
 def _known_keys(parent: tuple) -> tuple[str, ...]:
-    models = {(): SweepSpec, ("objective",): Objective}
+    models = {(): SweepSpec, ("objective",): Objective, ("compare",): CompareSpec}
     model = models.get(tuple(parent))
     return tuple(model.model_fields) if model else ()
 

@@ -6,6 +6,7 @@ SQLite storage has a single writer per machine; several ``sweep run`` processes 
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -25,7 +26,7 @@ from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import TrialState
 
-from . import keys, paths
+from . import compare, keys, paths
 from . import space as sp
 from .errors import SweepError
 from .locks import store_lock
@@ -144,7 +145,14 @@ def _is_json(line: bytes) -> bool:
 
 
 def make_sampler(spec: SweepSpec, seed_offset: int = 0):
-    """The sampler of ``spec``, its seed offset by ``seed_offset`` (see :meth:`SweepStudy.open`)."""
+    """The sampler of ``spec``, its seed offset by ``seed_offset`` (see :meth:`SweepStudy.open`);
+    for a comparison, one such sampler per level (:class:`compare.LevelSampler`)."""
+    if spec.compare is not None:
+        return compare.LevelSampler(lambda: _one_sampler(spec, seed_offset))
+    return _one_sampler(spec, seed_offset)
+
+
+def _one_sampler(spec: SweepSpec, seed_offset: int):
     # numpy's seeds stop at 2**32 - 1, which a valid seed plus a joiner's offset can pass
     s, seed = spec.sampler, (spec.sampler_seed + seed_offset) % 2**32
     factories = {
@@ -156,6 +164,12 @@ def make_sampler(spec: SweepSpec, seed_offset: int = 0):
 
 
 def make_pruner(spec: SweepSpec):
+    """The pruner of ``spec``; for a comparison, judging each level against itself."""
+    pruner = _one_pruner(spec)
+    return compare.LevelPruner(pruner) if spec.compare is not None else pruner
+
+
+def _one_pruner(spec: SweepSpec):
     p = spec.pruner
     if p.name == "median":
         # the earliest a trial can be pruned is at step == n_warmup_steps (steps are epochs)
@@ -208,6 +222,8 @@ class PendingTrial:
     seed: int
     retry_of: int | None = None  # the failed trial this one retries
     root: int = 0  # the first attempt's number: its checkpoint folder is shared by the retries
+    phase: str | None = None  # a comparison's phase (keys.PHASE) and level (keys.LEVEL)
+    level: str | None = None
 
     @property
     def number(self) -> int:
@@ -218,9 +234,9 @@ class SweepStudy:
     """The Optuna study of one sweep: asking, reporting and telling trials."""
 
     def __init__(self, spec: SweepSpec, study: optuna.Study, created: bool = True,
-                 stale: list | None = None):
-        self.spec = spec
-        self.study = study
+                 stale: list | None = None, storage_url: str | None = None):
+        self.spec, self.study, self.storage_url = spec, study, storage_url
+        self.comparison = compare.Comparison.of(spec)
         self.created = created  # this process won the create_study race
         self.owner = Owner.me()
         self._stale = stale if stale is not None else []  # filled by the storage's callback
@@ -261,33 +277,24 @@ class SweepStudy:
             study = optuna.load_study(study_name=name, storage=storage,
                                       sampler=make_sampler(spec, _sampler_offset(existing)),
                                       pruner=make_pruner(spec))
-        self = cls(spec, study, created, stale)
+        self = cls(spec, study, created, stale, storage_url)
         if created:
             study.set_user_attr(keys.CREATOR, self.owner.as_dict())
+            if spec.compare is not None:
+                study.set_user_attr(keys.COMPARE, spec.compare.model_dump_json())
             study.set_user_attr(keys.IDENTITY,
                                 json.dumps(spec.identity(), sort_keys=True, default=str))
             study.set_user_attr(keys.FINGERPRINT, spec.fingerprint())  # last: joiners wait for it
         elif spec.is_grid:  # the creator enqueues the grid; a joiner waits for it to be done
             _wait_for(lambda: keys.GRID_DONE in study.user_attrs)
         if spec.is_grid and not study.user_attrs.get(keys.GRID_DONE):
-            self._enqueue_grid()
-        self._enqueue_lost_retries()
+            _enqueue_grid(self)
+        _enqueue_lost_retries(self)
         return self
 
     @property
     def name(self) -> str:
         return self.study.study_name
-
-    def _enqueue_grid(self) -> None:
-        present = {(_key(t.params or t.system_attrs.get("fixed_params", {})),
-                    t.user_attrs.get(keys.REPEAT, 0))
-                   for t in self.study.get_trials(deepcopy=False)}
-        configs = self.spec.grid()
-        for repeat in range(self.spec.repeats):  # seed-major: one full comparison per seed first
-            for params in configs:
-                if (_key(params), repeat) not in present:
-                    self.study.enqueue_trial(params, user_attrs={keys.REPEAT: repeat})
-        self.study.set_user_attr(keys.GRID_DONE, len(configs) * self.spec.repeats)
 
     # ------------------------------------------------------------------------------- counts
 
@@ -300,11 +307,17 @@ class SweepStudy:
 
     # ------------------------------------------------------------------------------- trials
 
-    def next_trial(self) -> PendingTrial | None:
-        """Ask for the next trial; None when a grid has nothing left to run."""
-        if self.spec.is_grid and not self.trials(states=(TrialState.WAITING,)):
+    def next_trial(self) -> PendingTrial | compare.Wait | None:
+        """Ask for the next trial; None when a grid or a comparison has nothing left to run;
+        :class:`compare.Wait` when a comparison must wait for running trials to end first."""
+        if self.comparison is not None:
+            trial = ask_compared(self)
+            if trial is None or isinstance(trial, compare.Wait):
+                return trial
+        elif self.spec.is_grid and not self.trials(states=(TrialState.WAITING,)):
             return None
-        trial = self.study.ask()
+        else:
+            trial = self.study.ask()
         try:
             sampled = sp.sample(trial, self.spec.space)
             repeat = trial.user_attrs.get(keys.REPEAT)
@@ -313,16 +326,21 @@ class SweepStudy:
                 trial.set_user_attr(keys.REPEAT, 0)
                 for copy in range(1, self.spec.repeats):
                     self.study.enqueue_trial(trial.params, user_attrs={keys.REPEAT: copy})
-            seed = self.spec.seed + repeat
+            seed = trial.user_attrs.get(keys.SEED, self.spec.seed + repeat)
             trial.set_user_attr(keys.SEED, seed)
             trial.set_user_attr(keys.OWNER, self.owner.as_dict())
             settings = {**settings_of(self.spec, sampled), "seed": seed}
         except BaseException as e:
             abandon(self, trial, e)
             raise
-        return PendingTrial(trial, settings, repeat, seed,
-                            retry_of=trial.user_attrs.get(keys.RETRY_OF),
-                            root=trial.user_attrs.get(keys.RETRY_ROOT, trial.number))
+        attrs = trial.user_attrs
+        return PendingTrial(trial, settings, repeat, seed, retry_of=attrs.get(keys.RETRY_OF),
+                            root=attrs.get(keys.RETRY_ROOT, trial.number),
+                            phase=attrs.get(keys.PHASE), level=attrs.get(keys.LEVEL))
+
+    def plan(self) -> compare.Plan | None:
+        """A comparison's next step and planned trial count (:func:`compare.plan`)."""
+        return None if self.comparison is None else compare.plan(self.comparison, self.trials())
 
     def report(self, pending: PendingTrial, epoch: int, value: float,
                ask_pruner: bool = True) -> bool:
@@ -364,18 +382,12 @@ class SweepStudy:
 
     def _enqueue_retry(self, failed: optuna.trial.FrozenTrial) -> None:
         attrs = failed.user_attrs
-        self.study.enqueue_trial(failed.params, user_attrs={
+        kept = {k: attrs[k] for k in (keys.PHASE, keys.LEVEL, keys.SEED) if k in attrs}
+        # a trial failed before it sampled holds only its fixed parameters (a comparison's level)
+        params = failed.params or failed.system_attrs.get("fixed_params", {})
+        self.study.enqueue_trial(params, user_attrs={
             keys.REPEAT: attrs.get(keys.REPEAT, 0), keys.RETRY_OF: failed.number,
-            keys.RETRY_ROOT: attrs.get(keys.RETRY_ROOT, failed.number)})
-
-    def _enqueue_lost_retries(self) -> None:
-        """Queue the retry of a FAIL marked for retry whose process died before queueing it."""
-        trials = self.trials()
-        retried = {t.user_attrs.get(keys.RETRY_OF) for t in trials}
-        for t in trials:
-            if t.state == TrialState.FAIL and t.user_attrs.get(keys.WILL_RETRY) and \
-                    t.number not in retried:
-                self._enqueue_retry(t)
+            keys.RETRY_ROOT: attrs.get(keys.RETRY_ROOT, failed.number), **kept})
 
     def crashes(self, root: int) -> int:
         """How many attempts of the trial started as number ``root`` crashed (a trial failed
@@ -463,6 +475,49 @@ class SweepStudy:
         done = [t for t in self.trials(states=(TrialState.COMPLETE,)) if t.value is not None]
         sign = -1 if self.spec.objective.direction == "maximize" else 1
         return sorted(done, key=lambda t: (sign * t.value, t.number))[:n]
+
+
+def _enqueue_grid(study: SweepStudy) -> None:
+    present = {(_key(t.params or t.system_attrs.get("fixed_params", {})),
+                t.user_attrs.get(keys.REPEAT, 0)) for t in study.trials()}
+    configs = study.spec.grid()
+    for repeat in range(study.spec.repeats):  # seed-major: one full comparison per seed first
+        for params in configs:
+            if (_key(params), repeat) not in present:
+                study.study.enqueue_trial(params, user_attrs={keys.REPEAT: repeat})
+    study.study.set_user_attr(keys.GRID_DONE, len(configs) * study.spec.repeats)
+
+
+def _enqueue_lost_retries(study: SweepStudy) -> None:
+    """Queue the retry of a FAIL marked for retry whose process died before queueing it."""
+    trials = study.trials()
+    retried = {t.user_attrs.get(keys.RETRY_OF) for t in trials}
+    for t in trials:
+        if t.state == TrialState.FAIL and t.user_attrs.get(keys.WILL_RETRY) and \
+                t.number not in retried:
+            study.retry(t)
+
+
+def ask_compared(study: SweepStudy) -> optuna.Trial | compare.Wait | None:
+    """A comparison's next trial: a queued one (a retry), else the one :func:`compare.plan`
+    says to start, queued with its level's parameters fixed and asked at once; None when the
+    comparison is done. Planning and queueing hold the store's lock, so that ``sweep run``
+    processes sharing the study never queue the same step twice."""
+    lock = store_lock(study.storage_url) if study.storage_url else contextlib.nullcontext()
+    with lock:
+        if not study.trials(states=(TrialState.WAITING,)):
+            action = study.plan().action
+            if isinstance(action, (compare.Wait, compare.Done)):
+                return action if isinstance(action, compare.Wait) else None
+            if isinstance(action, compare.Tune):
+                params, attrs = action.level.params, {keys.PHASE: compare.TUNE,
+                                                      keys.SEED: study.spec.seed}
+            else:
+                params, attrs = action.params, {keys.PHASE: compare.CONFIRM,
+                                                keys.SEED: action.seed}
+            study.study.enqueue_trial(params, user_attrs={
+                keys.REPEAT: 0, keys.LEVEL: action.level.label, **attrs})
+        return study.study.ask()
 
 
 def abandon(study: SweepStudy, trial: PendingTrial | optuna.Trial,

@@ -30,6 +30,7 @@ LAYERS: list[set[str]] = [
     {"orchestrator.errors", "orchestrator.paths", "orchestrator.keys", "orchestrator.protocol"},
     {"orchestrator.space", "orchestrator.slots", "orchestrator.locks", "orchestrator.decide"},
     {"orchestrator.spec"},
+    {"orchestrator.compare"},
     {"orchestrator.schema", "orchestrator.study", "orchestrator.tracking",
      "orchestrator.preflight", "orchestrator.workers", "orchestrator.display",
      "orchestrator.server"},

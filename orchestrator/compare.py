@@ -1,0 +1,286 @@
+"""A comparison of a setting's levels (``compare:``): every level tuned with the same budget, each
+level's best configuration trained again on fresh paired seeds, and the levels decided by
+:mod:`orchestrator.decide`.
+
+:func:`plan` is the whole procedure as a pure function of the study's trials: start a tuning trial
+of a level (:class:`Tune`), a confirmation trial (:class:`Confirm`), :class:`Wait` for running
+trials, or :class:`Done`. Every ``sweep run`` process replays it from the trials alone, so an
+interrupted comparison resumes in whichever phase it stopped. :class:`LevelSampler` and
+:class:`LevelPruner` show Optuna's sampler and pruner the trials of one level only.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from . import decide, keys
+from .spec import SweepSpec, compare_levels
+
+TUNE, CONFIRM = "tune", "confirm"  # the values of keys.PHASE
+CSV_COLUMNS = ("factor", "a", "b", "pairs", "diff", "ci_low", "ci_high", "p", "p_holm", "verdict")
+
+
+def level_label(factors: Sequence[str], values: Sequence[Any]) -> str:
+    """A level as text (keys.LEVEL): the value (``sgd``), or for several factors
+    ``warmup_epochs=0,clip_grad_norm=1.0``; null is ``null``, booleans lower-case."""
+    def text(v: Any) -> str:
+        return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+    if len(factors) == 1:
+        return text(values[0])
+    return ",".join(f"{f}={text(v)}" for f, v in zip(factors, values))
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level: its label and the Optuna parameters that fix it (``{"optimizer": "sgd"}``)."""
+
+    label: str
+    params: dict[str, Any] = field(hash=False)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What a sweep's ``compare:`` block asks for, with its levels in YAML order."""
+
+    factor: str  # the factors' names joined by ","
+    levels: tuple[Level, ...]
+    tune_trials: int
+    seeds: int
+    max_seeds: int
+    precision: float | None
+    seed: int  # the tuning seed; confirmation seeds are seed + 1 ... seed + max_seeds
+    direction: str
+    metric: str
+
+    @classmethod
+    def of(cls, spec: SweepSpec) -> Comparison | None:
+        """The comparison of a validated spec; None when it has no ``compare:``."""
+        c = spec.compare
+        if c is None:
+            return None
+        levels = tuple(Level(level_label(c.factors, list(p.values())), p)
+                       for p in compare_levels(spec.space, c.factors))
+        return cls(",".join(c.factors), levels, c.tune_trials, c.seeds, c.most_seeds,
+                   c.precision, spec.seed, spec.objective.direction, spec.objective.metric)
+
+    def confirm_seeds(self, rounds: int) -> list[int]:
+        """The paired seeds of the first ``rounds`` rounds; never the tuning seed."""
+        return [self.seed + k for k in range(1, rounds + 1)]
+
+    def total(self, rounds: int) -> int:
+        """The trials planned with ``rounds`` confirmation seeds."""
+        return len(self.levels) * (self.tune_trials + rounds)
+
+
+# ------------------------------------------------------------------------------- the plan
+
+@dataclass(frozen=True)
+class Tune:
+    """Start a tuning trial of ``level`` (its factor fixed, the rest sampled)."""
+
+    level: Level
+
+
+@dataclass(frozen=True)
+class Confirm:
+    """Train ``level``'s best tuned parameters on ``seed``."""
+
+    level: Level
+    params: dict[str, Any] = field(hash=False)
+    seed: int
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing to start until running trials end."""
+
+
+@dataclass(frozen=True)
+class Done:
+    """The comparison is decided (or out of seeds): the decision at the last look."""
+
+    results: tuple[decide.PairResult, ...]
+    values: dict[str, dict[int, float]] = field(hash=False)  # level -> {seed: value}
+
+
+@dataclass(frozen=True)
+class Plan:
+    action: Tune | Confirm | Wait | Done
+    total: int  # the trials the comparison plans now (grows with each seed added)
+
+
+def counted(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials that spend the budget: all but a failure whose retry is queued or ran (its
+    retry stands for it)."""
+    retry_of = {t.user_attrs.get(keys.RETRY_OF) for t in trials}
+    return [t for t in trials if not (t.state == TrialState.FAIL and (
+        t.user_attrs.get(keys.WILL_RETRY) or t.number in retry_of))]
+
+
+def best_tuned(trials: Sequence[FrozenTrial], direction: str) -> FrozenTrial | None:
+    """The complete tuning trial with the best value (ties: the earliest); None if none."""
+    done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+            and math.isfinite(t.value)]
+    sign = -1 if direction == "maximize" else 1
+    return min(done, key=lambda t: (sign * t.value, t.number), default=None)
+
+
+def plan(c: Comparison, trials: Sequence[FrozenTrial]) -> Plan:
+    """The next step of comparison ``c`` given every trial of its study (any state).
+
+    Tune: the level with the fewest tuning trials started goes next (ties: level order), until
+    each has ``tune_trials``. Confirm, once every tuning trial finished: each level's best tuning
+    trial's parameters on the seeds of the current round count, seed-major; after each round
+    has finished, the levels are decided (look ``rounds - seeds + 1`` of ``max_seeds - seeds +
+    1``) and, while undecided and below ``max_seeds``, one more paired seed is added.
+    """
+    trials = counted(trials)
+    tuning = {lv.label: [t for t in trials if t.user_attrs.get(keys.PHASE) == TUNE
+                         and t.user_attrs.get(keys.LEVEL) == lv.label] for lv in c.levels}
+    short = [lv for lv in c.levels if len(tuning[lv.label]) < c.tune_trials]
+    if short:
+        return Plan(Tune(min(short, key=lambda lv: len(tuning[lv.label]))), c.total(c.seeds))
+    if any(not t.state.is_finished() for ts in tuning.values() for t in ts):
+        return Plan(Wait(), c.total(c.seeds))
+    best = {lv.label: best_tuned(tuning[lv.label], c.direction) for lv in c.levels}
+    levels = [lv for lv in c.levels if best[lv.label] is not None]
+    confirms = {(t.user_attrs.get(keys.LEVEL), t.user_attrs.get(keys.SEED)): t for t in trials
+                if t.user_attrs.get(keys.PHASE) == CONFIRM}
+    for rounds in range(c.seeds, c.max_seeds + 1):
+        seeds = c.confirm_seeds(rounds)
+        for seed, lv in itertools.product(seeds, levels):
+            if (lv.label, seed) not in confirms:
+                return Plan(Confirm(lv, dict(best[lv.label].params), seed), c.total(rounds))
+        mine = [confirms[lv.label, s] for s, lv in itertools.product(seeds, levels)]
+        if any(not t.state.is_finished() for t in mine):
+            return Plan(Wait(), c.total(rounds))
+        values = {lv.label: {s: confirms[lv.label, s].value for s in seeds
+                             if confirms[lv.label, s].state == TrialState.COMPLETE}
+                  for lv in levels}
+        results = decide_look(c, values, rounds)
+        if rounds == c.max_seeds or decide.decided(results, c.precision):
+            return Plan(Done(results, values), c.total(rounds))
+    raise AssertionError("unreachable: the last round is always Done")
+
+
+def decide_look(c: Comparison, values: dict[str, dict[int, float]],
+                rounds: int) -> tuple[decide.PairResult, ...]:
+    """:func:`decide.compare_levels` at the look of ``rounds`` seeds (cached: the plan replays
+    every look each time it is asked)."""
+    frozen = tuple((label, tuple(sorted(v.items()))) for label, v in values.items())
+    return _decide(c.factor, c.direction, c.metric, frozen, rounds - c.seeds + 1,
+                   c.max_seeds - c.seeds + 1)
+
+
+@lru_cache(maxsize=256)
+def _decide(factor, direction, metric, frozen, look, looks) -> tuple[decide.PairResult, ...]:
+    values = {label: dict(v) for label, v in frozen}
+    return tuple(decide.compare_levels(values, factor=factor, direction=direction,
+                                       bounds=decide.METRIC_BOUNDS.get(metric, (None, None)),
+                                       look=look, looks=looks))
+
+
+def verdict_sentence(c: Comparison, results: Sequence[decide.PairResult]) -> str:
+    """The comparison in one sentence (keys.VERDICT), a clause per pair of levels."""
+    if not results:
+        return f"no comparison of {c.factor}: fewer than two levels have a complete tuning trial"
+    return "; ".join(_pair_sentence(c, r) for r in results)
+
+
+def _pair_sentence(c: Comparison, r: decide.PairResult) -> str:
+    over = f"over {r.pairs} paired seeds (Holm p = {r.p_holm:.2g})"
+    if r.better is None:
+        return (f"no clear difference between {r.a} and {r.b}: {r.b} - {r.a} = {r.diff:+.3g} "
+                f"{c.metric} [{r.ci_low:+.3g}, {r.ci_high:+.3g}] {over}")
+    worse = r.a if r.better == r.b else r.b
+    sign = 1 if r.better == r.b else -1  # diff is b - a: turn it into better - worse
+    low, high = sorted((sign * r.ci_low, sign * r.ci_high))
+    return (f"{r.better} better than {worse} by {abs(r.diff):.3g} {c.metric} "
+            f"[{low:.3g}, {high:.3g}] {over}")
+
+
+# ------------------------------------------------------------------ Optuna's view of one level
+
+class LevelView:
+    """A study as one level's sampler or pruner sees it: only the tuning trials of ``label``
+    (every other attribute is the study's own)."""
+
+    def __init__(self, study: optuna.Study, label: str | None):
+        self._study, self._label = study, label
+
+    def __getattr__(self, name: str):
+        return getattr(self._study, name)
+
+    def _mine(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
+        return [t for t in trials if t.user_attrs.get(keys.LEVEL) == self._label
+                and t.user_attrs.get(keys.PHASE) == TUNE]
+
+    def get_trials(self, deepcopy: bool = True, states=None) -> list[FrozenTrial]:
+        return self._mine(self._study.get_trials(deepcopy=deepcopy, states=states))
+
+    def _get_trials(self, deepcopy: bool = True, states=None, use_cache: bool = False):
+        return self._mine(self._study._get_trials(deepcopy=deepcopy, states=states,
+                                                  use_cache=use_cache))
+
+    @property
+    def trials(self) -> list[FrozenTrial]:
+        return self.get_trials()
+
+
+class LevelSampler(optuna.samplers.BaseSampler):
+    """One sampler per level, each made by ``make`` (so seeded alike) and shown only its level's
+    tuning trials: a level's configurations are searched as if it were the only one."""
+
+    def __init__(self, make: Callable[[], optuna.samplers.BaseSampler]):
+        self._make = make
+        self._samplers: dict[str | None, optuna.samplers.BaseSampler] = {}
+
+    def _of(self, study, trial: FrozenTrial):
+        label = trial.user_attrs.get(keys.LEVEL)
+        if label not in self._samplers:
+            self._samplers[label] = self._make()
+        return self._samplers[label], LevelView(study, label)
+
+    def infer_relative_search_space(self, study, trial):
+        sampler, view = self._of(study, trial)
+        return sampler.infer_relative_search_space(view, trial)
+
+    def sample_relative(self, study, trial, search_space):
+        sampler, view = self._of(study, trial)
+        return sampler.sample_relative(view, trial, search_space)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        sampler, view = self._of(study, trial)
+        return sampler.sample_independent(view, trial, param_name, param_distribution)
+
+    def before_trial(self, study, trial) -> None:
+        sampler, view = self._of(study, trial)
+        sampler.before_trial(view, trial)
+
+    def after_trial(self, study, trial, state, values) -> None:
+        sampler, view = self._of(study, trial)
+        sampler.after_trial(view, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        for sampler in self._samplers.values():
+            sampler.reseed_rng()
+
+
+class LevelPruner(optuna.pruners.BasePruner):
+    """``inner`` judging a tuning trial against its own level's tuning trials only; a
+    confirmation trial is never pruned (its seed would go unpaired)."""
+
+    def __init__(self, inner: optuna.pruners.BasePruner):
+        self._inner = inner
+
+    def prune(self, study, trial) -> bool:
+        if trial.user_attrs.get(keys.PHASE) != TUNE:
+            return False
+        return self._inner.prune(LevelView(study, trial.user_attrs.get(keys.LEVEL)), trial)
