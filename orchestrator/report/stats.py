@@ -1,10 +1,12 @@
 """The report's statistics, from the trial table alone.
 
 Per searched setting, the objective per level over complete trials (mean, standard deviation,
-95% t confidence interval, count); for two-level settings, the paired difference between the
-levels over trials that share every other setting and the repeat index (so the same seed), with
-its 95% confidence interval, a paired t-test and a Wilcoxon signed-rank test. Fewer than
-:data:`MIN_PAIRS` pairs: the evidence is called insufficient and no p-value is printed.
+95% t confidence interval, count); for settings of 2 to :data:`MAX_LEVELS` levels, the paired
+difference between every two levels over trials that share every other setting and the repeat
+index (so the same seed), decided by :mod:`orchestrator.decide` (95% interval, paired t-test,
+Wilcoxon signed-rank, Holm over the setting's pairs; Friedman across 3 or more levels). Fewer than
+:data:`MIN_PAIRS` pairs: the evidence is called insufficient and no p-value is printed. Levels sort
+as numbers where they are numbers; a configuration several trials ran is counted once.
 """
 from __future__ import annotations
 
@@ -13,10 +15,14 @@ import math
 import numpy as np
 import pandas as pd
 
+from .. import keys
+from ..decide import PairResult, compare_levels, friedman, level_order
 from .load import SweepData
 
 MIN_PAIRS = 3
 MAX_LEVELS = 12  # a setting with more distinct values is continuous: see the importances
+# settings that change training only through the learning rate they scale (lr_effective)
+SCALED_LR_SETTINGS = ("lr", "lr_scaling", "reference_batch_size")
 
 
 def mean_ci(values: np.ndarray) -> tuple[float, float, float, float]:
@@ -34,14 +40,20 @@ def mean_ci(values: np.ndarray) -> tuple[float, float, float, float]:
 
 
 def factor_table(trials: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
-    """Objective per level of each searched setting over complete trials."""
+    """Objective per level of each searched setting over complete trials, levels in
+    :func:`~orchestrator.decide.level_order`; a configuration that several trials of a level ran
+    (the same effective settings and repeat) is counted once."""
     done = trials[trials["state"] == "COMPLETE"]
+    done = done.assign(_config=configuration_ids(done))
     rows = []
     for factor in factors:
         col = f"params.{factor}"
         if col not in done or done[col].nunique(dropna=False) > MAX_LEVELS:
             continue
-        for level, group in done.groupby(done[col].map(str), sort=True):
+        labels = done[col].map(str)
+        groups = dict(list(done.groupby(labels, sort=False)))
+        for level in level_order(groups):
+            group = groups[level].drop_duplicates(["_config", "repeat"])
             mean, std, low, high = mean_ci(group["value"].to_numpy())
             rows.append({"factor": factor, "level": level, "mean": mean, "std": std,
                          "ci95_low": low, "ci95_high": high, "n": len(group)})
@@ -49,71 +61,79 @@ def factor_table(trials: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
                                        "ci95_high", "n"])
 
 
-def paired_differences(trials: pd.DataFrame, factors: list[str], *,
-                       direction: str) -> pd.DataFrame:
-    """For each two-level setting: level B minus level A over pairs of complete trials equal in
-    every other searched setting and in the repeat index (the same seed).
+PAIRED_COLUMNS = ["factor", "a", "b", "pairs", "mean_diff_b_minus_a", "ci95_low", "ci95_high",
+                  "t_test_p", "wilcoxon_p", "p_holm", "friedman_p", "verdict"]
+
+
+def paired_differences(trials: pd.DataFrame, factors: list[str], *, direction: str,
+                       bounds: tuple[float | None, float | None] = (None, None)) -> pd.DataFrame:
+    """For each setting with 2 to :data:`MAX_LEVELS` levels, every pair of levels (B minus A)
+    over pairs of complete trials equal in every other searched setting and in the repeat index
+    (the same seed), compared by :func:`orchestrator.decide.compare_levels` (Holm over the
+    setting's pairs); ``friedman_p`` tests all levels at once (3 or more levels). A pair whose
+    two trials ran the same effective configuration is left out.
 
     Args:
         direction: the objective's, ``maximize`` or ``minimize``: which sign of the difference
             makes B the better level in the verdict.
+        bounds: the objective's range (:data:`orchestrator.decide.METRIC_BOUNDS`); both given:
+            bootstrap intervals that stay inside it.
     """
-    done = trials[trials["state"] == "COMPLETE"].copy()
+    done = trials[trials["state"] == "COMPLETE"]
+    done = done.assign(_config=configuration_ids(done))
     rows = []
     for factor in factors:
         col = f"params.{factor}"
-        if col not in done:
+        if col not in done or not 2 <= done[col].map(str).nunique() <= MAX_LEVELS:
             continue
-        levels = sorted(done[col].map(str).unique())
-        if len(levels) != 2:
-            continue
-        others = [f"params.{f}" for f in factors if f != factor and f"params.{f}" in done]
-        keys = [*others, "repeat"]
-        done["_level"] = done[col].map(str)
-        wide = done.pivot_table(index=[done[k].map(str) for k in keys], columns="_level",
-                                values="value", aggfunc="first").dropna()
-        rows.append(_paired_row(factor, levels, wide, direction))
-    return pd.DataFrame(rows, columns=["factor", "a", "b", "pairs", "mean_diff_b_minus_a",
-                                       "ci95_low", "ci95_high", "t_test_p", "wilcoxon_p",
-                                       "verdict"])
+        values, configs = _blocks(done, factor, factors)
+        results = compare_levels(values, factor=factor, direction=direction, bounds=bounds,
+                                 configs=configs, min_pairs=MIN_PAIRS)
+        # a block where every level ran the same configuration is all ties: Friedman's
+        # statistic (tie-corrected) does not change with it, so it needs no removal
+        p_all = friedman(values)
+        rows += [_paired_row(r, p_all) for r in results]
+    return pd.DataFrame(rows, columns=PAIRED_COLUMNS)
 
 
-def _paired_row(factor: str, levels: list[str], wide: pd.DataFrame, direction: str) -> dict:
-    """One row of :func:`paired_differences`: ``wide`` holds a pair per row, a level per
-    column."""
-    from scipy import stats
+def _blocks(done: pd.DataFrame, factor: str, factors: list[str]) -> tuple[dict, dict]:
+    """level -> {block: value} and level -> {block: configuration id}, a block being the
+    other searched settings and the repeat (a trial's first value when several share one)."""
+    others = [f"params.{f}" for f in factors if f != factor and f"params.{f}" in done]
+    block = done[[*others, "repeat"]].astype(str).agg("|".join, axis=1)
+    values: dict[str, dict] = {}
+    configs: dict[str, dict] = {}
+    for (level, key), row in done.assign(_block=block).groupby(
+            [done[f"params.{factor}"].map(str), "_block"], sort=False).first().iterrows():
+        values.setdefault(level, {})[key] = float(row["value"])
+        configs.setdefault(level, {})[key] = row["_config"]
+    return values, configs
 
-    diff = (wide[levels[1]] - wide[levels[0]]).to_numpy() if len(wide) else np.array([])
-    row = {"factor": factor, "a": levels[0], "b": levels[1], "pairs": len(diff),
-           "mean_diff_b_minus_a": float(diff.mean()) if len(diff) else math.nan,
-           "ci95_low": math.nan, "ci95_high": math.nan, "t_test_p": math.nan,
-           "wilcoxon_p": math.nan, "verdict": ""}
-    if len(diff) < MIN_PAIRS:
-        row["verdict"] = f"insufficient evidence ({len(diff)} pairs, need {MIN_PAIRS})"
-        return row
-    _, _, row["ci95_low"], row["ci95_high"] = mean_ci(diff)
-    if np.allclose(diff, diff[0]):  # no spread: the tests are undefined
-        row["verdict"] = "every pair differs by the same amount"
+
+def _paired_row(r: PairResult, friedman_p: float) -> dict:
+    """A :class:`~orchestrator.decide.PairResult` in the report's columns."""
+    if r.pairs < MIN_PAIRS:
+        text = f"insufficient evidence ({r.pairs} pairs, need {MIN_PAIRS})"
+    elif math.isnan(r.p):  # no spread: the tests are undefined
+        text = "every pair differs by the same amount"
     else:
-        row["t_test_p"] = float(stats.ttest_rel(wide[levels[1]], wide[levels[0]]).pvalue)
-        row["wilcoxon_p"] = float(stats.wilcoxon(diff).pvalue)
-        row["verdict"] = verdict(row, direction)
-    return row
+        text = r.verdict
+    return {"factor": r.factor, "a": r.a, "b": r.b, "pairs": r.pairs,
+            "mean_diff_b_minus_a": r.diff, "ci95_low": r.ci_low, "ci95_high": r.ci_high,
+            "t_test_p": r.p, "wilcoxon_p": r.p_wilcoxon, "p_holm": r.p_holm,
+            "friedman_p": friedman_p, "verdict": text}
 
 
-def verdict(row: dict, direction: str) -> str:
-    """Which level of a paired difference (B minus A) is better, from its 95% confidence
-    interval: a higher objective is better when ``direction`` is ``maximize``, a lower one when
-    it is ``minimize``."""
-    if direction not in ("maximize", "minimize"):
-        raise ValueError(f"direction must be maximize or minimize, got {direction!r}")
-    low, high = row["ci95_low"], row["ci95_high"]
-    if not (low > 0 or high < 0):
-        return "no significant difference (95% CI includes 0)"
-    b_higher = low > 0
-    better, worse = (row["b"], row["a"]) if b_higher == (direction == "maximize") else \
-        (row["a"], row["b"])
-    return f"{better} better than {worse} (95% CI excludes 0)"
+def configuration_ids(trials: pd.DataFrame) -> pd.Series:
+    """A text per trial naming the configuration it trained: every setting it ran with (its
+    params), with the settings that only act through the scaled learning rate replaced by that
+    rate (batch 64 under every scaling rule at reference batch 64 is one configuration)."""
+    cols = sorted(c for c in trials.columns if c.startswith("params."))
+    if f"params.{keys.LR_EFFECTIVE}" in cols:
+        cols = [c for c in cols if c.removeprefix("params.") not in SCALED_LR_SETTINGS]
+    if not cols or trials.empty:
+        return pd.Series([str(i) for i in trials.index], index=trials.index, dtype=object)
+    return trials[cols].astype(str).agg("|".join, axis=1)
 
 
 def missing(data: SweepData) -> list[str]:

@@ -158,19 +158,6 @@ def test_the_report_reads_the_parent_run_every_sweep_run_logs_to(grid):
     assert tracker.experiment_id("no-such-sweep") is None
 
 
-def test_the_verdict_names_a_better_level_only_when_the_interval_excludes_zero():
-    from orchestrator.report.stats import verdict
-
-    row = {"a": "adam", "b": "sgd"}
-    for direction in ("maximize", "minimize"):
-        assert verdict({**row, "ci95_low": -0.1, "ci95_high": 0.1},
-                       direction).startswith("no significant")
-    assert verdict({**row, "ci95_low": 0.01, "ci95_high": 0.2},
-                   "maximize").startswith("sgd better than adam")
-    assert verdict({**row, "ci95_low": -0.2, "ci95_high": -0.01},
-                   "maximize").startswith("adam better than sgd")
-
-
 @pytest.mark.parametrize("direction", ["maximize", "minimize"])
 @pytest.mark.parametrize("b_shift", [0.2, -0.2])
 def test_the_verdict_names_the_level_the_objective_prefers(direction, b_shift):
@@ -195,14 +182,15 @@ def test_the_verdict_names_the_level_the_objective_prefers(direction, b_shift):
     pick = max if direction == "maximize" else min
     better = pick(means, key=means.get)
     worse = "sgd" if better == "adam" else "adam"
-    assert row["verdict"] == f"{better} better than {worse} (95% CI excludes 0)"
+    assert row["verdict"] == f"{better} better than {worse}"
+    assert row["p_holm"] == pytest.approx(stats.ttest_rel(b, a).pvalue)  # one pair: as is
 
 
 def test_a_verdict_without_a_direction_is_an_error():
-    from orchestrator.report.stats import verdict
+    from orchestrator.report import paired_differences
 
     with pytest.raises(ValueError, match="direction"):
-        verdict({"a": "x", "b": "y", "ci95_low": 0.1, "ci95_high": 0.2}, "max")
+        paired_differences(_paired_trials([0.1, 0.2, 0.3]), ["opt"], direction="max")
 
 
 def _paired_trials(diffs: list[float]) -> pd.DataFrame:
@@ -214,14 +202,16 @@ def _paired_trials(diffs: list[float]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_pairs_that_all_differ_alike_get_an_interval_but_no_p_value():
+def test_pairs_that_all_differ_alike_get_an_interval_but_no_t_test():
     from orchestrator.report import paired_differences
 
     row = paired_differences(_paired_trials([0.25, 0.25, 0.25]), ["opt"],
                              direction="maximize").iloc[0]
     assert row["pairs"] == 3 and row["mean_diff_b_minus_a"] == pytest.approx(0.25)
     assert row["verdict"] == "every pair differs by the same amount"
-    assert math.isnan(row["t_test_p"]) and math.isnan(row["wilcoxon_p"])
+    assert math.isnan(row["t_test_p"]) and math.isnan(row["p_holm"])
+    # the signed ranks are defined (every pair has the same sign)
+    assert row["wilcoxon_p"] == pytest.approx(stats.wilcoxon([0.25, 0.25, 0.25]).pvalue)
 
 
 def test_a_pair_short_of_the_minimum_has_no_interval():

@@ -1,0 +1,94 @@
+"""The report's statistics on a batch-size x lr-scaling grid, checked against pandas/scipy by hand:
+numeric levels in numeric order, every pair of a 3-level setting with Holm and Friedman, and batch
+64 under every scaling rule (reference batch 64: one configuration) counted once."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+BATCHES, RULES, REPEATS = [32, 64, 128], ["linear", "none", "sqrt"], 3
+
+
+@pytest.fixture(scope="module")
+def grid() -> pd.DataFrame:
+    """Complete trials as the report's trial table holds them: every setting a param, and the
+    learning rate after scaling; batch 64 trains alike under both rules (same value)."""
+    rng = np.random.default_rng(8)
+    seed_effect = rng.normal(0, 0.01, REPEATS)
+    rows, number = [], 0
+    for repeat in range(REPEATS):
+        at_64 = 0.9 + seed_effect[repeat] + rng.normal(0, 0.003)
+        for batch in BATCHES:
+            for rule in RULES:
+                scale = {"linear": batch / 64, "sqrt": math.sqrt(batch / 64), "none": 1.0}[rule]
+                value = at_64 if batch == 64 else \
+                    0.9 + seed_effect[repeat] - 0.02 * abs(math.log2(batch / 64)) * \
+                    {"linear": 0.3, "sqrt": 0.6, "none": 1.0}[rule] + rng.normal(0, 0.003)
+                rows.append({"trial": number, "state": "COMPLETE", "value": value,
+                             "repeat": repeat, "params.batch_size": batch,
+                             "params.lr_scaling": rule, "params.lr": 0.05,
+                             "params.reference_batch_size": 64, "params.seed": 7 + repeat,
+                             "params.lr_effective": 0.05 * scale})
+                number += 1
+    return pd.DataFrame(rows)
+
+
+def test_levels_sort_as_numbers_and_a_repeated_configuration_counts_once(grid):
+    from orchestrator.report import factor_table
+
+    table = factor_table(grid, ["batch_size", "lr_scaling"])
+    batch = table[table["factor"] == "batch_size"]
+    assert list(batch["level"]) == ["32", "64", "128"]
+    assert list(batch["n"]) == [9, 3, 9]  # batch 64: one configuration per repeat
+    at_64 = grid[grid["params.batch_size"] == 64].drop_duplicates("repeat")["value"]
+    assert batch.iloc[1]["mean"] == pytest.approx(at_64.mean())
+    rules = table[table["factor"] == "lr_scaling"]
+    assert list(rules["n"]) == [9, 9, 9]  # batch 64 is a member of each rule's level
+
+
+def test_every_pair_of_three_levels_with_holm_and_friedman(grid):
+    from orchestrator.report import paired_differences
+
+    paired = paired_differences(grid, ["batch_size", "lr_scaling"], direction="maximize")
+    rows = paired[paired["factor"] == "batch_size"]
+    assert list(zip(rows["a"], rows["b"])) == [("32", "64"), ("32", "128"), ("64", "128")]
+    wide = grid.pivot_table(index=["params.lr_scaling", "repeat"], columns="params.batch_size",
+                            values="value")
+    raw = [stats.ttest_rel(wide[b], wide[a]).pvalue for a, b in [(32, 64), (32, 128), (64, 128)]]
+    order = np.argsort(raw)
+    holm, running = np.empty(3), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (3 - rank) * raw[i]))
+        holm[i] = running
+    assert list(rows["pairs"]) == [9, 9, 9]
+    assert list(rows["mean_diff_b_minus_a"]) == pytest.approx(
+        [(wide[64] - wide[32]).mean(), (wide[128] - wide[32]).mean(),
+         (wide[128] - wide[64]).mean()])
+    assert list(rows["t_test_p"]) == pytest.approx(raw)
+    assert list(rows["p_holm"]) == pytest.approx(list(holm))
+    friedman = stats.friedmanchisquare(wide[32], wide[64], wide[128]).pvalue
+    assert list(rows["friedman_p"]) == pytest.approx([friedman] * 3)
+    for _, r in rows.iterrows():
+        named = r["verdict"] != "no clear difference"
+        assert named == (r["p_holm"] < 0.05 and (r["ci95_low"] > 0 or r["ci95_high"] < 0))
+
+
+def test_a_pair_or_block_that_ran_the_same_configuration_is_not_counted(grid):
+    from orchestrator.report import paired_differences
+
+    paired = paired_differences(grid, ["batch_size", "lr_scaling"], direction="maximize")
+    rows = paired[paired["factor"] == "lr_scaling"].to_dict("records")
+    assert [(r["a"], r["b"]) for r in rows] == [("linear", "none"), ("linear", "sqrt"),
+                                                ("none", "sqrt")]
+    row = rows[0]
+    differ = grid[grid["params.batch_size"] != 64]
+    wide = differ.pivot_table(index=["params.batch_size", "repeat"],
+                              columns="params.lr_scaling", values="value")
+    assert row["pairs"] == 6  # not 9: batch 64 is the same run under both rules
+    assert row["mean_diff_b_minus_a"] == pytest.approx((wide["none"] - wide["linear"]).mean())
+    assert row["t_test_p"] == pytest.approx(stats.ttest_rel(wide["none"], wide["linear"]).pvalue)
+    # batch 64, a block tied across the rules, is no evidence that the rules are alike
+    friedman = stats.friedmanchisquare(wide["linear"], wide["none"], wide["sqrt"]).pvalue
+    assert row["friedman_p"] == pytest.approx(friedman)
