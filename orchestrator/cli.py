@@ -465,13 +465,21 @@ def cmd_report(args, console: Console) -> int:
     with console.status("building the report..."):
         report = build_report(data, out, args.by)
         log_report(data, report)
+    lines = report.comparison.sentences if report.comparison is not None else [report.headline]
+    for line in lines:
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
     for line in report.missing:
         console.print(f"incomplete: {line}", soft_wrap=True)
-    console.print(report.factors.to_string(index=False), soft_wrap=True)
-    if len(report.paired):
-        console.print(report.paired[["factor", "a", "b", "pairs", "mean_diff_b_minus_a",
-                                     "ci95_low", "ci95_high", "verdict"]].to_string(index=False),
+    if report.comparison is not None and report.comparison.results:
+        console.print(report.comparison.table().drop(columns="factor").to_string(
+            index=False, float_format=lambda v: f"{v:.4g}"), soft_wrap=True)
+    else:
+        console.print(report.factors.to_string(index=False, float_format=lambda v: f"{v:.4g}"),
                       soft_wrap=True)
+        if len(report.paired):
+            console.print(report.paired[["factor", "a", "b", "pairs", "mean_diff_b_minus_a",
+                                         "ci95_low", "ci95_high", "verdict"]].to_string(
+                index=False, float_format=lambda v: f"{v:.4g}"), soft_wrap=True)
     console.print(f"report: {out / 'report.html'} (also on the parent run under report/)",
                   soft_wrap=True)
     return 0

@@ -49,16 +49,30 @@ def show(console: Console, name: str | None, url: str) -> int:
         rows = [sweep_row(optuna.load_study(study_name=n, storage=storage), now) for n in names]
         _table(console, f"sweeps in {mask(url)}", rows)
         return 0
-    if name not in names:
-        raise SweepError(f"no sweep named {name!r} in the study storage {mask(url)}"
-                         f"{did_you_mean(name, names)}; `sweep status` lists the sweeps there, "
-                         f"or pass --storage / --tracking-uri")
-    study = optuna.load_study(study_name=name, storage=storage)
+    study = load_named(name, url, storage, names)
     console.out(summary_line(study), highlight=False)
     trials = study.get_trials(deepcopy=False)
     if trials:
         _table(console, f"trials of {name}", trial_rows(study, now))
     return 0
+
+
+def load_named(name: str, url: str, storage=None, names: list[str] | None = None
+               ) -> optuna.Study:
+    """Sweep ``name``'s study in the study storage at ``url`` (``storage`` and its study
+    ``names`` when the caller has them open already).
+
+    Raises:
+        SweepError: no sweep ``name`` there: the line names the closest sweep there is.
+    """
+    if names is None:
+        storage = _open(url)
+        names = sorted(optuna.get_all_study_names(storage)) if storage is not None else []
+    if name not in names:
+        raise SweepError(f"no sweep named {name!r} in the study storage {mask(url)}"
+                         f"{did_you_mean(name, names)}; `sweep status` lists the sweeps there, "
+                         f"or pass --storage / --tracking-uri")
+    return optuna.load_study(study_name=name, storage=storage)
 
 
 def _open(url: str):

@@ -12,17 +12,21 @@ from .. import keys, paths
 from .. import space as sp
 from ..errors import SweepError
 from ..spec import SweepSpec, load_spec, read_yaml, validate
-from ..study import default_storage, open_storage
+from ..status import load_named
+from ..study import default_storage
 from ..tracking import Tracker
 
 CURVES = ("val_acc", "val_loss", "train_loss")  # the per-epoch metrics a report plots
+SECONDS = "epoch_seconds"  # an epoch's wall time: time-to-target in seconds
 
 
 @dataclass
 class SweepData:
-    """One sweep as tables: ``trials`` (a row per Optuna trial, joined with its MLflow run),
-    ``curves`` (trial, epoch, metric, value) and the parent run's metrics and tags; ``tracker``
-    is the store they were read from, kept open for the report's own writes."""
+    """One sweep as tables: ``trials`` (a row per Optuna trial, joined with its MLflow run;
+    ``phase``, ``level`` and ``seed`` from its user attributes), ``curves`` (trial, epoch,
+    metric, value) and the parent run's metrics and tags; ``compare`` is a comparison's
+    ``compare:`` block (None for any other sweep); ``tracker`` is the store they were read
+    from, kept open for the report's own writes."""
 
     spec: SweepSpec
     study_name: str
@@ -33,6 +37,7 @@ class SweepData:
     parent_metrics: dict[str, float] = field(default_factory=dict)
     parent_tags: dict[str, str] = field(default_factory=dict)
     tracker: Tracker | None = field(default=None, repr=False, compare=False)
+    compare: dict | None = None
 
     @property
     def factors(self) -> list[str]:
@@ -51,28 +56,24 @@ def load_sweep(spec_or_name: str, tracking_uri: str | None = None,
     Raises:
         SweepError: no such sweep in the stores.
     """
-    import optuna
-
     tracking_uri = tracking_uri or paths.default_tracking_uri()
     storage = storage or default_storage(tracking_uri)
     is_file = os.path.isfile(spec_or_name)
     name = _name_in(spec_or_name) if is_file else spec_or_name
-    try:
-        study = optuna.load_study(study_name=name, storage=open_storage(storage))
-    except KeyError:
-        raise SweepError(f"no sweep {name!r} in the study storage {storage}; run it first, or "
-                         f"pass --storage / --tracking-uri") from None
+    study = load_named(name, storage)
     # the study exists, so its grid was accepted when it ran (perhaps with --max-grid)
     spec = load_spec(spec_or_name, max_grid=None) if is_file else _spec_from_study(name, study)
     tracker = Tracker(tracking_uri)
     experiment_id = tracker.experiment_id(spec.name)
     runs = tracker.trial_runs(experiment_id, name) if experiment_id else pd.DataFrame()
-    trials = _trial_table(study, runs)
-    curves, lr = _curves(tracker, trials)
+    trials = _trial_table(study, runs, spec)
+    curves, lr = _curves(tracker, trials, spec.objective.metric)
     parent = tracker.find_parent_run(experiment_id, name) if experiment_id else None
+    compare = study.user_attrs.get(keys.COMPARE)
     return SweepData(spec, name, trials, curves, lr, parent.info.run_id if parent else None,
                      dict(parent.data.metrics) if parent else {},
-                     dict(parent.data.tags) if parent else {}, tracker)
+                     dict(parent.data.tags) if parent else {}, tracker,
+                     json.loads(compare) if compare else None)
 
 
 def _name_in(path: str) -> str:
@@ -88,13 +89,16 @@ def _spec_from_study(name: str, study) -> SweepSpec:
     if not identity:
         raise SweepError(f"study {name!r} was not made by sweep run; pass its YAML file instead")
     raw = {**identity, "name": identity.get("name", name)}
-    if raw.get("sampler", {}).get("name") != "grid":
+    if raw.get("sampler", {}).get("name") != "grid" and "compare" not in raw:
         raw["trials"] = max(1, len(study.trials))
         raw["trials"] += (-raw["trials"]) % raw.get("repeats", 1)
     return validate(raw, f"study {name}", max_grid=None)
 
 
-def _trial_table(study, runs: pd.DataFrame) -> pd.DataFrame:
+def _trial_table(study, runs: pd.DataFrame, spec: SweepSpec) -> pd.DataFrame:
+    # the settings each trial sampled (Optuna names a parameter by its option: ``sgd.lr``)
+    setting = {node.name: node.setting for _, node in sp.walk(spec.space)
+               if not isinstance(node, sp.Fixed)}
     rows = []
     by_run = runs.set_index("run_id") if len(runs) else None
     for t in study.get_trials(deepcopy=False):
@@ -102,7 +106,9 @@ def _trial_table(study, runs: pd.DataFrame) -> pd.DataFrame:
                "repeat": t.user_attrs.get(keys.REPEAT), "run_id": t.user_attrs.get(keys.RUN_ID),
                "retry_of": t.user_attrs.get(keys.RETRY_OF),
                "fail_reason": t.user_attrs.get(keys.FAIL_REASON),
-               "epochs": len(t.intermediate_values)}
+               "phase": t.user_attrs.get(keys.PHASE), "level": t.user_attrs.get(keys.LEVEL),
+               "seed": t.user_attrs.get(keys.SEED), "epochs": len(t.intermediate_values),
+               "searched": ",".join(setting.get(p, p) for p in t.params)}
         if by_run is not None and row["run_id"] in by_run.index:
             run = by_run.loc[row["run_id"]]
             for col, value in run.items():
@@ -128,10 +134,12 @@ def _typed(text):
     return text
 
 
-def _curves(tracker: Tracker, trials: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _curves(tracker: Tracker, trials: pd.DataFrame,
+            objective: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     rows, lr_rows = [], []
+    wanted = tuple(dict.fromkeys((*CURVES, objective, SECONDS)))
     for _, t in trials.dropna(subset=["run_id"]).iterrows():
-        for key, history in tracker.metric_histories(t["run_id"], CURVES).items():
+        for key, history in tracker.metric_histories(t["run_id"], wanted).items():
             for step, value in history:
                 rows.append({"trial": t["trial"], "metric": key, "epoch": step, "value": value})
         if t["state"] == "COMPLETE":

@@ -1,8 +1,10 @@
-"""The report's plots, as PNG bytes by file name: curves, lr schedule, batch scaling,
-optimization history, importances and parallel coordinates."""
+"""The report's plots, each a PNG with its caption: curves, lr schedule, batch scaling,
+optimization history, importances and parallel coordinates (and a comparison's own, in
+:mod:`orchestrator.report.compare_plots`)."""
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -10,8 +12,19 @@ import pandas as pd
 from .load import SweepData
 from .stats import MAX_LEVELS, configuration
 
+MIN_IMPORTANCE_TRIALS = 8  # fewer complete trials: a forest of a handful of points says nothing
+MAX_SHAPES = 8  # learning-rate schedules drawn at most
 
-def _png(fig) -> bytes:
+
+@dataclass(frozen=True)
+class Figure:
+    """One plot: its PNG and the sentence under it."""
+
+    png: bytes
+    caption: str
+
+
+def png_bytes(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     import matplotlib.pyplot as plt
@@ -20,28 +33,41 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def plots(data: SweepData, by: str | None) -> dict[str, bytes]:
-    """PNG bytes by file name."""
+def plots(data: SweepData, by: str | None) -> tuple[dict[str, Figure], list[str]]:
+    """The sweep's figures by file name, and a sentence for each plot left out (why)."""
     import matplotlib
 
     matplotlib.use("Agg")
-    out = {}
+    out, notes = {}, []
     metric = data.spec.objective.metric
     if len(data.curves):
-        out["curves.png"] = _plot_curves(data, by, metric if metric in
-                                         set(data.curves["metric"]) else "val_acc")
+        shown = metric if metric in set(data.curves["metric"]) else "val_acc"
+        out["curves.png"] = Figure(_plot_curves(data, by, shown), (
+            f"{shown} per epoch, a line per configuration (mean over its seeds; the band spans "
+            f"their min..max); x marks the last epoch of a pruned trial."))
     if len(data.lr):
-        out["lr_schedule.png"] = _plot_lr(data, by)
+        png, shapes = _plot_lr(data)
+        out["lr_schedule.png"] = Figure(png, (
+            f"The learning rate of every optimizer step as logged: one trial for each of the "
+            f"{shapes} distinct schedule shape{'s' if shapes > 1 else ''} (warmup, decay)."))
     if "batch_size" in data.factors and "params.lr_scaling" in data.trials:
-        out["batch_scaling.png"] = _plot_scaling(data)
-    out["history.png"] = _plot_history(data)
+        out["batch_scaling.png"] = Figure(_plot_scaling(data), (
+            f"{metric} against batch size for each lr scaling rule (mean, bars one standard "
+            f"deviation over seeds)."))
+    out["history.png"] = Figure(_plot_history(data), (
+        "Every trial's objective in order of start; the black line is the best so far."))
     study = _complete_study(data)  # one in-memory study for both plots that need one
     if study is not None:
-        importance = _plot_importance(data, study)
+        importance, why = _plot_importance(data, study)
         if importance:
-            out["importances.png"] = importance
-        out["parallel.png"] = _plot_parallel(study)
-    return out
+            out["importances.png"] = Figure(importance, (
+                "How much of the objective's variance each setting explains (fANOVA over "
+                "the complete trials: a random forest's functional ANOVA)."))
+        else:
+            notes.append(f"No importance plot: {why}.")
+        out["parallel.png"] = Figure(_plot_parallel(study), (
+            "Each complete trial as a line through its settings, coloured by its objective."))
+    return out, notes
 
 
 def _plot_curves(data: SweepData, by: str | None, metric: str) -> bytes:
@@ -80,27 +106,43 @@ def _plot_curves(data: SweepData, by: str | None, metric: str) -> bytes:
     ax.set_title(f"{metric} per configuration: mean over seeds, band = min..max; x = pruned")
     if by:
         ax.legend()
-    return _png(fig)
+    return png_bytes(fig)
 
 
-def _plot_lr(data: SweepData, by: str | None) -> bytes:
+def schedule_shapes(lr: pd.DataFrame) -> dict[tuple, list[int]]:
+    """Trials grouped by the shape of their logged schedule: the lr over its peak at 25 points
+    spread over the run, rounded to 2 decimals (so the same warmup and decay at another peak or
+    batch size is one shape); the trials of each shape, in order."""
+    shapes: dict[tuple, list[int]] = {}
+    for number, group in lr.sort_values(["trial", "step"]).groupby("trial", sort=True):
+        values = group["lr"].to_numpy(float)
+        peak = values.max() if len(values) and values.max() > 0 else 1.0
+        at = np.linspace(0, len(values) - 1, 25).round().astype(int)
+        shapes.setdefault(tuple(np.round(values[at] / peak, 2)), []).append(int(number))
+    return shapes
+
+
+def _plot_lr(data: SweepData) -> tuple[bytes, int]:
     import matplotlib.pyplot as plt
 
     t = data.trials.set_index("trial")
+    shapes = list(schedule_shapes(data.lr).values())[:MAX_SHAPES]
+    shown = [numbers[0] for numbers in shapes]
+    # name each drawn trial by the settings that differ between the drawn trials
+    cols = [f"params.{f}" for f in data.factors if f"params.{f}" in t
+            and t.loc[shown, f"params.{f}"].map(str).nunique() > 1]
     fig, ax = plt.subplots(figsize=(8, 3.5))
-    shown = set()
-    for number, group in data.lr.groupby("trial"):
-        level = str(t.loc[number, f"params.{by}"]) if by else str(number)
-        if level in shown:
-            continue
-        shown.add(level)
-        ax.plot(group["step"], group["lr"], label=f"trial {number} ({by}={level})" if by
-                else f"trial {number}")
+    for number, numbers in zip(shown, shapes):
+        group = data.lr[data.lr["trial"] == number].sort_values("step")
+        label = ", ".join(f"{c[len('params.'):]}={t.loc[number, c]}" for c in cols)
+        ax.plot(group["step"], group["lr"], lw=1.5,
+                label=f"trial {number}{f' ({label})' if label else ''}"
+                      f"{f' and {len(numbers) - 1} alike' if len(numbers) > 1 else ''}")
     ax.set_xlabel("optimizer step")
-    ax.set_ylabel("lr")
-    ax.set_title("learning rate as logged, one trial per level")
+    ax.set_ylabel("learning rate")
+    ax.set_title("learning rate as logged, one trial per schedule shape")
     ax.legend(fontsize=8)
-    return _png(fig)
+    return png_bytes(fig), len(shapes)
 
 
 def _plot_scaling(data: SweepData) -> bytes:
@@ -117,7 +159,7 @@ def _plot_scaling(data: SweepData) -> bytes:
     ax.set_ylabel(data.spec.objective.metric)
     ax.set_title("objective vs batch size per scaling rule (mean +- std over seeds)")
     ax.legend()
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def _plot_history(data: SweepData) -> bytes:
@@ -147,7 +189,7 @@ def _plot_history(data: SweepData) -> bytes:
     ax.set_ylabel(data.spec.objective.metric)
     ax.set_title("optimization history (pruned and failed trials marked)")
     ax.legend(fontsize=8)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def _complete_study(data: SweepData):
@@ -177,24 +219,33 @@ def _complete_study(data: SweepData):
     return study
 
 
-def _plot_importance(data: SweepData, study) -> bytes | None:
+def _plot_importance(data: SweepData, study) -> tuple[bytes | None, str]:
+    """fANOVA importances (Optuna's PED-ANOVA default looks at the top 10% of trials only: on a
+    small balanced grid that is one trial, and every setting then looks equally important);
+    None with the reason when they would say nothing."""
     import matplotlib.pyplot as plt
     import optuna
 
     varying = [f for f in data.factors if f"params.{f}" in data.trials
                and data.trials[f"params.{f}"].nunique() > 1]
+    complete = len(study.trials)
+    if data.compare:
+        return None, ("a comparison tunes each level over its own settings; see the "
+                      "learning-rate sensitivity of each level instead")
     if not varying:
-        return None
-    try:
-        importances = optuna.importance.get_param_importances(study, params=varying)
-    except (RuntimeError, ValueError):  # too few trials for the evaluator
-        return None
+        return None, "no searched setting took more than one value"
+    if complete < MIN_IMPORTANCE_TRIALS:
+        return None, (f"{complete} complete trials, fewer than the {MIN_IMPORTANCE_TRIALS} an "
+                      f"importance estimate needs")
+    evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+    importances = optuna.importance.get_param_importances(study, evaluator=evaluator,
+                                                          params=varying)
     fig, ax = plt.subplots(figsize=(6, 0.5 + 0.4 * len(importances)))
     names = list(importances)[::-1]
     ax.barh(names, [importances[n] for n in names])
-    ax.set_xlabel("importance (Optuna's default evaluator)")
+    ax.set_xlabel("share of the objective's variance (fANOVA)")
     ax.set_title("which settings mattered")
-    return _png(fig)
+    return png_bytes(fig), ""
 
 
 def _plot_parallel(study) -> bytes:
@@ -205,4 +256,4 @@ def _plot_parallel(study) -> bytes:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # experimental-API warnings
         ax = optuna.visualization.matplotlib.plot_parallel_coordinate(study)
-    return _png(ax.figure)
+    return png_bytes(ax.figure)

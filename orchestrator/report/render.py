@@ -1,19 +1,22 @@
-"""The report's files: Markdown, self-contained HTML (plots embedded), the trial table as CSV and
-Parquet, the plots as PNG; and their copy on the sweep's parent run."""
+"""The report's files: Markdown and self-contained HTML with the same content (a headline
+first, rounded tables with units, captioned plots), the trial table as CSV and Parquet, the
+plots as PNG, a comparison's ``comparison.csv``; and their copy on the sweep's parent run."""
 from __future__ import annotations
 
 import base64
 import html
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from .. import keys
+from .compare import Comparison, compare, settings_text, tolerance_words
+from .compare_plots import comparison_plots
 from .load import SweepData
-from .plots import plots
+from .plots import Figure, plots
 from .stats import (
     MIN_PAIRS,
     configuration,
@@ -24,22 +27,52 @@ from .stats import (
 )
 
 STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
+COMPARISON_FILE = Path(keys.COMPARISON_CSV).name  # report/comparison.csv on the parent run
+PAIRED_HEADERS = {"factor": "setting", "a": "a", "b": "b", "pairs": "pairs",
+                  "mean_diff_b_minus_a": "b - a", "ci95_low": "95% CI low",
+                  "ci95_high": "95% CI high", "t_test_p": "t-test p", "wilcoxon_p": "Wilcoxon p",
+                  "p_holm": "Holm p", "friedman_p": "Friedman p", "verdict": "verdict"}
+P_COLUMNS = {"t_test_p", "wilcoxon_p", "p_holm", "friedman_p", "p"}
 
 
-def _md_table(df: pd.DataFrame) -> str:
-    if df.empty:
-        return "(none)\n"
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for _, row in df.iterrows():
-        lines.append("| " + " | ".join(_fmt(row[c]) for c in cols) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _fmt(v) -> str:
+def number(v, digits: int = 4) -> str:
+    """A table cell: floats to ``digits`` significant digits, a missing value as a dash."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
     if isinstance(v, float):
-        return "" if math.isnan(v) else f"{v:.4g}"
+        return f"{v:.{digits}g}"
     return str(v)
+
+
+def p_value(p) -> str:
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "-"
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table as the reader sees it: a caption, a header and cells already written out."""
+
+    caption: str
+    header: list[str]
+    rows: list[list[str]]
+
+
+@dataclass
+class Document:
+    """The report's content, written out once as HTML and once as Markdown."""
+
+    title: str
+    headline: list[str]
+    # ("h2", text), ("p", text), a Table or (file name, Figure)
+    blocks: list = field(default_factory=list)
+
+    def heading(self, text: str) -> None:
+        self.blocks.append(("h2", text))
+
+    def say(self, text: str) -> None:
+        self.blocks.append(("p", text))
 
 
 @dataclass
@@ -51,33 +84,49 @@ class Report:
     paired: pd.DataFrame
     missing: list[str]
     files: list[Path]
+    headline: str = ""
+    comparison: Comparison | None = None
 
 
 def build_report(data: SweepData, out_dir: str | os.PathLike, by: str | None = None) -> Report:
-    """Write report.html, report.md, trials.csv, trials.parquet and plots/*.png into
-    ``out_dir``."""
+    """Write report.html, report.md, trials.csv, trials.parquet, plots/*.png and, for a
+    comparison, comparison.csv into ``out_dir``."""
+    from ..decide import METRIC_BOUNDS
+
     out = Path(out_dir)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     factors = data.factors
     by = by or ("optimizer" if "optimizer" in factors else (factors[0] if factors else None))
-    ftable = factor_table(data.trials, factors)
-    paired = paired_differences(data.trials, factors, direction=data.spec.objective.direction)
+    comparison = compare(data)
+    # a comparison's levels are compared on their confirmation seeds (its own section): the
+    # tables of any sweep would mix tuning and confirmation trials
+    trials = data.trials.iloc[0:0] if comparison is not None else data.trials
+    ftable = factor_table(trials, factors)
+    paired = paired_differences(trials, factors, direction=data.spec.objective.direction,
+                                bounds=METRIC_BOUNDS.get(data.spec.objective.metric,
+                                                         (None, None)))
     gaps = missing(data)
-    pictures = plots(data, by)
+    figures, notes = plots(data, by)
+    if comparison is not None:
+        figures = {**comparison_plots(comparison, data), **figures}
     files = []
-    for name, png in pictures.items():
-        (out / "plots" / name).write_bytes(png)
+    for name, figure in figures.items():
+        (out / "plots" / name).write_bytes(figure.png)
         files.append(out / "plots" / name)
     table = data.trials.drop(columns=[c for c in data.trials.columns if c.startswith("tags.")])
     table.to_csv(out / "trials.csv", index=False)
     table.astype({c: str for c in table.columns if table[c].dtype == object}).to_parquet(
         out / "trials.parquet", index=False)
-    exports = export_table(data.trials)
-    md = _markdown(data, ftable, paired, gaps, exports, pictures)
-    (out / "report.md").write_text(md)
-    (out / "report.html").write_text(_html(data, ftable, paired, gaps, exports, pictures))
+    if comparison is not None:
+        comparison.table().to_csv(out / COMPARISON_FILE, index=False)
+        files.append(out / COMPARISON_FILE)
+    doc = _document(data, ftable, paired, gaps, export_table(data.trials), comparison)
+    _plots_section(doc, figures, notes)
+    _trials_section(doc, data)
+    (out / "report.md").write_text(markdown(doc))
+    (out / "report.html").write_text(to_html(doc))
     files += [out / "report.md", out / "report.html", out / "trials.csv", out / "trials.parquet"]
-    return Report(out, ftable, paired, gaps, files)
+    return Report(out, ftable, paired, gaps, files, doc.headline[0], comparison)
 
 
 def _summary_lines(data: SweepData) -> list[str]:
@@ -85,13 +134,8 @@ def _summary_lines(data: SweepData) -> list[str]:
     counts = {s: int((t["state"] == s).sum()) for s in STATES if len(t)}
     objective = data.spec.objective
     states = ", ".join(f"{v} {k.lower()}" for k, v in counts.items() if v)
-    lines = [f"Sweep `{data.study_name}`: {states}; "
-             f"objective {objective.metric} ({objective.direction}, {objective.reduce} epoch)."]
-    done = t[t["state"] == "COMPLETE"] if len(t) else t
-    if len(done):
-        best = done.sort_values("value", ascending=objective.direction == "minimize").iloc[0]
-        lines.append(f"Best trial {int(best['trial'])}: {best['value']:.4f} "
-                     f"({configuration(best, data.factors)}).")
+    lines = [f"Sweep {data.study_name}: {states or 'no trials'}; objective {objective.metric} "
+             f"({objective.direction}, {objective.reduce} epoch)."]
     if "test_acc" in data.parent_metrics:
         std = data.parent_metrics.get("test_acc_std")
         lines.append(f"Held-out test split (never used for selection): test_acc "
@@ -101,53 +145,193 @@ def _summary_lines(data: SweepData) -> list[str]:
     return lines
 
 
-def _markdown(data, ftable, paired, gaps, exports, pictures) -> str:
-    parts = [f"# Sweep report: {data.study_name}\n", *[f"{line}\n" for line in
-                                                       _summary_lines(data)]]
+def _best_line(data: SweepData) -> str:
+    t, objective = data.trials, data.spec.objective
+    done = t[t["state"] == "COMPLETE"] if len(t) else t
+    if not len(done):
+        return f"No trial of {data.study_name} has completed yet."
+    best = done.sort_values("value", ascending=objective.direction == "minimize").iloc[0]
+    return (f"Best trial {int(best['trial'])}: {objective.metric} {best['value']:.4f} "
+            f"({configuration(best, data.factors)}).")
+
+
+def _document(data, ftable, paired, gaps, exports, comparison) -> Document:
+    headline = comparison.sentences if comparison is not None else [_best_line(data)]
+    doc = Document(f"Sweep report: {data.study_name}", headline)
+    for line in _summary_lines(data):
+        doc.say(line)
     if gaps:
-        parts.append("\n**Incomplete:** " + "; ".join(gaps) + "\n")
-    parts += ["\n## Objective per level (complete trials, over repeats)\n\n", _md_table(ftable),
-              "\n## Paired differences (same other settings, same seed)\n\n",
-              "Paired t-test (its 95% CI shown) and Wilcoxon signed-rank test; fewer than "
-              f"{MIN_PAIRS} pairs: insufficient evidence, no p-value.\n\n", _md_table(paired)]
+        doc.say("Incomplete: " + "; ".join(gaps) + ".")
+    if comparison is not None:
+        _comparison_section(doc, comparison, data)
+    metric = data.spec.objective.metric
+    if comparison is not None:
+        return doc
+    doc.heading("Objective per level")
+    doc.blocks.append(Table(
+        f"{metric} of the complete trials per level of each searched setting, over repeats; "
+        f"the interval is Student's t at 95%.",
+        ["setting", "level", f"mean {metric}", "std", "95% CI low", "95% CI high", "trials"],
+        [[r.factor, r.level, number(r.mean), number(r.std), number(r.ci95_low),
+          number(r.ci95_high), str(r.n)] for r in ftable.itertuples()]))
+    if len(paired):
+        doc.heading("Paired differences (same other settings, same seed)")
+        doc.blocks.append(Table(
+            f"Level b minus level a in {metric}, over trials equal in every other setting and "
+            f"seed: paired t-test with its 95% interval, Wilcoxon signed-rank, Holm over the "
+            f"pairs of a setting; fewer than {MIN_PAIRS} pairs is insufficient evidence.",
+            [PAIRED_HEADERS.get(c, c) for c in paired.columns],
+            [[p_value(row[c]) if c in P_COLUMNS else number(row[c]) for c in paired.columns]
+             for _, row in paired.iterrows()]))
     if not exports.empty:
-        parts += ["\n## Export parity\n\n", _md_table(exports)]
-    parts.append("\n## Plots\n\n" + "".join(f"![{n}](plots/{n})\n" for n in pictures))
+        doc.heading("Export parity")
+        doc.blocks.append(Table(
+            "Each exported format against the eager model on the validation images: largest "
+            "absolute output difference, top-1 agreement, accuracy change, ms per image.",
+            list(exports.columns), [[number(v) for v in row] for row in
+                                    exports.itertuples(index=False)]))
+    return doc
+
+
+def _comparison_section(doc: Document, c: Comparison, data: SweepData) -> None:
+    doc.heading(f"The comparison of {c.factor}")
+    doc.say(c.rule)
+    if c.results:
+        doc.blocks.append(Table(
+            f"Every pair of levels over their paired confirmation seeds: b minus a in "
+            f"{c.metric}, its interval, the paired t-test's p and Holm's over the pairs. "
+            f"Also in {COMPARISON_FILE}.",
+            ["a", "b", "pairs", f"b - a ({c.metric})", "interval", "p", "Holm p", "verdict"],
+            [[r.a, r.b, str(r.pairs), number(r.diff), f"[{number(r.ci_low)}, "
+              f"{number(r.ci_high)}]", p_value(r.p), p_value(r.p_holm), r.verdict]
+             for r in c.results]))
+    rows = []
+    for level in c.levels:
+        seeds = c.confirm.get(level, {})
+        values = pd.Series(list(seeds.values()), dtype=float)
+        rows.append([level, settings_text(c.tuned.get(level, {})) or "-",
+                     number(values.mean()) if len(values) else "-",
+                     number(values.std()) if len(values) > 1 else "-", str(len(values))])
+    doc.blocks.append(Table(
+        f"Each level's best tuning trial (its settings) and that configuration retrained on "
+        f"fresh seeds: mean and standard deviation of {c.metric} over them.",
+        ["level", "tuned settings", f"mean {c.metric}", "std", "seeds"], rows))
+    if c.sensitivity:
+        doc.blocks.append(Table(
+            f"Learning rates within {tolerance_words(c.metric)} of each level's best, around "
+            f"its best tuning trial.",
+            ["level", "best lr", "lowest lr", "highest lr", "range", "tuning trials in it"],
+            [[s.level, number(s.best_lr, 3), number(s.low, 3), number(s.high, 3),
+              f"{s.ratio:.2g}x", f"{s.within} of {s.trials}"]
+             for s in c.sensitivity.values()]))
+    if c.target is not None and len(c.reach):
+        per = c.reach.groupby("level")
+        doc.blocks.append(Table(
+            f"Time for the confirmation runs to reach {c.metric} {c.target:g}: means over the "
+            f"seeds that reached it.",
+            ["level", "seeds that reached it", "mean epochs", "mean seconds"],
+            [[level, f"{int(g['epochs'].count())} of {len(g)}", number(g["epochs"].mean(), 3),
+              number(g["seconds"].mean(), 3)] for level, g in per]))
+
+
+def _plots_section(doc: Document, figures: dict[str, Figure], notes: list[str]) -> None:
+    doc.heading("Plots")
+    for name, figure in figures.items():
+        doc.blocks.append((name, figure))
+    for note in notes:
+        doc.say(note)
+
+
+def _trials_section(doc: Document, data: SweepData) -> None:
+    t = data.trials
+    columns = [c for c in ("trial", "state", "value", "phase", "level", "seed", "repeat",
+                           "epochs") if c in t and t[c].notna().any()]
+    params = [f"params.{f}" for f in data.factors if f"params.{f}" in t]
+    doc.heading("Trials")
+    doc.blocks.append(Table(
+        f"Every trial of the sweep; value is its {data.spec.objective.metric}. The full table "
+        f"is trials.csv.",
+        [*columns, *[p[len("params."):] for p in params], "note"],
+        [[number(row[c]) for c in (*columns, *params)] +
+         [number(row.get("fail_reason")) if isinstance(row.get("fail_reason"), str) else ""]
+         for _, row in t.iterrows()]))
+
+
+# ------------------------------------------------------------------------------ writing out
+
+def _md_table(table: Table) -> str:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(table.header) + " |", "|" + "---|" * len(table.header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in table.rows]
+    return "\n".join(lines) + f"\n\n*{table.caption}*\n" if table.rows else "(none)\n"
+
+
+def markdown(doc: Document) -> str:
+    """The document as Markdown (plots linked from ``plots/``)."""
+    parts = [f"# {doc.title}\n\n", *[f"**{line}**\n\n" if i == 0 else f"{line}\n\n"
+                                     for i, line in enumerate(doc.headline)]]
+    for block in doc.blocks:
+        if isinstance(block, Table):
+            parts.append(_md_table(block) + "\n")
+        elif block[0] == "h2":
+            parts.append(f"## {block[1]}\n\n")
+        elif block[0] == "p":
+            parts.append(f"{block[1]}\n\n")
+        else:
+            name, figure = block
+            parts.append(f"![{name}](plots/{name})\n\n*{figure.caption}*\n\n")
     return "".join(parts)
 
 
-def _html(data, ftable, paired, gaps, exports, pictures) -> str:
-    def table(df):
-        return "<p>(none)</p>" if df.empty else df.to_html(index=False, na_rep="",
-                                                           float_format=lambda v: f"{v:.4g}")
+STYLE = ("body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222;"
+         "line-height:1.45}h1{font-size:1.6em}h2{margin-top:1.8em;border-bottom:1px solid #ddd}"
+         ".headline{font-size:1.15em;background:#f3f7fb;border-left:4px solid #2a6fb0;"
+         "padding:.8em 1em}table{border-collapse:collapse;font-size:13px;margin:.5em 0}"
+         "td,th{border-bottom:1px solid #e3e3e3;padding:4px 10px;text-align:left}"
+         "td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#fafafa}"
+         "caption,figcaption{caption-side:bottom;color:#555;font-size:.9em;text-align:left;"
+         "padding-top:.4em}figure{margin:1.2em 0}img{max-width:100%}")
 
-    imgs = "".join(f'<figure><img alt="{n}" src="data:image/png;base64,'
-                   f'{base64.b64encode(png).decode()}"><figcaption>{n}</figcaption></figure>'
-                   for n, png in pictures.items())
-    trials = data.trials[[c for c in ("trial", "state", "value", "repeat", "epochs",
-                                      "fail_reason", *[f"params.{f}" for f in data.factors])
-                          if c in data.trials]]
-    body = "".join(f"<p>{html.escape(line)}</p>" for line in _summary_lines(data))
-    if gaps:
-        body += f"<p><b>Incomplete:</b> {html.escape('; '.join(gaps))}</p>"
-    body += ("<h2>Objective per level</h2>" + table(ftable) +
-             "<h2>Paired differences (same other settings, same seed)</h2>"
-             f"<p>Paired t-test (95% CI) and Wilcoxon signed-rank; fewer than {MIN_PAIRS} pairs: "
-             "insufficient evidence.</p>" + table(paired))
-    if not exports.empty:
-        body += "<h2>Export parity</h2>" + table(exports)
-    body += "<h2>Plots</h2>" + imgs + "<h2>Trials</h2>" + table(trials)
-    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
-             "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;"
-             "padding:3px 6px}img{max-width:100%}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Sweep report: "
-            f"{html.escape(data.study_name)}</title><style>{style}</style></head><body>"
-            f"<h1>Sweep report: {html.escape(data.study_name)}</h1>{body}</body></html>")
+
+def _html_table(table: Table) -> str:
+    def cell(text: str) -> str:
+        numeric = text[:1].isdigit() or text[:1] in "-<" and text[1:2].strip().isdigit()
+        return f"<td{' class=n' if numeric else ''}>{html.escape(text)}</td>"
+
+    if not table.rows:
+        return "<p>(none)</p>"
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in table.header)
+    body = "".join("<tr>" + "".join(cell(c) for c in row) + "</tr>" for row in table.rows)
+    return (f"<table><caption>{html.escape(table.caption)}</caption><thead><tr>{head}</tr>"
+            f"</thead><tbody>{body}</tbody></table>")
+
+
+def to_html(doc: Document) -> str:
+    """The document as one HTML file, plots embedded."""
+    body = [f"<h1>{html.escape(doc.title)}</h1>", '<div class="headline">' + "".join(
+        f"<p>{html.escape(line)}</p>" for line in doc.headline) + "</div>"]
+    for block in doc.blocks:
+        if isinstance(block, Table):
+            body.append(_html_table(block))
+        elif block[0] in ("h2", "p"):
+            body.append(f"<{block[0]}>{html.escape(block[1])}</{block[0]}>")
+        else:
+            name, figure = block
+            body.append(f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,'
+                        f'{base64.b64encode(figure.png).decode()}"><figcaption>'
+                        f"{html.escape(figure.caption)}</figcaption></figure>")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(doc.title)}"
+            f"</title><style>{STYLE}</style></head><body>{''.join(body)}</body></html>")
 
 
 def log_report(data: SweepData, report: Report) -> None:
     """The report's files on the sweep's parent run, under ``report/``, through the store
-    :func:`~orchestrator.report.load_sweep` read them from."""
+    :func:`~orchestrator.report.load_sweep` read them from; a comparison's headline becomes the
+    parent's ``sweep.verdict`` tag."""
     if data.parent_id is None or data.tracker is None:
         return
     data.tracker.log_report(data.parent_id, report.out_dir)
+    if report.comparison is not None:
+        data.tracker.log_final(data.parent_id, {}, {keys.VERDICT: report.headline})

@@ -1,0 +1,222 @@
+"""The report of a comparison, on a real Optuna study and real MLflow runs written here with the
+store keys a comparison uses (values chosen by the test), checked against independent
+computations (pandas, scipy, numpy) in both objective directions."""
+import json
+import math
+import shutil
+
+import numpy as np
+import optuna
+import pandas as pd
+import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from scipy import stats
+
+from orchestrator import keys
+from orchestrator import space as sp
+from orchestrator.spec import validate
+from orchestrator.tracking import Tracker
+from tests.conftest import Stores
+from trainers import TrainSettings
+
+SPACE = {"optimizer": {"adam": {"lr": {"low": 1e-4, "high": 1e-1, "log": True}},
+                       "sgd": {"lr": {"low": 1e-3, "high": 1.0, "log": True},
+                               "momentum": [0.8, 0.9]}}}
+# tuning trials: (lr, val_acc); adam's best 0.96 at 3e-3 with 1e-3..1e-2 within 1 point (10x),
+# sgd's best 0.94 at 0.1 with 3e-2..0.1 within 1 point (3.3x)
+TUNE = {"adam": [(1e-4, 0.90), (3e-4, 0.945), (1e-3, 0.955), (3e-3, 0.96), (1e-2, 0.952),
+                 (3e-2, 0.93)],
+        "sgd": [(1e-3, 0.80), (1e-2, 0.90), (3e-2, 0.935), (1e-1, 0.94), (3e-1, 0.92),
+                (1.0, 0.50)]}
+CONFIRM = {"adam": [0.962, 0.958, 0.965, 0.955], "sgd": [0.941, 0.944, 0.936, 0.939]}
+# epochs before the last: adam passes 0.9 at epoch 2, sgd at epoch 3 but on its second seed
+EARLY = {"adam": [[0.85, 0.95], [0.85, 0.93], [0.8, 0.92], [0.85, 0.91]],
+         "sgd": [[0.7, 0.88], [0.7, 0.91], [0.7, 0.85], [0.7, 0.89]]}
+SECONDS = 2.5  # every epoch's epoch_seconds
+TARGET_ACC = 0.9
+
+
+def _distributions(spec) -> dict:
+    out = {}
+    for _, node in sp.walk(spec.space):
+        if isinstance(node, sp.Options):
+            out[node.name] = optuna.distributions.CategoricalDistribution(
+                [o for o, _ in node.options])
+        elif isinstance(node, sp.Choice):
+            out[node.name] = optuna.distributions.CategoricalDistribution(list(node.choices))
+        elif isinstance(node, sp.Range):
+            out[node.name] = optuna.distributions.FloatDistribution(node.low, node.high,
+                                                                    log=node.log)
+    return out
+
+
+def _trials(direction: str) -> list[dict]:
+    """The comparison's trials in the objective's metric (val_loss = 1 - val_acc)."""
+    as_metric = (lambda v: v) if direction == "maximize" else (lambda v: round(1 - v, 6))
+    rows = []
+    for level, points in TUNE.items():
+        for lr, acc in points:
+            params = {"optimizer": level, f"{level}.lr": lr}
+            if level == "sgd":
+                params["sgd.momentum"] = 0.9
+            rows.append({"phase": "tune", "level": level, "seed": 0, "params": params,
+                         "curve": [as_metric(v) for v in (acc - 0.1, acc - 0.05, acc)]})
+    for level, values in CONFIRM.items():
+        for seed, (acc, early) in enumerate(zip(values, EARLY[level]), start=1):
+            best = max(TUNE[level], key=lambda p: p[1])[0]
+            params = {"optimizer": level, f"{level}.lr": best,
+                      **({"sgd.momentum": 0.9} if level == "sgd" else {})}
+            rows.append({"phase": "confirm", "level": level, "seed": seed, "params": params,
+                         "curve": [as_metric(v) for v in (*early, acc)]})
+    return rows
+
+
+def write_comparison(folder, name: str, direction: str, template) -> Stores:
+    """A finished comparison's stores as a sweep leaves them: a study with the compare block and
+    a trial per row (user attrs phase, level, seed, run id), a parent run and a trial run each
+    with the settings as params, the phase/level/seed tags and per-epoch curves."""
+    folder.mkdir()
+    shutil.copyfile(template, folder / "mlflow.db")
+    stores = Stores(folder)
+    metric = "val_acc" if direction == "maximize" else "val_loss"
+    raw = {"name": name, "objective": {"metric": metric, "direction": direction},
+           "trials": 20, "sampler": {"name": "random", "seed": 0},
+           "train": {"dataset": "digits", "model": "small_cnn", "epochs": 3}, "space": SPACE}
+    spec = validate(raw, "test")
+    target = TARGET_ACC if direction == "maximize" else round(1 - TARGET_ACC, 6)
+    study = optuna.create_study(study_name=name, direction=direction, storage=JournalStorage(
+        JournalFileBackend(str(stores.journal))))
+    study.set_user_attr(keys.IDENTITY, json.dumps(spec.identity(), sort_keys=True))
+    study.set_user_attr(keys.COMPARE, json.dumps(
+        {"factor": "optimizer", "tune_trials": 6, "seeds": 3, "max_seeds": 4,
+         "target": target}))
+    tracker = Tracker(stores.tracking_uri)
+    experiment = tracker.experiment(name)
+    parent, _ = tracker.parent_run(experiment, name, "text", {}, {})
+    dists = _distributions(spec)
+    for number, row in enumerate(_trials(direction)):
+        resolved = TrainSettings.from_dict({**raw["train"], "seed": row["seed"],
+                                            **sp.settings_for(spec.space, row["params"])})
+        settings = resolved.to_dict()
+        tags = {keys.STUDY: name, keys.PHASE: row["phase"], keys.LEVEL: row["level"],
+                keys.SEED: str(row["seed"])}
+        run = tracker.start_trial(experiment, parent, number, settings,
+                                  {keys.LR_EFFECTIVE: resolved.lr_effective}, tags)
+        tracker.log_epochs(run, [(e, {metric: v, "epoch_seconds": SECONDS},
+                                  [(e, settings["lr"])]) for e, v in
+                                 enumerate(row["curve"], start=1)])
+        tracker.end_trial(run, "complete", {keys.TRAIN_SECONDS: SECONDS * len(row["curve"])})
+        study.add_trial(optuna.trial.create_trial(
+            params=row["params"], distributions={k: dists[k] for k in row["params"]},
+            value=row["curve"][-1], intermediate_values=dict(enumerate(row["curve"], start=1)),
+            user_attrs={keys.RUN_ID: run, keys.PHASE: row["phase"], keys.LEVEL: row["level"],
+                        keys.SEED: row["seed"]}))
+    return stores
+
+
+@pytest.fixture(scope="module", params=["maximize", "minimize"])
+def reported(request, tmp_path_factory, mlflow_template):
+    """The comparison's stores and `sweep report`'s folder and printed lines."""
+    from orchestrator.cli import main
+
+    d = tmp_path_factory.mktemp(f"compare-{request.param}")
+    stores = write_comparison(d / "stores", "cmp", request.param, mlflow_template)
+    out = d / "rep"
+    args = ["report", "cmp", "--out", str(out), "--tracking-uri", stores.tracking_uri,
+            "--storage", str(stores.journal)]
+    return request.param, stores, out, args, main
+
+
+def _expected(direction: str) -> dict:
+    """The pair (a = adam, b = sgd) computed here from the confirmation values alone."""
+    to_metric = (lambda v: np.asarray(v)) if direction == "maximize" else \
+        (lambda v: 1 - np.asarray(v))
+    adam, sgd = to_metric(CONFIRM["adam"]), to_metric(CONFIRM["sgd"])
+    diff = sgd - adam
+    p = stats.ttest_rel(sgd, adam).pvalue
+    if direction == "maximize":  # val_acc lives in [0, 1]: seeded percentile bootstrap
+        rng = np.random.default_rng(0)
+        means = diff[rng.integers(0, len(diff), size=(10_000, len(diff)))].mean(axis=1)
+        # alpha split over the 2 looks max_seeds allows (3 and 4 seeds): this is look 2
+        low, high = np.quantile(means, [0.025 / 2, 1 - 0.025 / 2])
+    else:
+        half = stats.t.ppf(1 - 0.025 / 2, len(diff) - 1) * diff.std(ddof=1) / math.sqrt(4)
+        low, high = diff.mean() - half, diff.mean() + half
+    return {"diff": diff.mean(), "ci_low": low, "ci_high": high, "p": p, "p_holm": p}
+
+
+def test_comparison_csv_and_headline_equal_a_hand_computation(reported, capsys):
+    direction, stores, out, args, main = reported
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    expected = _expected(direction)
+    table = pd.read_csv(out / "comparison.csv")
+    assert list(table.columns) == ["factor", "a", "b", "pairs", "diff", "ci_low", "ci_high",
+                                   "p", "p_holm", "verdict"]
+    row = table.iloc[0]
+    assert (row["factor"], row["a"], row["b"], row["pairs"]) == ("optimizer", "adam", "sgd", 4)
+    for col, value in expected.items():
+        assert row[col] == pytest.approx(value, rel=1e-9, abs=1e-12), col
+    # adam is better in both directions (higher val_acc, lower val_loss)
+    assert row["verdict"] == "adam better than sgd"
+    gain_low, gain_high = -expected["ci_high"], -expected["ci_low"]  # adam over sgd
+    gain = -expected["diff"]
+    if direction == "maximize":
+        amount = (f"by {100 * gain:.2g} points of val_acc [{100 * gain_low:.2g}, "
+                  f"{100 * gain_high:.2g}]")
+    else:  # lower is better: adam's gain is sgd's loss minus adam's
+        gain, gain_low, gain_high = expected["diff"], expected["ci_low"], expected["ci_high"]
+        amount = f"by {gain:.3g} val_loss [{gain_low:.3g}, {gain_high:.3g}]"
+    headline = (f"adam (tuned: lr 0.003) beats sgd (tuned: lr 0.1, momentum 0.9) {amount} "
+                f"over 4 paired seeds (Holm p = {expected['p_holm']:.2g}).")
+    assert printed.splitlines()[0] == headline
+    parent = stores.runs("cmp", "parent")[0]
+    assert parent.data.tags[keys.VERDICT] == headline
+    logged = {a.path for a in stores.client().list_artifacts(parent.info.run_id, "report")}
+    assert keys.COMPARISON_CSV in logged
+    md = (out / "report.md").read_text()
+    assert md.splitlines()[2] == f"**{headline}**"
+
+
+def test_lr_ranges_and_time_to_target_are_said_from_the_trials(reported, capsys):
+    direction, stores, out, args, main = reported
+    from orchestrator.report import compare, load_sweep
+
+    data = load_sweep("cmp", stores.tracking_uri, str(stores.journal))
+    c = compare(data)
+    adam, sgd = c.sensitivity["adam"], c.sensitivity["sgd"]
+    if direction == "maximize":  # within 1 point (0.01) of val_acc: see TUNE
+        assert (adam.best_lr, adam.low, adam.high, adam.within) == (3e-3, 1e-3, 1e-2, 3)
+        assert (sgd.best_lr, sgd.low, sgd.high, sgd.within) == (0.1, 3e-2, 0.1, 2)
+        assert ("adam stays within 1 point of its best over a 10x range of learning rates, "
+                "sgd over 3.3x.") in c.sentences
+    else:  # within 1% of the best val_loss (0.04 and 0.06): no neighbour is that close
+        assert (adam.best_lr, adam.low, adam.high, adam.within) == (3e-3, 3e-3, 3e-3, 1)
+        assert (sgd.best_lr, sgd.low, sgd.high, sgd.within) == (0.1, 0.1, 0.1, 1)
+        assert ("adam stays within 1% of its best over its best learning rate alone (1 of 6 "
+                "tuning trials), sgd over its best learning rate alone (1 of 6 tuning "
+                "trials).") in c.sentences
+    # epochs to reach the target per seed, by hand from EARLY and CONFIRM
+    reach = {lvl: [next((e for e, v in enumerate((*early, last), start=1)
+                         if round(v, 6) >= TARGET_ACC), math.nan)
+                   for early, last in zip(EARLY[lvl], CONFIRM[lvl])] for lvl in CONFIRM}
+    got = c.reach.groupby("level")["epochs"].apply(list).to_dict()
+    assert got == reach
+    assert c.reach.set_index("trial")["seconds"].tolist() == \
+        [SECONDS * e for lvl in CONFIRM for e in reach[lvl]]
+    gap = np.mean(reach["sgd"]) - np.mean(reach["adam"])
+    target = f"{c.metric} {c.target:g}"
+    assert (f"adam reaches {target} {gap:.2g} epochs sooner than sgd "
+            f"({np.mean(reach['adam']):.2g} against {np.mean(reach['sgd']):.2g} epochs, mean "
+            f"over seeds).") in c.sentences
+
+
+def test_sweep_report_finds_a_sweep_by_name_with_did_you_mean(reported, capsys):
+    from orchestrator.cli import main
+
+    _, stores, _, _, _ = reported
+    assert main(["report", "cmq", "--tracking-uri", stores.tracking_uri, "--storage",
+                 str(stores.journal)]) == 2
+    err = capsys.readouterr().err
+    assert "no sweep named 'cmq'" in err and "(did you mean `cmp`?)" in err
