@@ -121,7 +121,7 @@ def compare_levels(values: Mapping[str, Mapping[Hashable, float]], *, factor: st
     """Every pair of levels of ``factor`` compared over their paired seeds.
 
     Args:
-        values: level -> {seed: objective value}; a NaN value is a missing seed.
+        values: level -> {seed: objective value}; a None or NaN value is a missing seed.
         direction: ``maximize`` or ``minimize``: which sign of a difference is better.
         bounds: the metric's range (:data:`METRIC_BOUNDS`); both given -> bootstrap interval.
         alpha: the false-verdict rate over all looks.
@@ -159,10 +159,15 @@ def compare_levels(values: Mapping[str, Mapping[Hashable, float]], *, factor: st
 
 def _paired(a: Mapping, b: Mapping, cfg_a: Mapping | None, cfg_b: Mapping | None) -> np.ndarray:
     """b - a over the seeds both have (a value each, not the same configuration)."""
-    seeds = [s for s in a if s in b and not (math.isnan(a[s]) or math.isnan(b[s]))]
+    seeds = [s for s in a if s in b and _present(a[s]) and _present(b[s])]
     if cfg_a is not None and cfg_b is not None:
         seeds = [s for s in seeds if s not in cfg_a or s not in cfg_b or cfg_a[s] != cfg_b[s]]
     return np.array([float(b[s]) - float(a[s]) for s in seeds])
+
+
+def _present(value) -> bool:
+    """A seed's value counts unless it is missing (None or NaN: the run failed)."""
+    return value is not None and not math.isnan(value)
 
 
 def _no_stats(diff: np.ndarray) -> dict:
@@ -245,8 +250,7 @@ def friedman(values: Mapping[str, Mapping[Hashable, float]]) -> float:
     if len(values) < 3:
         return math.nan
     columns = list(values.values())
-    seeds = [s for s in columns[0]
-             if all(s in c and not math.isnan(c[s]) for c in columns)]
+    seeds = [s for s in columns[0] if all(s in c and _present(c[s]) for c in columns)]
     if len(seeds) < 2:
         return math.nan
     with warnings.catch_warnings(), np.errstate(all="ignore"):
