@@ -128,8 +128,7 @@ def test_a_bounded_metric_gets_a_bootstrap_interval_inside_the_range_of_a_differ
 
 def test_too_few_pairs_or_no_spread_give_no_verdict():
     [one] = compare_levels({"a": {0: 0.5, 1: 0.4, 3: None}, "b": {0: 0.7, 2: 0.9, 3: 0.8}},
-                           factor="f",
-                           direction="maximize")
+                           factor="f", direction="maximize")
     assert one.pairs == 1 and one.diff == pytest.approx(0.2) and one.verdict == NO_DIFFERENCE
     assert all(math.isnan(v) for v in (one.ci_low, one.p, one.p_wilcoxon, one.p_holm))
     [same] = compare_levels(_levels(a=[0.5, 0.5, 0.5, 0.5], b=[0.75] * 4), factor="f",
