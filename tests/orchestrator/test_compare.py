@@ -1,0 +1,337 @@
+"""A comparison (``compare:``): equal tuning budgets per level, paired fresh confirmation seeds,
+sequential seeding, and the comparison logged on the parent run as decide computes it."""
+from __future__ import annotations
+
+import math
+import signal
+import time
+
+import optuna
+import pandas as pd
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution
+from optuna.trial import TrialState, create_trial
+from scipy import stats
+
+from orchestrator import compare, decide, keys
+from orchestrator.errors import SpecError
+from orchestrator.spec import validate
+from tests.conftest import tiny_spec
+from tests.orchestrator.test_signals import finish, progress, start
+
+SPACE = {"optimizer": {"adam": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}},
+                       "sgd": {"lr": {"low": 1e-2, "high": 0.3, "log": True}}}}
+
+
+def compare_spec(**overrides) -> dict:
+    """A digits comparison of adam and sgd, one epoch a trial."""
+    spec = tiny_spec(name="cmp", trials=None, sampler={"name": "random", "seed": 0},
+                     train={"dataset": "digits", "model": "small_cnn", "epochs": 1},
+                     space=SPACE, compare={"factor": "optimizer", "tune_trials": 2, "seeds": 2})
+    for key, value in overrides.items():
+        if value is None:
+            spec.pop(key, None)
+        else:
+            spec[key] = value
+    return spec
+
+
+# ------------------------------------------------------------------------ validation
+
+@pytest.mark.parametrize("change, line", [
+    ({"trials": 8}, "trials: a comparison counts its own trials (levels x tune_trials + levels "
+                    "x seeds, up to max_seeds: here 8 to 8), got trials: 8; remove trials"),
+    ({"repeats": 2}, "repeats: 2: repeats does not apply to a comparison: use compare.seeds"),
+    ({"sampler": {"name": "grid"}, "space": {"optimizer": ["adam", "sgd"]}},
+     "sampler.name: grid cannot tune inside a comparison's levels"),
+    ({"pruner": {"name": "hyperband"}}, "pruner.name: hyperband runs its brackets over the "
+                                        "whole study"),
+    ({"compare": {"factor": "batch_size", "tune_trials": 2}},
+     "compare.factor: 'batch_size' is not a searched setting at the top of space (it searches "
+     "optimizer)"),
+    ({"compare": {"factor": "lr", "tune_trials": 2},
+      "space": {"lr": {"low": 1e-3, "high": 1e-2}}}, "compare.factor: space.lr is a range"),
+    ({"compare": {"factor": "batch_size", "tune_trials": 2}, "space": {"batch_size": [64]}},
+     "compare.factor: space.batch_size has one level, [64]; list at least two"),
+    ({"compare": {"factor": ["optimizer", "optimizer"], "tune_trials": 2}},
+     "compare.factor names optimizer twice"),
+    ({"compare": {"factor": "optimizer", "tune_trials": 2, "seeds": 4, "max_seeds": 3}},
+     "compare.max_seeds must be >= compare.seeds (4), got 3"),
+    ({"compare": {"factor": "optimizer", "tune_trials": 2, "seeds": 1}},
+     "compare.seeds must be greater than or equal to 2, got 1"),
+    ({"compare": {"factor": "optimizer", "tune_trials": 0}},
+     "compare.tune_trials must be greater than or equal to 1, got 0"),
+    ({"compare": {"factor": "optimizer", "tune_trials": 2, "precision": 0}},
+     "compare.precision must be greater than 0, got 0"),
+    ({"compare": {"factor": "optimizer", "tune_trials": 2, "seed": 3}},
+     "compare.seed is not a known key (did you mean `seeds`?)"),
+], ids=["trials", "repeats", "grid", "hyperband", "not searched", "range", "one level",
+        "factor twice", "max_seeds below seeds", "one seed", "no tuning", "precision 0",
+        "unknown key"])
+def test_each_refused_comparison_is_one_line_naming_field_value_and_fix(change, line):
+    with pytest.raises(SpecError) as e:
+        validate(compare_spec(**change), source="c.yaml")
+    assert len(e.value.lines) == 1, e.value.lines
+    assert e.value.lines[0].startswith(f"c.yaml: {line}"), e.value.lines[0]
+
+
+def test_a_comparison_counts_its_most_trials_and_its_levels():
+    spec = validate(compare_spec(compare={"factor": "optimizer", "tune_trials": 3, "seeds": 2,
+                                          "max_seeds": 5}))
+    assert spec.trials == 2 * (3 + 5)
+    both = validate(compare_spec(space={**SPACE, "clip_grad_norm": [None, 1.0]},
+                                 compare={"factor": ["optimizer", "clip_grad_norm"],
+                                          "tune_trials": 1}))
+    assert [lv.label for lv in compare.Comparison.of(both).levels] == [
+        "optimizer=adam,clip_grad_norm=null", "optimizer=adam,clip_grad_norm=1.0",
+        "optimizer=sgd,clip_grad_norm=null", "optimizer=sgd,clip_grad_norm=1.0"]
+
+
+# ------------------------------------------------------------- the plan on a real study
+
+def _add(study: optuna.Study, level: compare.Level, phase: str, seed: int, value: float | None,
+         params: dict | None = None, state=TrialState.COMPLETE) -> None:
+    params = params or {**level.params, f"{level.label}.lr": 0.001}
+    dists = {k: CategoricalDistribution(["adam", "sgd"]) if k == "optimizer" else
+             FloatDistribution(1e-5, 1.0, log=True) for k in params}
+    study.add_trial(create_trial(state=state, value=value, params=params, distributions=dists,
+                                 user_attrs={keys.PHASE: phase, keys.LEVEL: level.label,
+                                             keys.SEED: seed}))
+
+
+def simulate(c: compare.Comparison, value) -> tuple[optuna.Study, compare.Plan]:
+    """Follow the plan to its end, completing each trial at once with ``value(level, seed,
+    params)``; returns the study and the last plan."""
+    study = optuna.create_study(direction=c.direction)
+    for _ in range(200):
+        p = compare.plan(c, study.trials)
+        if isinstance(p.action, compare.Done):
+            return study, p
+        a = p.action
+        if isinstance(a, compare.Tune):
+            n = len(study.trials)
+            params = {**a.level.params, f"{a.level.label}.lr": 10.0 ** -(1 + n // 2 % 4)}
+            _add(study, a.level, compare.TUNE, c.seed, value(a.level.label, c.seed, params),
+                 params)
+        else:
+            _add(study, a.level, compare.CONFIRM, a.seed, value(a.level.label, a.seed, a.params),
+                 a.params)
+    raise AssertionError("the plan never ended")
+
+
+def test_tuning_interleaves_the_levels_with_equal_budgets():
+    c = compare.Comparison.of(validate(compare_spec(compare={"factor": "optimizer",
+                                                              "tune_trials": 3})))
+    study = optuna.create_study()
+    order = []
+    for _ in range(6):
+        a = compare.plan(c, study.trials).action
+        order.append(a.level.label)
+        _add(study, a.level, compare.TUNE, 0, None, state=TrialState.RUNNING)
+    assert order == ["adam", "sgd"] * 3
+    assert isinstance(compare.plan(c, study.trials).action, compare.Wait)  # tuning still runs
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_confirmation_trains_each_levels_best_on_shared_fresh_seeds(direction):
+    spec = validate(compare_spec(seed=7, objective={"metric": "val_loss",
+                                                    "direction": direction},
+                                 compare={"factor": "optimizer", "tune_trials": 4,
+                                          "seeds": 3}))
+    c = compare.Comparison.of(spec)
+
+    def value(level, seed, params):  # lr 0.01 is each level's best when maximizing
+        lr = params[f"{level}.lr"]
+        score = -abs(math.log10(lr) + 2) + (level == "sgd") * (1 + seed % 3 / 100)
+        return score if direction == "maximize" else -score
+
+    study, last = simulate(c, value)
+    tuned = [t for t in study.trials if t.user_attrs[keys.PHASE] == compare.TUNE]
+    confirmed = [t for t in study.trials if t.user_attrs[keys.PHASE] == compare.CONFIRM]
+    seeds = {lv: sorted(t.user_attrs[keys.SEED] for t in confirmed
+                        if t.user_attrs[keys.LEVEL] == lv) for lv in ("adam", "sgd")}
+    assert seeds["adam"] == seeds["sgd"] == [8, 9, 10]  # seed + 1 ...: never the tuning seed
+    assert {t.user_attrs[keys.SEED] for t in tuned} == {7}
+    for lv in ("adam", "sgd"):
+        mine = [t for t in tuned if t.user_attrs[keys.LEVEL] == lv]
+        best = (max if direction == "maximize" else min)(mine, key=lambda t: t.value)
+        assert best.params[f"{lv}.lr"] == 0.01
+        assert all(t.params == best.params for t in confirmed if t.user_attrs[keys.LEVEL] == lv)
+    assert last.action.results[0].better == "sgd"  # the direction decides which is better
+
+
+def test_sequential_seeding_stops_once_decided_and_else_at_max_seeds():
+    spec = validate(compare_spec(compare={"factor": "optimizer", "tune_trials": 1, "seeds": 3,
+                                          "max_seeds": 6}))
+    c = compare.Comparison.of(spec)
+    planted = [0.100, 0.104, 0.098, 0.101, 0.103, 0.099]  # sgd ahead by about 0.1
+    _, p = simulate(c, lambda lv, seed, _: 0.5 + (planted[seed - 1] if lv == "sgd" else 0)
+                    + seed / 100)
+    assert p.total == 2 * (1 + 3) and p.action.results[0].pairs == 3
+    noise = [0.3, -0.2, 0.1, 0.25, -0.3, 0.05]
+    _, p = simulate(c, lambda lv, seed, _: 0.5 + (noise[seed - 1] if lv == "sgd" else 0))
+    assert p.total == 2 * (1 + 6) and p.action.results[0].pairs == 6
+    assert p.action.results[0].verdict == decide.NO_DIFFERENCE
+    # a precision the interval meets decides "no clear difference" early
+    c = compare.Comparison.of(validate(compare_spec(compare={
+        "factor": "optimizer", "tune_trials": 1, "seeds": 3, "max_seeds": 6,
+        "precision": 1.0})))
+    _, p = simulate(c, lambda lv, seed, _: 0.5 + (noise[seed - 1] if lv == "sgd" else 0))
+    assert p.total == 2 * (1 + 3)
+
+
+def test_a_confirmation_that_failed_for_good_leaves_its_seed_unpaired():
+    c = compare.Comparison.of(validate(compare_spec()))
+    study = optuna.create_study(direction="maximize")
+    adam, sgd = c.levels
+    for lv in (adam, sgd, adam, sgd):
+        _add(study, lv, compare.TUNE, 0, 0.5)
+    _add(study, adam, compare.CONFIRM, 1, 0.6)
+    _add(study, sgd, compare.CONFIRM, 1, None, state=TrialState.FAIL)
+    _add(study, adam, compare.CONFIRM, 2, 0.7)
+    _add(study, sgd, compare.CONFIRM, 2, 0.9)
+    p = compare.plan(c, study.trials)
+    assert isinstance(p.action, compare.Done) and p.action.results[0].pairs == 1
+    assert p.action.values == {"adam": {1: 0.6, 2: 0.7}, "sgd": {2: 0.9}}
+
+
+# ----------------------------------------------------------- Optuna's view of a level
+
+def _with_curve(level: str, phase: str, value: float) -> optuna.trial.FrozenTrial:
+    return create_trial(state=TrialState.COMPLETE, value=value, intermediate_values={1: value},
+                        user_attrs={keys.LEVEL: level, keys.PHASE: phase})
+
+
+def test_a_tuning_trial_is_pruned_against_its_own_level_only():
+    pruner = compare.LevelPruner(optuna.pruners.MedianPruner(n_startup_trials=1,
+                                                             n_warmup_steps=0))
+    study = optuna.create_study(direction="maximize", pruner=pruner)
+    for level, value in (("adam", 0.9), ("adam", 0.9), ("sgd", 0.1)):
+        study.add_trial(_with_curve(level, compare.TUNE, value))
+
+    def judged(level: str, phase: str, value: float) -> bool:
+        study.enqueue_trial({}, user_attrs={keys.LEVEL: level, keys.PHASE: phase})
+        trial = study.ask()
+        trial.report(value, 1)
+        pruned = trial.should_prune()
+        study.tell(trial, state=TrialState.FAIL)
+        return pruned
+
+    assert not judged("sgd", compare.TUNE, 0.2)  # above sgd's median, below the study's
+    assert judged("adam", compare.TUNE, 0.2)
+    assert not judged("adam", compare.CONFIRM, 0.0)  # confirmations are never pruned
+
+
+def test_each_level_is_sampled_alike_from_its_own_trials():
+    seen: dict[str, list[int]] = {}
+
+    class Recording(optuna.samplers.RandomSampler):
+        def sample_independent(self, study, trial, name, dist):
+            seen.setdefault(trial.user_attrs[keys.LEVEL], []).append(len(study.get_trials()))
+            return super().sample_independent(study, trial, name, dist)
+
+    study = optuna.create_study(sampler=compare.LevelSampler(lambda: Recording(seed=3)))
+    for level in ("adam", "adam", "sgd"):
+        study.add_trial(_with_curve(level, compare.TUNE, 0.5))
+    draws = {}
+    for level in ("adam", "sgd"):
+        study.enqueue_trial({}, user_attrs={keys.LEVEL: level, keys.PHASE: compare.TUNE})
+        trial = study.ask()
+        draws[level] = trial.suggest_float("x", 0.0, 1.0)
+    assert seen == {"adam": [3], "sgd": [2]}  # its level's trials, and itself (running)
+    assert draws["adam"] == draws["sgd"]  # the same seed for every level
+
+
+# ------------------------------------------------------------------------ real sweeps
+
+def trial_frame(stores, name: str) -> pd.DataFrame:
+    """One row per trial run: phase, level, seed, state and its final objective."""
+    rows = []
+    for r in stores.runs(name, role="trial"):
+        t = r.data.tags
+        rows.append({"phase": t.get(keys.PHASE), "level": t.get(keys.LEVEL),
+                     "seed": int(t[keys.SEED]), "state": t.get(keys.STATE),
+                     "value": r.data.metrics.get("val_acc")})
+    return pd.DataFrame(rows)
+
+
+def logged_comparison(stores, name: str) -> tuple[pd.DataFrame, str]:
+    client = stores.client()
+    parent = stores.runs(name, role="parent")[0]
+    folder = client.download_artifacts(parent.info.run_id, keys.COMPARISON_CSV)
+    return pd.read_csv(folder), parent.data.tags[keys.VERDICT]
+
+
+def test_a_planted_difference_is_decided_early_and_logged_as_decide_computes_it(
+        cli, stores, write_spec):
+    # sgd's lr range is absurdly small: it cannot learn in one epoch
+    space = {"optimizer": {"adam": {"lr": {"low": 2e-3, "high": 5e-3, "log": True}},
+                           "sgd": {"lr": {"low": 1e-7, "high": 2e-7, "log": True}}}}
+    out = cli(write_spec(compare_spec(space=space, seed=5, compare={
+        "factor": "optimizer", "tune_trials": 2, "seeds": 3, "max_seeds": 6})))
+    assert out.returncode == 0, out.stderr
+    runs = trial_frame(stores, "cmp")
+    confirm = runs[runs.phase == "confirm"]
+    assert sorted(confirm.seed) == [6, 6, 7, 7, 8, 8]  # decided at the first look
+    assert set(runs[runs.phase == "tune"].seed) == {5}
+    values = {lv: dict(zip(g.seed, g.value)) for lv, g in confirm.groupby("level")}
+    expected = decide.compare_levels(values, factor="optimizer", direction="maximize",
+                                     bounds=(0.0, 1.0), look=1, looks=4)
+    table, verdict = logged_comparison(stores, "cmp")
+    pd.testing.assert_frame_equal(table, pd.DataFrame([r.as_row() for r in expected]),
+                                  check_dtype=False)
+    assert table.verdict[0] == "adam better than sgd" and verdict.startswith(
+        "adam better than sgd by ")
+    # the pair by hand: paired t-test on sgd - adam
+    wide = confirm.pivot(index="seed", columns="level", values="value")
+    diff = wide.sgd - wide.adam
+    assert table["diff"][0] == pytest.approx(diff.mean())
+    assert table["p"][0] == pytest.approx(stats.ttest_rel(wide.sgd, wide.adam).pvalue)
+    assert table.p_holm[0] == pytest.approx(table["p"][0])  # one pair: Holm changes nothing
+    parent = stores.runs("cmp", role="parent")[0].info.run_id  # confirmations grouped too
+    assert {r.data.tags.get("mlflow.parentRunId") for r in stores.runs("cmp", role="trial")} \
+        == {parent}
+
+
+def test_identical_levels_run_to_max_seeds_with_no_clear_difference(cli, stores, write_spec):
+    # without weight decay, decaying biases too changes nothing: the same training twice
+    spec = compare_spec(space={"decay_bias_and_norm": [False, True], "lr": 3e-3},
+                        compare={"factor": "decay_bias_and_norm", "tune_trials": 1, "seeds": 2,
+                                 "max_seeds": 4})
+    out = cli(write_spec(spec))
+    assert out.returncode == 0, out.stderr
+    confirm = trial_frame(stores, "cmp").query("phase == 'confirm'")
+    assert sorted(confirm.seed) == [1, 1, 2, 2, 3, 3, 4, 4]
+    table, verdict = logged_comparison(stores, "cmp")
+    assert list(table.verdict) == ["no clear difference"] and table.pairs[0] == 4
+    assert verdict.startswith("no clear difference between false and true")
+
+
+def test_an_interrupted_comparison_resumes_with_equal_tuning_budgets(cli, stores, write_spec,
+                                                                     pace):
+    spec = write_spec(compare_spec(train={"dataset": "digits", "model": "small_cnn",
+                                          "epochs": 2},
+                                   compare={"factor": "optimizer", "tune_trials": 3,
+                                            "seeds": 2}))
+    proc = start(spec, stores.dir)
+    try:
+        deadline = time.monotonic() + pace.budget(epochs=6, starts=3)
+        while time.monotonic() < deadline and (not stores.journal.exists() or
+                                               progress(stores, "cmp")[1] < 1):
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        finish(proc, stores, "cmp", pace)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    first = compare.counted(stores.study("cmp").trials)
+    assert 1 <= sum(t.state == TrialState.COMPLETE for t in first) < 10
+    out = cli(spec)
+    assert out.returncode == 0, out.stderr
+    trials = compare.counted(stores.study("cmp").trials)
+    tuned = pd.Series([t.user_attrs[keys.LEVEL] for t in trials
+                       if t.user_attrs[keys.PHASE] == "tune"])
+    assert tuned.value_counts().to_dict() == {"adam": 3, "sgd": 3}
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    assert len(trials) == 2 * (3 + 2)
