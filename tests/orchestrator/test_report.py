@@ -138,9 +138,9 @@ def test_too_few_pairs_is_insufficient_evidence_and_a_partial_sweep_says_so(tmp_
     assert rep.returncode == 0, rep.stderr
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "insufficient evidence (1 pairs, need 3)" in md
-    assert "t_test_p" in md and "| adam | sgd | 1 |" in md
+    assert "t-test p" in md and "| adam | sgd | 1 |" in md
     # the grid holds 4 trials (2 configurations x 2 repeats); trials: 2 stopped half way
-    assert "**Incomplete:** 2 of 4 trials finished: 2 missing" in md
+    assert "Incomplete: 2 of 4 trials finished: 2 missing" in md
     assert "incomplete:" in rep.stdout
     bad = run_cli("report", "nope", cwd=tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
