@@ -134,9 +134,36 @@ def test_rerun_resumes_the_same_parent_without_new_trials(quickstart):
     assert len(stores.runs("quickstart", "trial")) == 5
 
 
-def test_grid_runs_every_configuration_with_paired_seeds(cli, stores):
-    out = cli(SWEEPS / "adam_vs_sgd.yaml", "--set", "train.epochs=1", "--set", "repeats=2",
-              "--set", "export_for=none")
+# a full grid, seeds paired across configurations
+GRID = """
+name: adam-vs-sgd
+objective: {metric: val_acc, direction: maximize}
+sampler: {name: grid}        # 2 optimizers x 2 schedules x 2 clip values = 8 configurations
+repeats: 2
+seed: 42
+workers: 2
+train: {dataset: digits, model: small_cnn, epochs: 1, batch_size: 64}
+space:
+  optimizer:
+    adam: {lr: 0.001}
+    sgd: {lr: 0.05, momentum: 0.9, nesterov: true}
+  schedule: [constant, warmup_cosine]
+  clip_grad_norm: [null, 1.0]
+"""
+SCALING = """
+name: batch-lr-scaling
+objective: {metric: val_acc, direction: maximize}
+sampler: {name: grid}
+train: {dataset: digits, model: small_cnn, epochs: 1, optimizer: sgd, momentum: 0.9, lr: 0.05,
+        reference_batch_size: 64, schedule: warmup_cosine, warmup_epochs: 1}
+space:
+  batch_size: [32, 64, 128, 256]
+  lr_scaling: [linear, sqrt, none]
+"""
+
+
+def test_grid_runs_every_configuration_with_paired_seeds(cli, stores, write_spec):
+    out = cli(write_spec(GRID), "--set", "export_for=none")
     assert out.returncode == 0, out.stderr
     study = stores.study("adam-vs-sgd")
     assert [t.number for t in study.trials] == list(range(16))
@@ -163,9 +190,8 @@ def test_grid_runs_every_configuration_with_paired_seeds(cli, stores):
     assert set(unclipped) == {0.0} and max(clipped) > 0
 
 
-def test_scaling_rules_set_the_lr_used(cli, stores):
-    out = cli(SWEEPS / "batch_lr_scaling.yaml", "--set", "train.epochs=1", "--set", "repeats=1",
-              "--set", "export_for=none")
+def test_scaling_rules_set_the_lr_used(cli, stores, write_spec):
+    out = cli(write_spec(SCALING), "--set", "export_for=none")
     assert out.returncode == 0, out.stderr
     runs = stores.runs("batch-lr-scaling", "trial")
     assert len(runs) == 12
