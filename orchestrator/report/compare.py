@@ -272,8 +272,9 @@ def sentences(c: Comparison, data: SweepData) -> list[str]:
 
 def _amount(c: Comparison, value: float) -> str:
     """A difference in the metric's words: points for a [0, 1] metric, else its units."""
-    if decide.METRIC_BOUNDS.get(c.metric) == (0.0, 1.0):
-        return f"{100 * value:.2g}"
+    if decide.METRIC_BOUNDS.get(c.metric) == (0.0, 1.0):  # points: 0.8, 2.0, 12.5
+        points = 100 * value
+        return f"{points:.1f}" if abs(points) >= 1 else f"{points:.2g}"
     return f"{value:.3g}"
 
 

@@ -96,6 +96,7 @@ def _progress(c: Comparison, tune) -> bytes:
 
 def _confirmation(c: Comparison, confirm, curves) -> bytes:
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     colors = _colors(c.levels)
@@ -110,6 +111,7 @@ def _confirmation(c: Comparison, confirm, curves) -> bytes:
                         alpha=0.2, lw=0)
     if c.target is not None:
         ax.axhline(c.target, color="grey", ls="--", lw=1)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel(c.metric)
     ax.legend(fontsize=8)

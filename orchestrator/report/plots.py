@@ -109,16 +109,30 @@ def _plot_curves(data: SweepData, by: str | None, metric: str) -> bytes:
     return png_bytes(fig)
 
 
-def schedule_shapes(lr: pd.DataFrame) -> dict[tuple, list[int]]:
-    """Trials grouped by the shape of their logged schedule: the lr over its peak at 25 points
-    spread over the run, rounded to 2 decimals (so the same warmup and decay at another peak or
-    batch size is one shape); the trials of each shape, in order."""
-    shapes: dict[tuple, list[int]] = {}
+def schedule_shapes(lr: pd.DataFrame, points: int = 50,
+                    tolerance: float = 0.05) -> dict[int, list[int]]:
+    """Trials grouped by the shape of their logged schedule: the lr over its peak, interpolated
+    at ``points`` fractions of the run; a trial whose curve stays within ``tolerance`` of a
+    group's first trial everywhere joins that group (so the same warmup and decay at another
+    peak or batch size is one shape). Returns the first trial of each group -> its trials."""
+    shapes: dict[int, list[int]] = {}
+    curves: dict[int, np.ndarray] = {}
+    at = np.linspace(0, 1, points)
     for number, group in lr.sort_values(["trial", "step"]).groupby("trial", sort=True):
         values = group["lr"].to_numpy(float)
         peak = values.max() if len(values) and values.max() > 0 else 1.0
-        at = np.linspace(0, len(values) - 1, 25).round().astype(int)
-        shapes.setdefault(tuple(np.round(values[at] / peak, 2)), []).append(int(number))
+        # step s of n sits at s / n of the run, so the same warmup fraction lines up at any n;
+        # the run's start (0) extrapolated from its first two steps
+        y = values / peak
+        start = max(0.0, 2 * y[0] - y[1]) if len(y) > 1 else y[0]
+        curve = np.interp(at, np.arange(len(y) + 1) / len(y), np.concatenate([[start], y]))
+        same = next((first for first, c in curves.items()
+                     if np.abs(c - curve).max() < tolerance), None)
+        if same is None:
+            curves[int(number)] = curve
+            shapes[int(number)] = [int(number)]
+        else:
+            shapes[same].append(int(number))
     return shapes
 
 

@@ -163,8 +163,10 @@ def test_comparison_csv_and_headline_equal_a_hand_computation(reported, capsys):
     gain_low, gain_high = -expected["ci_high"], -expected["ci_low"]  # adam over sgd
     gain = -expected["diff"]
     if direction == "maximize":
-        amount = (f"by {100 * gain:.2g} points of val_acc [{100 * gain_low:.2g}, "
-                  f"{100 * gain_high:.2g}]")
+        def points(v):  # one decimal from 1 point up, else 2 significant digits
+            return f"{100 * v:.1f}" if abs(100 * v) >= 1 else f"{100 * v:.2g}"
+        amount = (f"by {points(gain)} points of val_acc [{points(gain_low)}, "
+                  f"{points(gain_high)}]")
     else:  # lower is better: adam's gain is sgd's loss minus adam's
         gain, gain_low, gain_high = expected["diff"], expected["ci_low"], expected["ci_high"]
         amount = f"by {gain:.3g} val_loss [{gain_low:.3g}, {gain_high:.3g}]"
@@ -220,3 +222,104 @@ def test_sweep_report_finds_a_sweep_by_name_with_did_you_mean(reported, capsys):
                  str(stores.journal)]) == 2
     err = capsys.readouterr().err
     assert "no sweep named 'cmq'" in err and "(did you mean `cmp`?)" in err
+
+
+def test_the_scaling_exponent_is_a_line_through_the_trials_near_each_optimum():
+    """Each batch size's tuning trials at its best lr x 1/4 .. 4: the three in the middle are
+    within 1 point of the best; the exponent is numpy's polyfit through them and its interval
+    scipy's linregress standard error with Student's t."""
+    from orchestrator.report import SweepData, compare
+
+    raw = {"name": "scale", "objective": {"metric": "val_acc", "direction": "maximize"},
+           "trials": 20, "train": {"dataset": "digits", "model": "small_cnn", "epochs": 3},
+           "space": {"batch_size": [32, 64, 128, 256],
+                     "lr": {"low": 1e-4, "high": 1.0, "log": True}}}
+    jitter = {32: 1.0, 64: 1.1, 128: 0.9, 256: 1.05}
+    rows, near = [], []
+    for batch in jitter:
+        best = 0.01 * (batch / 32) ** 0.6 * jitter[batch]
+        for factor, value in zip((0.25, 0.5, 1, 2, 4), (0.90, 0.948, 0.95, 0.945, 0.92)):
+            rows.append({"trial": len(rows), "state": "COMPLETE", "value": value,
+                         "phase": "tune", "level": str(batch), "seed": 0,
+                         "searched": "batch_size,lr", "params.batch_size": batch,
+                         "params.lr": best * factor})
+            if 0.5 <= factor <= 2:
+                near.append((batch, best * factor))
+    data = SweepData(validate(raw, "test"), "scale", pd.DataFrame(rows),
+                     pd.DataFrame(columns=["trial", "metric", "epoch", "value"]),
+                     pd.DataFrame(columns=["trial", "step", "lr"]), None,
+                     compare={"factor": "batch_size", "tune_trials": 5, "seeds": 2})
+    c = compare(data)
+    x, y = np.log([b for b, _ in near]), np.log([lr for _, lr in near])
+    slope = np.polyfit(x, y, 1)[0]
+    fit = stats.linregress(x, y)
+    half = stats.t.ppf(0.975, len(x) - 2) * fit.stderr
+    s = c.scaling
+    assert (s.points, s.levels) == (12, 4)
+    assert (s.exponent, s.ci_low, s.ci_high) == pytest.approx((slope, slope - half, slope + half))
+    linear, root = s.ci_low <= 1 <= s.ci_high, s.ci_low <= 0.5 <= s.ci_high
+    assert s.supports == {
+        (True, True): "cannot tell linear (1) from square-root (0.5) scaling",
+        (True, False): "supports linear scaling (1), not square-root (0.5)",
+        (False, True): "supports square-root scaling (0.5), not linear (1)",
+        (False, False): "supports neither linear (1) nor square-root (0.5) scaling"}[
+            (linear, root)]
+    assert any(f"batch_size^{slope:.2f} [{slope - half:.2f}, {slope + half:.2f}]" in line
+               for line in c.sentences)
+
+
+def test_the_lr_plot_draws_one_trial_per_schedule_shape():
+    from orchestrator.report.plots import schedule_shapes
+
+    def warmup_cosine(total: int, peak: float) -> list[float]:  # warmup: a fifth of the run
+        warm = total // 5
+        return [peak * (s / warm if s <= warm else
+                        0.5 * (1 + math.cos(math.pi * (s - warm) / (total - warm))))
+                for s in range(1, total + 1)]
+
+    curves = {0: warmup_cosine(40, 0.1), 1: warmup_cosine(40, 0.003),  # one shape, two peaks
+              2: [0.1] * 40,  # constant
+              3: warmup_cosine(20, 0.1)}  # twice the batch size: half the steps, same shape
+    lr = pd.DataFrame([{"trial": t, "step": s, "lr": v} for t, values in curves.items()
+                       for s, v in enumerate(values, start=1)])
+    assert sorted(schedule_shapes(lr).values()) == [[0, 1, 3], [2]]
+
+
+def test_the_html_report_shows_the_headline_and_every_plot_in_chromium(reported, tmp_path):
+    import os
+
+    from playwright.sync_api import sync_playwright
+
+    from tests.conftest import ROOT
+    from tests.orchestrator.test_browser import CHROMIUM, CHROMIUM_ARGS
+
+    direction, stores, out, args, main = reported
+    if direction == "minimize":
+        pytest.skip("one browser run is enough: the maximize report is the one opened")
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} not found: `apt-get install -y chromium` as root",
+                    pytrace=False)
+    assert main(args) == 0
+    pngs = sorted(p.name for p in (out / "plots").iterdir())
+    assert {"lr_sensitivity.png", "tuning_progress.png", "confirmation_curves.png",
+            "differences.png", "time_to_target.png"} <= set(pngs)
+    md = (out / "report.md").read_text()
+    assert "No importance plot: a comparison tunes each level" in md
+    assert all(f"![{name}](plots/{name})" in md for name in pngs)
+    shots = ROOT / "test-output" / "report"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                             args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.goto((out / "report.html").as_uri())
+        headline = page.locator(".headline p").first
+        assert headline.inner_text() == stores.runs("cmp", "parent")[0].data.tags[keys.VERDICT]
+        assert headline.is_visible()
+        images = page.locator("figure img")
+        assert sorted(images.evaluate_all("els => els.map(e => e.alt)")) == pngs
+        # every image decoded: a broken data URL has no natural size
+        assert images.evaluate_all("els => els.every(e => e.complete && e.naturalWidth > 0)")
+        page.screenshot(path=str(shots / "comparison.png"), full_page=True)
+        browser.close()
+    assert (shots / "comparison.png").stat().st_size > 10_000
