@@ -250,7 +250,7 @@ def step_tests(work: Path, rehearse: bool) -> Row:
     """``pytest -m gpu``: the gpu-marked tests."""
     t0 = time.perf_counter()
     rc, text = _run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-                     "tests"], work / "pytest.log", timeout=600)
+                     "tests"], work / "pytest.log", timeout=600)  # the shell's timeout is less
     counts = pytest_counts(text)
     figures = ", ".join(f"{n} {k}" for k, n in counts.items() if k != "deselected") or "no summary"
     ok = rc == 0 and counts.get("passed", 0) + (counts.get("skipped", 0) if rehearse else 0) > 0
@@ -472,8 +472,8 @@ def run_step(name: str, work: Path, rehearse: bool) -> int:
         first = str(e).splitlines()[0][:300] if str(e) else ""
         row = Row(name, "FAIL", f"{type(e).__name__}: {first}", time.perf_counter() - t0)
     for log in folder.rglob("*.log"):  # the sweeps' and workers' logs, beside the step's own
-        parts = log.relative_to(folder).parts
-        shutil.copy(log, work / "logs" / ".".join((name, *parts)).replace(os.sep, "."))
+        parts = [part.lstrip(".") for part in log.relative_to(folder).parts]
+        shutil.copy(log, work / "logs" / ".".join((name, *parts)))
     (work / "rows").mkdir(exist_ok=True)
     (work / "rows" / f"{name}.json").write_text(json.dumps(asdict(row)))
     print(format_table([row], []))

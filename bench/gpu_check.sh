@@ -7,7 +7,7 @@
 # Steps (bench/gpu_check.py): the gpu-marked tests; a shortened cifar10_resnet18 sweep (bf16,
 # channels-last); four trials packed on one GPU against one at a time; bf16 against fp32; export of
 # a CUDA-trained model. Each runs under its own `timeout`, cut to what is left of the budget.
-# Without a GPU it prints one line and exits 0. It uses the first Python that imports a CUDA torch
+# Without a GPU (nvidia-smi lists none and torch sees none) it prints one line and exits 0. It uses the first Python that imports a CUDA torch
 # and the project's packages; failing that it installs the project (pip install -e '.[test]') into
 # that Python's venv, or into .venv-gpu. Exit 0: every step passed; 1: a step failed or the GPU
 # could not be used; 2: a bad argument.
@@ -16,7 +16,7 @@ set -uo pipefail
 BUDGET_S=470  # the whole script, set-up included: under 8 minutes (GPU_CHECK_BUDGET_S)
 SETUP_S=${GPU_CHECK_SETUP_S:-240}    # the most an install may take
 STEPS=(tests sweep packing parity export)
-declare -A LIMIT_S=([tests]=80 [sweep]=100 [packing]=140 [parity]=60 [export]=70)
+declare -A LIMIT_S=([tests]=70 [sweep]=90 [packing]=140 [parity]=60 [export]=90)
 MIN_STEP_S=20  # a step is skipped when less than this is left
 
 flags=()
@@ -60,13 +60,14 @@ say_once() {  # the one line of a run that checks nothing: stdout, and $OUT/gpu_
   if [ -n "${OUT:-}" ]; then mkdir -p "$OUT" && echo "$1" >"$OUT/gpu_check.md"; fi
 }
 
-no_gpu() {  # the no-GPU line, from the first Python that imports torch
+no_gpu() {  # the no-GPU line, from the first Python that imports torch; fails if one sees a GPU
   local py line="" rc
   local -a found
   mapfile -t found < <(candidates)
   for py in "${found[@]}"; do
     line=$(timeout 60 "$py" bench/gpu_check.py probe 2>/dev/null)
     rc=$?
+    [ "$rc" -eq 0 ] && return 1  # torch sees a GPU that nvidia-smi does not list: check it
     [ "$rc" -ne 11 ] && [ -n "$line" ] && break
   done
   echo "${line:-no CUDA GPU on this machine: nothing to check (torch not installed)}"
@@ -77,7 +78,9 @@ install_into() {  # pip install -e '.[test]' with Python $1, its torch kept as i
   pins=$(mktemp)
   "$py" -c 'import torch; print("torch==" + torch.__version__)' >"$pins" 2>/dev/null || : >"$pins"
   say "installing the project into $("$py" -c 'import sys; print(sys.prefix)') ($(cat "$pins"))"
-  timeout "$(( $(left) < SETUP_S ? $(left) : SETUP_S ))" "$py" -m pip install -q -c "$pins" \
+  local limit=$(( $(left) < SETUP_S ? $(left) : SETUP_S ))
+  [ "$limit" -gt 0 ] || limit=1
+  timeout "$limit" "$py" -m pip install -q -c "$pins" \
     -e '.[test]' >&2
   local rc=$?
   rm -f "$pins"
@@ -116,12 +119,12 @@ if [ ${#flags[@]} -gt 0 ]; then
     if has_project "$candidate"; then py=$candidate; break; fi
   done
   [ -n "$py" ] || { say "no Python here imports the project's packages: pip install -e '.[test]'"; exit 1; }
-elif ! gpu_listed; then
-  say_once "$(no_gpu)"
+elif ! gpu_listed && line=$(no_gpu); then
+  say_once "$line"
   exit 0
 elif ! py=$(find_python); then
   say_once "nvidia-smi lists a GPU, but no Python here has a CUDA torch that can use it with the \
-project's packages, and installing them failed or timed out: $(no_gpu)"
+project's packages, and installing them failed or timed out (see the lines above)"
   exit 1
 elif ! timeout 60 "$py" bench/gpu_check.py probe >&2; then
   exit 1
@@ -144,5 +147,8 @@ for step in "${STEPS[@]}"; do
   timeout -k 10 "$limit" "$py" bench/gpu_check.py step "$step" "$work" ${flags[@]+"${flags[@]}"} \
     >"$work/logs/$step.log" 2>&1
   echo "$? $limit $((SECONDS - started))" >"$work/rows/$step.rc"
+  if [ -n "${OUT:-}" ]; then  # each step's log as it ends: a run cut short still tells
+    mkdir -p "$OUT/gpu_check_logs" && cp "$work/logs/$step.log" "$OUT/gpu_check_logs/"
+  fi
 done
 timeout 60 "$py" bench/gpu_check.py table "$work" --out "${OUT:-}" ${flags[@]+"${flags[@]}"}
