@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import keys, paths
+from . import space as sp
+from .display import config_name
 from .errors import SweepError, disk_full
 from .paths import mask
 from .protocol import Done, Epoch, Failed, Ready
@@ -333,7 +335,8 @@ class Runs:
         t = self.opened
         active.run_id = t.tracker.start_trial(
             t.experiment_id, t.parent_id, active.pending.number, active.settings, active.params,
-            {**t.env_tags, **active.tags}, start_time=active.started_ms, packages=t.packages)
+            {**t.env_tags, **active.tags}, start_time=active.started_ms, packages=t.packages,
+            run_name=f"{active.tags[keys.CONFIG]} s{active.pending.seed}")
         self.study.set_attr(active.pending, keys.RUN_ID, active.run_id)
 
     def flush(self, active: Active) -> None:
@@ -445,6 +448,7 @@ class TrialBook:
         from trainers import SettingsError, TrainSettings  # settings only: no torch import here
 
         tags = run_tags(self.study.name, slot, pending, worker)
+        tags[keys.CONFIG] = config_name(sp.settings_for(self.spec.space, pending.trial.params))
         try:
             resolved = TrainSettings.from_dict(pending.settings)
         except SettingsError as e:  # a combination the spec's checks could not rule out

@@ -22,6 +22,37 @@ def params_text(params: dict) -> str:
                      for k, v in params.items())
 
 
+# how a run's name says its configuration: the settings in this order first, each shortened
+NAME_ORDER = ("optimizer", "lr", "momentum", "weight_decay", "batch_size", "schedule",
+              "warmup_epochs", "clip_grad_norm")
+SHORT_KEYS = {"optimizer": "", "schedule": "", "model": "", "dataset": "", "momentum": "m",
+              "weight_decay": "wd", "batch_size": "bs", "warmup_epochs": "wu",
+              "label_smoothing": "ls", "grad_accum_steps": "acc"}
+SHORT_VALUES = {"warmup_cosine": "cos", "warmup_linear": "lin", "constant": "const"}
+MAX_NAME = 80
+
+
+def config_name(settings: dict) -> str:
+    """A configuration in a few words, stable for the same settings: ``sgd lr=0.05 m=0.9 cos
+    clip1`` (the searched settings of a trial; a fixed setting says nothing about a run)."""
+    order = [k for k in NAME_ORDER if k in settings] + sorted(k for k in settings
+                                                              if k not in NAME_ORDER)
+    words = [_word(k, settings[k]) for k in order]
+    name = " ".join(w for w in words if w) or "default"
+    return name if len(name) <= MAX_NAME else name[:MAX_NAME - 1] + "…"
+
+
+def _word(key: str, value) -> str:
+    if key == "clip_grad_norm":
+        return "noclip" if value is None else f"clip{value:g}"
+    if isinstance(value, bool):
+        return key if value else f"no-{key}"
+    text = f"{value:.3g}" if isinstance(value, float) else SHORT_VALUES.get(str(value),
+                                                                             str(value))
+    short = SHORT_KEYS.get(key, key)
+    return f"{short}={text}" if short else text
+
+
 class Progress:
     """Trials done / running / pruned / failed of the total, best so far, elapsed and remaining.
 

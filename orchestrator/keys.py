@@ -125,6 +125,9 @@ PARENT_RUN_ID = _key("mlflow.parentRunId", TRIAL_TAG, "its parent run (nests it 
 TRIAL_NUMBER = _key("sweep.trial_number", TRIAL_TAG, "its Optuna trial number")
 STATE = _key("sweep.state", TRIAL_TAG, "complete, pruned, failed or interrupted")
 WORKER = _key("sweep.worker", TRIAL_TAG, "the worker slot that trained it")
+CONFIG = _key("sweep.config", TRIAL_TAG,
+              "its configuration in short, without the seed (the run's name is it plus `s<seed>`):"
+              " MLflow's Group by on it shows one line per configuration, a band over seeds")
 CUDA_VISIBLE_DEVICES = _key("sweep.cuda_visible_devices", TRIAL_TAG, "the worker's GPUs")
 TORCH_THREADS = _key("sweep.torch_threads", (TRIAL_TAG, REPRODUCTION_TAG),
                      "the worker's torch threads (curves differ in the last bits across counts)")
@@ -151,6 +154,8 @@ EPOCH_METRIC = _key("<epoch metric>", TRIAL_METRIC,
                     "train_loss, train_acc, val_loss, val_acc, ... (step: epoch)")
 LR = _key("lr", TRIAL_METRIC, "the learning rate of every optimizer step (step: global step)")
 TRAIN_SECONDS = _key("train_seconds", TRIAL_METRIC, "the trial's training time")
+EXPORT_SECONDS = _key("export_seconds", TRIAL_METRIC,
+                      "the export of the best trial, timed apart from its training")
 EXPORT_METRIC = _key("export_<format>_<figure>", TRIAL_METRIC,
                      "an export's parity, size and latency figures")
 TEST_METRIC = _key("test_<metric>", (TRIAL_METRIC, PARENT_METRIC),

@@ -306,12 +306,14 @@ def export_best(book: TrialBook, workers: Workers) -> None:
         settings = book.study.trial_settings(best[0])
         if "onnx" in spec.export:  # this process waits meanwhile: the MLflow model's set-up
             prepare_onnx_model()
+        started = time.monotonic()
         replies = workers.ask_all([Export(settings=settings, weights=weights, formats=formats,
                                           dir=str(scratch / f"part-{i}"))
                                    for i, formats in enumerate(shares)], seconds)
         if any(r is None for r in replies):
             return
         result = merge_exports(shares, replies, scratch / "export")
+        result["metrics"] = {**result["metrics"], keys.EXPORT_SECONDS: time.monotonic() - started}
         book.tracker.log_export(run_id, result, mlflow_model=True)
         book.say(f"trial {best[0].number} export: {export_line(result)}")
     finally:

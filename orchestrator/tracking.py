@@ -197,10 +197,11 @@ class Tracker:
     def start_trial(self, experiment_id: str, parent_id: str, number: int,
                     settings: dict[str, Any], extra_params: dict[str, Any],
                     tags: dict[str, str], start_time: int | None = None,
-                    packages: str | None = None) -> str:
-        """A nested run for trial ``number`` with every setting as a param."""
+                    packages: str | None = None, run_name: str | None = None) -> str:
+        """A nested run for trial ``number`` with every setting as a param, named ``run_name``
+        (its configuration in short) or ``trial-<number>``."""
         run = self.client.create_run(
-            experiment_id, run_name=f"trial-{number}", start_time=start_time,
+            experiment_id, run_name=run_name or f"trial-{number}", start_time=start_time,
             tags={keys.PARENT_RUN_ID: parent_id, keys.ROLE: "trial",
                   keys.TRIAL_NUMBER: str(number), **tags})
         run_id = run.info.run_id

@@ -26,7 +26,16 @@ def test_quickstart_makes_one_parent_and_one_nested_run_per_trial(quickstart):
     assert kind == "custom_model_development"  # MLflow's "Machine learning" type, not GenAI
     assert all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in trials)
     assert sorted(r.data.tags["sweep.trial_number"] for r in trials) == ["0", "1", "2", "3"]
-    assert {r.info.run_name for r in trials} == {"trial-0", "trial-1", "trial-2", "trial-3"}
+    for r in trials:  # the name says the configuration: read back from the run's own params
+        p, config = r.data.params, r.data.tags["sweep.config"]
+        assert r.info.run_name == f"{config} s{r.data.tags['sweep.seed']}"
+        words = config.split()
+        assert words[0] == p["optimizer"]
+        assert f"lr={float(p['lr']):.3g}" in words and f"bs={p['batch_size']}" in words
+        clip = "noclip" if p["clip_grad_norm"] == "None" else \
+            f"clip{float(p['clip_grad_norm']):g}"
+        assert clip in words and f"wu={p['warmup_epochs']}" in words
+        assert (f"m={float(p['momentum']):g}" in words) == (p["optimizer"] == "sgd")
     assert all(r.info.status == "FINISHED" for r in trials)
     artifacts = {a.path for a in stores.client().list_artifacts(parent.info.run_id)}
     assert {"sweep.yaml", "sweep.resolved.yaml"} <= artifacts
@@ -372,6 +381,10 @@ def test_the_best_trial_is_exported_checked_and_logged_as_a_model(quickstart):
         assert run.data.tags["sweep.export.onnx"] == "passed"
         assert run.data.metrics["export_onnx_top1_agreement"] == 1.0
         assert run.data.metrics["export_onnx_ms_per_image_b1"] > 0
+        # the export is timed apart, and its run's own time is its training's
+        assert 0 < run.data.metrics["export_seconds"] < 600
+        assert run.info.end_time - run.info.start_time < \
+            1000 * (run.data.metrics["train_seconds"] + 30)
     exp = client.get_experiment_by_name("quickstart")
     models = client.search_logged_models([exp.experiment_id])
     assert [m.source_run_id for m in models] == [best_id]
