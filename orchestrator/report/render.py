@@ -105,7 +105,7 @@ def build_report(data: SweepData, out_dir: str | os.PathLike, by: str | None = N
     paired = paired_differences(trials, factors, direction=data.spec.objective.direction,
                                 bounds=METRIC_BOUNDS.get(data.spec.objective.metric,
                                                          (None, None)))
-    gaps = missing(data)
+    gaps = missing(data) if comparison is None else comparison_gaps(data, comparison)
     figures, notes = plots(data, by)
     if comparison is not None:
         figures = {**comparison_plots(comparison, data), **figures}
@@ -127,6 +127,24 @@ def build_report(data: SweepData, out_dir: str | os.PathLike, by: str | None = N
     (out / "report.html").write_text(to_html(doc))
     files += [out / "report.md", out / "report.html", out / "trials.csv", out / "trials.parquet"]
     return Report(out, ftable, paired, gaps, files, doc.headline[0], comparison)
+
+
+def comparison_gaps(data: SweepData, c: Comparison) -> list[str]:
+    """What an unfinished comparison lacks: tuning trials, or confirmation seeds short of
+    ``compare.seeds`` (its trial count is a most: it stops adding seeds once decided)."""
+    t = data.trials
+    out = []
+    ran = t[t["phase"] == "tune"]["state"].isin(["COMPLETE", "PRUNED", "FAIL"]).sum() \
+        if "phase" in t else 0
+    planned = int(data.compare.get("tune_trials") or 0) * max(1, len(c.levels))
+    if ran < planned:
+        out.append(f"{ran} of {planned} tuning trials finished (`sweep run` again resumes it)")
+    seeds = min((len(v) for v in c.confirm.values()), default=0)
+    if ran >= planned and seeds < int(data.compare.get("seeds") or 0):
+        out.append(f"{seeds} of {data.compare['seeds']} confirmation seeds finished for every "
+                   f"level (`sweep run` again resumes it)")
+    out += [line for line in missing(data) if "RUNNING" in line or "failed" in line]
+    return out
 
 
 def _summary_lines(data: SweepData) -> list[str]:

@@ -323,3 +323,39 @@ def test_the_html_report_shows_the_headline_and_every_plot_in_chromium(reported,
         page.screenshot(path=str(shots / "comparison.png"), full_page=True)
         browser.close()
     assert (shots / "comparison.png").stat().st_size > 10_000
+
+
+def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
+    """A tiny real `compare:` sweep (2 levels x 2 tuning trials, 2 paired seeds, 1 epoch), then
+    `sweep report NAME`: the headline first, on the parent run as sweep.verdict, and
+    comparison.csv as decide computes it from the confirmation runs read back from MLflow."""
+    import yaml
+
+    from orchestrator import decide
+    from tests.conftest import run_cli
+    from tests.orchestrator.test_compare import compare_spec
+
+    spec = compare_spec(name="tinycmp")
+    spec["compare"] = {**spec["compare"], "target": 0.5}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(spec))
+    ran = run_cli("run", "c.yaml", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    rep = run_cli("report", "tinycmp", "--out", "rep", cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    stores = Stores(tmp_path)
+    parent = stores.runs("tinycmp", "parent")[0]
+    assert rep.stdout.splitlines()[0] == parent.data.tags[keys.VERDICT]
+    confirm = [r for r in stores.runs("tinycmp", "trial")
+               if r.data.tags.get(keys.PHASE) == "confirm"]
+    values = pd.DataFrame([{"level": r.data.tags[keys.LEVEL], "seed": int(r.data.tags[keys.SEED]),
+                            "value": r.data.metrics["val_acc"]} for r in confirm])
+    seeds = values.groupby("level")["seed"].apply(frozenset)
+    assert len(values) == 4 and seeds.nunique() == 1  # paired: the same seeds for each level
+    by_level = {lvl: dict(zip(g["seed"], g["value"])) for lvl, g in values.groupby("level")}
+    expected = pd.DataFrame([r.as_row() for r in decide.compare_levels(
+        by_level, factor="optimizer", direction="maximize", bounds=(0.0, 1.0))])
+    got = pd.read_csv(tmp_path / "rep" / "comparison.csv")
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+    assert {"lr_sensitivity.png", "tuning_progress.png", "confirmation_curves.png",
+            "differences.png", "time_to_target.png"} <= \
+        {p.name for p in (tmp_path / "rep" / "plots").iterdir()}
