@@ -100,7 +100,7 @@ def _blocks(done: pd.DataFrame, factor: str, factors: list[str]) -> tuple[dict, 
     """level -> {block: value} and level -> {block: configuration id}, a block being the
     other searched settings and the repeat (a trial's first value when several share one)."""
     others = [f"params.{f}" for f in factors if f != factor and f"params.{f}" in done]
-    block = done[[*others, "repeat"]].astype(str).agg("|".join, axis=1)
+    block = joined_text(done[[*others, "repeat"]])
     values: dict[str, dict] = {}
     configs: dict[str, dict] = {}
     for (level, key), row in done.assign(_block=block).groupby(
@@ -133,7 +133,13 @@ def configuration_ids(trials: pd.DataFrame) -> pd.Series:
         cols = [c for c in cols if c.removeprefix("params.") not in SCALED_LR_SETTINGS]
     if not cols or trials.empty:
         return pd.Series([str(i) for i in trials.index], index=trials.index, dtype=object)
-    return trials[cols].astype(str).agg("|".join, axis=1)
+    return joined_text(trials[cols])
+
+
+def joined_text(frame: pd.DataFrame) -> pd.Series:
+    """Each row's values as one text, ``a|b|c`` (a missing value as ``nan``: pandas 3 keeps
+    NaN through ``astype(str)``, which ``str.join`` refuses)."""
+    return frame.map(str).agg("|".join, axis=1)
 
 
 def missing(data: SweepData) -> list[str]:

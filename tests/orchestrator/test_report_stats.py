@@ -92,3 +92,14 @@ def test_a_pair_or_block_that_ran_the_same_configuration_is_not_counted(grid):
     # batch 64, a block tied across the rules, is no evidence that the rules are alike
     friedman = stats.friedmanchisquare(wide["linear"], wide["none"], wide["sqrt"]).pvalue
     assert row["friedman_p"] == pytest.approx(friedman)
+
+
+def test_a_setting_some_runs_did_not_log_still_names_their_configurations():
+    # a param missing on some runs (an option's own setting, a comparison's repeat) is NaN there
+    from orchestrator.report.stats import configuration_ids
+
+    trials = pd.DataFrame({"params.optimizer": ["sgd", "adam", "adam"],
+                           "params.momentum": [0.9, None, None], "params.lr": [0.1, 0.01, 0.01]})
+    ids = configuration_ids(trials)
+    assert ids.tolist() == ["0.1|0.9|sgd", "0.01|nan|adam", "0.01|nan|adam"]
+    assert ids.nunique() == 2  # the two adam runs are one configuration
