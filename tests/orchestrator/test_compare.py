@@ -335,3 +335,21 @@ def test_an_interrupted_comparison_resumes_with_equal_tuning_budgets(cli, stores
     assert tuned.value_counts().to_dict() == {"adam": 3, "sgd": 3}
     assert all(t.state == TrialState.COMPLETE for t in trials)
     assert len(trials) == 2 * (3 + 2)
+
+
+@pytest.mark.parametrize("direction,better,amount,interval", [
+    # b - a = -0.02 [-0.03, -0.01]: b is lower, which wins a minimized loss, loses an accuracy
+    ("minimize", "b", "0.02", "[0.01, 0.03]"),
+    ("maximize", "a", "0.02", "[0.01, 0.03]")])
+def test_the_verdict_sentence_says_how_far_ahead_the_better_level_is(direction, better, amount,
+                                                                     interval):
+    c = compare.Comparison(factor="f", levels=(), tune_trials=1, seeds=2, max_seeds=2,
+                           precision=None, seed=0, direction=direction, metric="m")
+    r = decide.PairResult(factor="f", a="a", b="b", pairs=5, diff=-0.02, ci_low=-0.03,
+                          ci_high=-0.01, p=0.001, p_wilcoxon=0.06, p_holm=0.001,
+                          verdict=f"{better} better than {'a' if better == 'b' else 'b'}",
+                          better=better)
+    worse = "a" if better == "b" else "b"
+    assert compare.verdict_sentence(c, [r]) == (
+        f"{better} better than {worse} by {amount} m {interval} over 5 paired seeds "
+        f"(Holm p = 0.001)")
