@@ -316,7 +316,7 @@ def cmd_run(args, console: Console) -> int:
                             tracking_uri=args.tracking_uri, workers=args.workers,
                             gpus=args.gpus, new=args.new, force=args.force,
                             progress=progress)
-    _print_summary(console, spec, outcome)
+    print_summary(console, spec, outcome)
     return outcome.exit_code
 
 
@@ -326,25 +326,49 @@ def _say_downloads(console: Console, downloads: list[str], where: str) -> None:
         console.print(f"downloading {what}, once ({where})", soft_wrap=True)
 
 
-def _print_summary(console: Console, spec, outcome) -> None:
+def print_summary(console: Console, spec, outcome) -> None:
+    """How the sweep ended, its best configurations (with repeats: mean +- std over seeds) or
+    trials, every shown trial's full MLflow run id on a line of its own (a table would cut it
+    on a narrow or piped console), then the commands that look at it."""
     c = outcome.counts
     state = "interrupted" if outcome.exit_code == EXIT_INTERRUPTED else "finished"
     console.print(f"sweep {spec.name!r} {state} in {outcome.elapsed:.1f} s: {c['complete']} "
-                  f"complete, {c['pruned']} pruned, {c['fail']} failed")
-    if outcome.best:
-        table = Table(title=f"best trials ({spec.objective.metric}, {spec.objective.direction})")
-        for col in ("trial", "value", "settings", "MLflow run"):
-            table.add_column(col)
-        for b in outcome.best:
-            table.add_row(str(b["number"]), f"{b['value']:.4f}", params_text(b["settings"]),
-                          b["run_id"] or "")
+                  f"complete, {c['pruned']} pruned, {c['fail']} failed", soft_wrap=True)
+    objective = f"{spec.objective.metric}, {spec.objective.direction}"
+    if outcome.configurations:
+        table = Table(title=f"best configurations ({objective}; mean ± std over seeds)")
+        for col in ("configuration", "mean", "± std", "n", "trials"):
+            table.add_column(col, overflow="fold")
+        for conf in outcome.configurations[:SUMMARY_ROWS]:
+            table.add_row(conf["name"], f"{conf['mean']:.4f}", f"{conf['std']:.4f}",
+                          str(conf["n"]), " ".join(map(str, conf["trials"])))
         console.print(table)
-    console.print(_browse_lines(spec.name, outcome), soft_wrap=True)
+        ids = [(n, run) for conf in outcome.configurations[:SUMMARY_ROWS]
+               for n, run in zip(conf["trials"], conf["run_ids"])]
+    elif outcome.best:
+        table = Table(title=f"best trials ({objective})")
+        for col in ("trial", "value", "settings"):
+            table.add_column(col, overflow="fold")
+        for b in outcome.best:
+            table.add_row(str(b["number"]), f"{b['value']:.4f}", params_text(b["settings"]))
+        console.print(table)
+        ids = [(b["number"], b["run_id"]) for b in outcome.best]
+    else:
+        ids = []
+    if any(run for _, run in ids):
+        console.print("their MLflow runs:", soft_wrap=True)
+        for number, run in ids:
+            console.print(f"  trial {number}: {run or '(none)'}", soft_wrap=True,
+                          highlight=False)
+    console.print(_browse_lines(spec.name, outcome), soft_wrap=True, highlight=False)
+
+
+SUMMARY_ROWS = 5  # configurations or trials in the table at the end of `sweep run`
 
 
 def _browse_lines(name: str, outcome) -> str:
-    """How to look at a finished sweep: its trials here, and MLflow's runs table of its
-    experiment (a bare experiment link may land on MLflow's GenAI views instead)."""
+    """What to do next with a finished sweep: its report, its trials here, and MLflow's runs
+    table of its experiment (a bare experiment link may land on MLflow's GenAI views)."""
     from .paths import mask
     from .study import default_storage
 
@@ -352,7 +376,8 @@ def _browse_lines(name: str, outcome) -> str:
     uri_flag = "" if uri == paths.default_tracking_uri() else f" --tracking-uri {mask(uri)}"
     storage_flag = "" if outcome.storage == default_storage(uri) else \
         f" --storage {mask(outcome.storage)}"
-    lines = [f"the trials: sweep status {name}{uri_flag}{storage_flag}"]
+    lines = [f"the report: sweep report {name}{uri_flag}{storage_flag}",
+             f"the trials: sweep status {name}{uri_flag}{storage_flag}"]
     if uri.startswith(("http://", "https://")):  # a tracking server serves the UI itself
         lines.append(f"browse it: {mask(uri).rstrip('/')}{runs}")
     else:

@@ -9,17 +9,23 @@ idle worker from it.
 from __future__ import annotations
 
 import csv
+import math
 import posixpath
 import signal
+import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from optuna.trial import TrialState
 
 from . import compare, keys, paths, phases
 from . import space as sp
 from .book import TrialBook
+from .display import WINDOW, Snapshot, TrialRow, config_name
 from .errors import SweepError
 from .protocol import (
     REPLY_TO,
@@ -55,6 +61,8 @@ class Outcome:
     storage: str
     elapsed: float
     test: dict[str, Any] | None = None  # held-out test metrics of the best configuration
+    # with repeats or a comparison's confirmation: per configuration, best mean first
+    configurations: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Signals:
@@ -94,8 +102,8 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
         gpus: overrides ``spec.gpus`` (and the GPUs found on the machine).
         new: start a fresh study (and parent run) instead of resuming.
         force: run the trials even when the preflight checks FAIL.
-        progress: a display with ``update(snapshot)``, ``trial_done(line)`` and
-            ``show(renderable)``; optional.
+        progress: a display with ``update(snapshot)`` (a :class:`display.Snapshot`),
+            ``phase(text)``, ``trial_done(line)`` and ``show(renderable)``; optional.
 
     Raises:
         SweepError: a store cannot be opened, the study belongs to another sweep, workers
@@ -141,11 +149,15 @@ class _Loop:
                                       count=len(pool.workers))
         self.test: dict[str, Any] | None = None
         self.failed_starts = 0
-        self._shown = 0.0
+        self.view = _View(book, len(pool.workers))
+        self._started = self._shown = 0.0
 
     def run(self, started: float) -> Outcome:
+        self._started = started
+        self._phase("preflight")
         phases.preflight(self.book, self.workers, force=self.force,
                          show=self.progress.show if self.progress else None)
+        self._phase(None)
         deadline = started + self.spec.timeout_min * 60 if self.spec.timeout_min else None
         exhausted = False
         while True:
@@ -161,11 +173,15 @@ class _Loop:
             self.book.attach_tracking(wait=False)
             self._enforce_trial_timeout()
             self.book.fail_stale_trials()
-            self._show(started)
-        self._show(started, force=True)
+            self._show()
+        self._show(force=True)
+        self._phase("opening the MLflow store")
         self.book.attach_tracking()
+        self._phase("held-out test split")
         self.test = phases.evaluate_test_split(self.book, self.workers)
+        self._phase("export")
         phases.export_best(self.book, self.workers)
+        self._phase("closing the sweep")
         if self.signals.received:
             return self._interrupted(started)
         if self.study.running():  # another machine's trials: the last machine ends the run
@@ -211,6 +227,7 @@ class _Loop:
                       checkpoint_dir=str(self.book.folders.checkpoint(pending)),
                       output_dir=str(folder), export_formats=formats,
                       export_dir=str(folder / "export") if formats else "")
+        self.view.started(worker.slot.index, active)
         if not worker.send(train):
             self._worker_died(worker)
             return
@@ -227,6 +244,8 @@ class _Loop:
             stop = self.book.report_epoch(slot, msg)
             worker.send(Decision(stop))  # answer first: the worker trains while we log
             self.book.log_epoch(slot, msg)
+            self.view.epoch(slot, msg)
+            self._show()  # also while a phase waits for its workers
         elif isinstance(msg, (Done, Failed)):
             self.book.finish(slot, msg)
         else:
@@ -342,19 +361,104 @@ class _Loop:
                 EXIT_FAILED_TRIALS if counts["fail"] else EXIT_OK)
         return Outcome(code, counts, best, self.book.experiment_id, self.book.parent_id,
                        self.book.tracking_uri, self.book.storage, time.monotonic() - started,
-                       self.test)
+                       self.test, configurations(self.study))
 
-    def _show(self, started: float, force: bool = False) -> None:
+    def _phase(self, text: str | None) -> None:
+        if self.progress is not None:
+            self.progress.phase(text)
+
+    def _show(self, force: bool = False) -> None:
         if self.progress is None or (not force and time.monotonic() - self._shown < 0.25):
             return
         self._shown = time.monotonic()
-        best = self.study.best(1)
-        plan = self.study.plan()
-        self.progress.update({
-            "counts": self.study.counts(), "total": plan.total if plan else self.spec.trials,
-            "running": len(self.book.active), "elapsed": time.monotonic() - started,
-            "best": ((best[0].value, sp.settings_for(self.spec.space, best[0].params))
-                     if best else None)})
+        self.progress.update(self.view.snapshot(self._started, force))
+
+
+class _View:
+    """What the live view shows, kept from the messages the loop handles: a row per running
+    trial and the measured epoch times. The study's counts and best trial are read again only
+    when a trial starts or ends (or every :data:`REREAD_S`, for other machines' trials), never
+    on every refresh."""
+
+    REREAD_S = 30.0
+
+    def __init__(self, book: TrialBook, workers: int):
+        self.book, self.workers = book, workers
+        self.rows: dict[int, TrialRow] = {}  # by worker slot
+        self.times: deque[float] = deque(maxlen=WINDOW)
+        self.measured = 0
+        self._key: tuple = ()
+        self._read_at = 0.0
+        self._cached: tuple = ({}, 0, None)
+
+    def started(self, slot: int, active) -> None:
+        config = active.tags.get(keys.CONFIG, "")
+        self.rows[slot] = TrialRow(active.pending.number, config,
+                                   int(active.settings.get("epochs", 1)), time.monotonic())
+
+    def epoch(self, slot: int, msg: Epoch) -> None:
+        row = self.rows.get(slot)
+        if row is None:
+            return
+        now = time.monotonic()
+        if not msg.resumed:  # an epoch restored from a checkpoint took no time
+            self.times.append(now - (row.last_epoch_at or row.started))
+            self.measured += 1
+        objective = self.book.spec.objective
+        value = msg.metrics.get(objective.metric)
+        better = max if objective.direction == "maximize" else min
+        row.epoch, row.value, row.last_epoch_at = msg.epoch, value, now
+        if value is not None and math.isfinite(value):
+            row.best = value if row.best is None else better(row.best, value)
+        row.samples_per_second = msg.metrics.get("samples_per_second")
+
+    def snapshot(self, started: float, force: bool = False) -> Snapshot:
+        active = self.book.active
+        for slot in [s for s in self.rows if s not in active]:  # its trial ended
+            del self.rows[slot]
+        key = tuple(sorted(a.pending.number for a in active.values()))
+        if force or key != self._key or time.monotonic() - self._read_at > self.REREAD_S:
+            self._key, self._read_at = key, time.monotonic()
+            self._cached = self._read()
+        counts, total, best = self._cached
+        rows = [r for s, r in sorted(self.rows.items())]
+        return Snapshot(counts, total, started, self.book.spec.objective.metric, best, rows,
+                        self.workers, tuple(self.times), self.measured,
+                        tracking=self.book.runs.opened is not None)
+
+    def _read(self) -> tuple:
+        study, spec = self.book.study, self.book.spec
+        best = study.best(1)
+        plan = study.plan()
+        shown = None
+        if best:
+            shown = (best[0].value, best[0].number,
+                     config_name(sp.settings_for(spec.space, best[0].params)))
+        return study.counts(), plan.total if plan else spec.trials, shown
+
+
+def configurations(study) -> list[dict[str, Any]]:
+    """With repeats (or a comparison's confirmation trials): the complete trials grouped by
+    configuration, each with its mean and standard deviation over seeds, best mean first.
+    Empty otherwise."""
+    trials = [t for t in study.trials(states=(TrialState.COMPLETE,)) if t.value is not None]
+    if study.comparison is not None:
+        trials = [t for t in trials if t.user_attrs.get(keys.PHASE) == compare.CONFIRM]
+    elif study.spec.repeats < 2:
+        return []
+    groups: dict[tuple, list] = {}
+    for t in trials:
+        groups.setdefault(tuple(sorted(t.params.items())), []).append(t)
+    rows = []
+    for group in groups.values():
+        values = [t.value for t in group]
+        rows.append({"name": config_name(sp.settings_for(study.spec.space, group[0].params)),
+                     "mean": statistics.fmean(values), "n": len(values),
+                     "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+                     "run_ids": [t.user_attrs.get(keys.RUN_ID) or "" for t in group],
+                     "trials": [t.number for t in group]})
+    sign = -1 if study.spec.objective.direction == "maximize" else 1
+    return sorted(rows, key=lambda r: (sign * r["mean"], min(r["trials"])))
 
 
 def log_comparison(book: TrialBook) -> str | None:

@@ -30,3 +30,136 @@ def test_a_run_name_says_its_configuration_in_a_fixed_order_and_short_words():
     assert config_name({}) == "default"
     long = config_name({f"setting_{i}": i for i in range(30)})
     assert len(long) == 80 and long.endswith("…")
+
+
+# ------------------------------------------------------------------------------ the live view
+
+def simulated_sweep(pace_at, *, trials=8, epochs=3, workers=2, step=0.25, seed=0):
+    """A sweep run by the clock: each worker trains its trials' epochs one after another, an
+    epoch taking ``pace_at(t)`` seconds give or take 10 %. Yields (time, Snapshot, truth):
+    what the runner would show at each refresh and the true time left."""
+    import random
+
+    from orchestrator.display import Snapshot, TrialRow
+
+    rng = random.Random(seed)
+    ends, t_free, queue = [], [0.0] * workers, list(range(trials))
+    plan = {}  # trial: (worker, start, [epoch end times])
+    while queue:
+        w = min(range(workers), key=t_free.__getitem__)
+        number, start, t = queue.pop(0), t_free[w], t_free[w]
+        times = []
+        for _ in range(epochs):
+            t += pace_at(t) * rng.uniform(0.9, 1.1)
+            times.append(t)
+        plan[number], t_free[w] = (w, start, times), t
+        ends.append(t)
+    last = max(ends)
+    now = 0.0
+    while now < last:
+        rows, measured, finished = [], [], 0
+        for number, (_, start, times) in plan.items():
+            done = [e for e in times if e <= now]
+            measured += [b - a for a, b in zip([start] + done, done)]
+            if len(done) == epochs:
+                finished += 1
+            elif start <= now:
+                rows.append(TrialRow(number, f"trial {number}", epochs, start, len(done),
+                                     last_epoch_at=done[-1] if done else None))
+        measured.sort()
+        yield now, Snapshot({"finished": finished}, trials, 0.0, "val_acc", None, rows,
+                            workers, tuple(measured[-30:]), len(measured)), last - now
+        now += step
+
+
+def shown_estimates(snapshots):
+    from orchestrator.display import Eta, raw_estimate
+
+    eta, out = Eta(), []
+    for now, snapshot, truth in snapshots:
+        raw = raw_estimate(snapshot, now)
+        if raw is not None:
+            out.append((now, eta.update(now, raw[0], raw[1], snapshot.measured), truth))
+    return out
+
+
+def test_the_eta_of_a_steady_sweep_never_moves_by_more_than_its_stated_uncertainty():
+    shown = shown_estimates(simulated_sweep(lambda t: 1.0))
+    assert len(shown) > 20
+    for (t1, a, _), (t2, b, _) in zip(shown, shown[1:]):
+        assert abs(b.seconds - (a.seconds - (t2 - t1))) <= b.plus_minus + 1e-9
+    # and it is right: within its uncertainty of the true time left, once a few epochs ran
+    late = [(e, truth) for _, e, truth in shown if e.epochs >= 6]
+    assert all(abs(e.seconds - truth) <= e.plus_minus for e, truth in late)
+
+
+def test_a_change_of_pace_moves_the_eta_gradually_then_it_follows():
+    from orchestrator.display import Eta
+
+    eta, now, shown = Eta(), 0.0, []
+    while now < 40:  # 60 s left by a steady pace; at 10 s the pace halves: 50 s more
+        raw = 60 - now if now < 10 else 110 - now
+        shown.append((now, eta.update(now, raw, 1.0, 20), raw))
+        now += 0.25
+    for (t1, a, _), (t2, b, _) in zip(shown, shown[1:]):
+        assert abs(b.seconds - (a.seconds - (t2 - t1))) <= b.plus_minus + 1e-9
+    at_jump = next(e for t, e, _ in shown if t >= 10)
+    assert at_jump.seconds < 60 and at_jump.plus_minus > 40  # says how unsure it became
+    end, raw = shown[-1][1], shown[-1][2]
+    assert abs(end.seconds - raw) <= 1.0  # followed within ~30 s
+
+
+def test_the_time_left_hands_queued_trials_to_whichever_worker_frees_first():
+    from orchestrator.display import makespan
+
+    assert makespan([], 0, 10.0, 2) == 0.0
+    assert makespan([5.0, 1.0], 1, 10.0, 2) == 11.0
+    assert makespan([5.0, 1.0], 2, 10.0, 2) == 15.0
+    assert makespan([2.0], 3, 3.0, 2) == 6.0  # an idle worker takes the first queued trial
+
+
+def test_a_running_trial_row_says_epoch_objective_best_speed_and_elapsed():
+    from orchestrator.display import TrialRow, row_cells
+
+    row = TrialRow(4, "sgd lr=0.05", 10, started=100.0, epoch=2, value=0.96123, best=0.97,
+                   samples_per_second=4123.4, last_epoch_at=150.0)
+    assert row_cells(row, 163.0) == ("4", "sgd lr=0.05", "2/10", "0.9612", "0.9700", "4,123",
+                                     "1:03")
+    starting = TrialRow(5, "adam lr=0.001", 10, started=160.0)
+    assert row_cells(starting, 163.0) == ("5", "adam lr=0.001", "0/10", "", "", "", "0:03")
+
+
+def panel_text(progress, now: float) -> str:
+    from io import StringIO
+
+    from rich.console import Console
+
+    out = Console(file=StringIO(), width=100, color_system=None)
+    out.print(progress.render(now))
+    return out.file.getvalue()
+
+
+def test_the_panel_shows_the_counts_the_best_a_row_per_trial_the_eta_and_the_phase():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from orchestrator.display import Progress, Snapshot, TrialRow
+
+    progress = Progress(Console(file=StringIO()), "tiny")  # not a terminal: no live panel
+    assert "starting workers (importing torch)" in panel_text(progress, 1.0)
+    rows = [TrialRow(2, "lr=0.003 bs=64", 3, started=8.0, epoch=1, value=0.9, best=0.9,
+                     samples_per_second=2000.0, last_epoch_at=9.0)]
+    progress.update(Snapshot({"finished": 2, "pruned": 1, "fail": 0}, 4, 0.0, "val_acc",
+                             (0.95, 0, "lr=0.004 bs=128"), rows, 2, (1.0, 1.2), 2,
+                             tracking=False))
+    text = panel_text(progress, 10.0)
+    assert "tiny  2/4 done, 1 running, 1 pruned, 0 failed   best val_acc 0.9500 (trial 0: " \
+           "lr=0.004 bs=128)" in text
+    assert "ETA " in text and " from 2 epochs" in text
+    assert "the first trials start while MLflow opens" in text
+    assert text.splitlines()[-1].split() == ["2", "lr=0.003", "bs=64", "1/3", "0.9000",
+                                             "0.9000", "2,000", "0:02"]
+    progress.phase("export")
+    progress.trial_done("exporting trial 0 as onnx")
+    assert "phase: export: exporting trial 0 as onnx" in panel_text(progress, 11.0)
