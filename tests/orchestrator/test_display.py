@@ -163,3 +163,33 @@ def test_the_panel_shows_the_counts_the_best_a_row_per_trial_the_eta_and_the_pha
     progress.phase("export")
     progress.trial_done("exporting trial 0 as onnx")
     assert "phase: export: exporting trial 0 as onnx" in panel_text(progress, 11.0)
+
+
+def test_with_repeats_the_summary_has_a_row_per_configuration_and_every_full_run_id(tmp_path):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from orchestrator import keys
+    from orchestrator.cli import print_summary
+    from orchestrator.runner import Outcome, configurations
+    from orchestrator.spec import validate
+    from orchestrator.study import SweepStudy
+    from tests.conftest import tiny_spec
+
+    spec = validate(tiny_spec(trials=4, repeats=2))
+    study = SweepStudy.open(spec, str(tmp_path / "j.journal"))
+    for value in (0.5, 0.7, 0.9, 0.9):  # seeds 0 and 1 of two configurations
+        pending = study.next_trial()
+        study.set_attr(pending, keys.RUN_ID, f"{pending.number:x}" * 32)
+        study.complete(pending, [value])
+    confs = configurations(study)
+    assert [(c["mean"], c["n"], c["trials"]) for c in confs] == [(0.9, 2, [2, 3]),
+                                                                 (0.6, 2, [0, 1])]
+    assert abs(confs[1]["std"] - 0.1414) < 1e-3
+    out = Console(file=StringIO(), width=40, color_system=None)  # narrow, as when piped
+    print_summary(out, spec, Outcome(0, study.counts(), [], "1", "p" * 32, "sqlite:///x.db",
+                                     str(tmp_path / "j.journal"), 1.0, None, confs))
+    text = out.file.getvalue()
+    assert all(f"trial {n}: {f'{n:x}' * 32}" in text for n in range(4)), text
+    assert "sweep report tiny" in text
