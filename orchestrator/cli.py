@@ -555,18 +555,13 @@ def _export(run_id: str, settings, weights: str, out: Path, formats: tuple[str, 
 
 
 def cmd_ui(args, console: Console) -> int:
-    from .tracking import Tracker
+    from .server import sweep_table
 
     check_address(console, args.host, args.port)
     uri = args.tracking_uri or paths.default_tracking_uri()
-    tracker = Tracker(uri)
-    path = ""
-    if args.name:
-        exp = tracker.client.get_experiment_by_name(args.name)
-        if exp is None:
-            raise SweepError(f"no sweep named {args.name!r} in {uri}; run it first, or pass "
-                             f"--tracking-uri")
-        path = paths.runs_table(exp.experiment_id)
+    # the sweep is looked up by the server once it answers: this process then imports no
+    # MLflow (4 s of CPU before the server could start)
+    path = (lambda base: sweep_table(base, args.name, uri)) if args.name else ""
     return serve(console, ui_command(uri, args.host, args.port),
                  paths.work_dir(uri) / "mlflow-ui.log", "MLflow UI",
                  f"http://{args.host}:{args.port}", path)

@@ -5,24 +5,65 @@ from __future__ import annotations
 import ctypes
 import errno
 import ipaddress
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 
+from . import keys, paths
 from .errors import SweepError
 
 
 def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
-    """``mlflow ui`` on a tracking store, for one user on this machine."""
+    """``mlflow ui`` on a tracking store, for one user on this machine.
+
+    One worker: uvicorn then serves from the process it starts in, where two or more workers
+    are processes of their own that each import MLflow's server (4 s of CPU each), side by
+    side on a 2-core machine; one browser's requests need no more (its Flask handlers run
+    in a thread pool either way)."""
     return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri,
-            "--host", host, "--port", str(port), "--workers", "2"]
+            "--host", host, "--port", str(port), "--workers", "1"]
+
+
+def sweep_table(base: str, name: str, store: str) -> str:
+    """The path of sweep ``name``'s runs in the MLflow UI that answers at ``base`` (its
+    experiment looked up there): the runs table of its "Model training" view, filtered to
+    the sweep's runs (its parent and its trials).
+
+    MLflow keeps which parent rows are expanded in the browser, not in the URL, and shows
+    trials folded under their parent; with a search filter in the URL it lists the runs that
+    match flat instead: every trial a row of its own, no row to open first.
+
+    Raises:
+        SweepError: ``store`` holds no sweep of that name.
+    """
+    query = urllib.parse.urlencode({"experiment_name": name})
+    try:
+        with urllib.request.urlopen(f"{base}/ajax-api/2.0/mlflow/experiments/get-by-name?"
+                                    f"{query}", timeout=30) as r:
+            experiment_id = json.load(r)["experiment"]["experiment_id"]
+    except urllib.error.HTTPError as e:
+        if e.code != 404:  # 404: RESOURCE_DOES_NOT_EXIST
+            raise
+        raise SweepError(f"no sweep named {name!r} in {store}; run it first, or pass "
+                         f"--tracking-uri") from None
+    runs = urllib.parse.quote(sweep_filter(name), safe="")
+    return f"{paths.runs_table(experiment_id)}&searchFilter={runs}"
+
+
+def sweep_filter(name: str) -> str:
+    """MLflow's search filter for the runs of sweep ``name`` (a sweep's name holds no quote)."""
+    return f"tags.`{keys.STUDY}` = '{name}'"
 
 
 def server_command(backend: str, artifacts: Path, host: str, port: int, workers: int,
@@ -40,8 +81,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # besides SIGINT (Ctrl-C)
 PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when its parent dies
 
 
-def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str, path: str,
-          hint: str = "") -> int:
+def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str,
+          path: str | Callable[[str], str], hint: str = "") -> int:
     """Start an MLflow server, print its URL once it answers, and stop it with its helper
     processes on Ctrl-C, SIGTERM or SIGHUP (or when it exits).
 
@@ -50,7 +91,9 @@ def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str
             address checked by :func:`check_address` first.
         log_path: where its output goes (appended).
         what: its name in messages, e.g. ``MLflow UI``.
-        base: its URL, e.g. ``http://127.0.0.1:5000``; ``path`` is appended to the URL printed.
+        base: its URL, e.g. ``http://127.0.0.1:5000``; ``path`` is appended to the URL printed,
+            or asked of the server once it answers (a function of ``base``, which may raise
+            :class:`SweepError`: the server is stopped, the error passed on).
         hint: said after the URL.
 
     Returns:
@@ -74,6 +117,8 @@ def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str
                                     stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, preexec_fn=_stop_with_parent)
         _wait_until_it_answers(proc, what, base, log_path)
+        if callable(path):
+            path = path(base)
         console.print(f"{what}: {base}{path}{hint}   (Ctrl-C stops it; server log: {log_path})",
                       soft_wrap=True)
         console.file.flush()
@@ -158,8 +203,8 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float) -> bool:
             with urllib.request.urlopen(url, timeout=2) as r:
                 if r.status == 200:
                     return True
-        except OSError:
-            time.sleep(0.3)
+        except OSError:  # not listening yet: refused at once, so a short pause costs nothing
+            time.sleep(0.05)
     return False
 
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -17,11 +18,14 @@ from tests.conftest import group_alive, run_cli, serve
 
 def test_ui_prints_the_runs_table_url_and_stops_with_its_helpers(quickstart):
     stores, _ = quickstart
+    client = stores.client()
+    exp = client.get_experiment_by_name("quickstart")
+    other = client.create_run(exp.experiment_id, run_name="not the sweep's")  # a notebook's
+    client.set_terminated(other.info.run_id)
     with serve("ui", "quickstart", "--tracking-uri", stores.tracking_uri, cwd=stores.dir,
                prefix="MLflow UI:") as ui:  # printed only once the server answers
-        exp = stores.client().get_experiment_by_name("quickstart")
-        url = f"http://127.0.0.1:{ui.port}{runs_table(exp.experiment_id)}"
-        assert ui.line.strip().startswith(f"MLflow UI: {url} "), ui.line
+        url = f"http://127.0.0.1:{ui.port}{runs_table(exp.experiment_id)}&searchFilter="
+        assert ui.line.strip().startswith(f"MLflow UI: {url}"), ui.line
         api = (f"http://127.0.0.1:{ui.port}/ajax-api/2.0/mlflow/experiments/get-by-name"
                f"?experiment_name=quickstart")
         with urllib.request.urlopen(api, timeout=10) as r:
@@ -29,6 +33,13 @@ def test_ui_prints_the_runs_table_url_and_stops_with_its_helpers(quickstart):
         assert body["experiment"]["experiment_id"] == exp.experiment_id
         assert ui.groups and ui.proc.pid not in ui.groups  # the server has its own group
         ui.stop()
+    # MLflow folds trials under their parent unless the URL holds a search filter; the one
+    # it holds, run through MLflow's search, finds the sweep's runs and no other
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(ui.url.split("#", 1)[1]).query)
+    found = client.search_runs([exp.experiment_id], filter_string=query["searchFilter"][0])
+    sweep = stores.runs("quickstart", "parent") + stores.runs("quickstart", "trial")
+    assert len(sweep) == 5  # the parent and its 4 trials
+    assert sorted(r.info.run_id for r in found) == sorted(r.info.run_id for r in sweep)
 
 
 def test_ui_for_an_unknown_sweep_is_one_line_and_exit_2(stores):
