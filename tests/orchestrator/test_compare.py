@@ -353,3 +353,16 @@ def test_the_verdict_sentence_says_how_far_ahead_the_better_level_is(direction, 
     assert compare.verdict_sentence(c, [r]) == (
         f"{better} better than {worse} by {amount} m {interval} over 5 paired seeds "
         f"(Holm p = 0.001)")
+
+
+def test_a_changed_compare_block_is_refused_on_rerun_like_any_changed_yaml(tmp_path):
+    from orchestrator.errors import SweepError
+    from orchestrator.study import SweepStudy
+
+    storage = str(tmp_path / "optuna.journal")
+    SweepStudy.open(validate(compare_spec()), storage)
+    more = compare_spec(compare={"factor": "optimizer", "tune_trials": 3, "seeds": 2})
+    with pytest.raises(SweepError) as refused:
+        SweepStudy.open(validate(more), storage)
+    assert "compare" in str(refused.value) and "tune_trials" in str(refused.value)
+    SweepStudy.open(validate(compare_spec()), storage)  # the same block resumes
