@@ -20,7 +20,7 @@ from typing import Callable
 
 from rich.console import Console
 
-from . import keys, paths
+from . import paths
 from .errors import SweepError
 
 
@@ -37,12 +37,12 @@ def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
 
 def sweep_table(base: str, name: str, store: str) -> str:
     """The path of sweep ``name``'s runs in the MLflow UI that answers at ``base`` (its
-    experiment looked up there): the runs table of its "Model training" view, filtered to
-    the sweep's runs (its parent and its trials).
+    experiment looked up there): the runs table of its "Model training" view, every trial a
+    row of its own, sorted by run name (the trials of one configuration next to each other).
 
-    MLflow keeps which parent rows are expanded in the browser, not in the URL, and shows
-    trials folded under their parent; with a search filter in the URL it lists the runs that
-    match flat instead: every trial a row of its own, no row to open first.
+    MLflow keeps which parent rows are expanded in the browser, not in the URL, and folds
+    trials under their parent when the table is sorted by start time (its default); sorted
+    by anything else, it lists them flat.
 
     Raises:
         SweepError: ``store`` holds no sweep of that name.
@@ -57,13 +57,12 @@ def sweep_table(base: str, name: str, store: str) -> str:
             raise
         raise SweepError(f"no sweep named {name!r} in {store}; run it first, or pass "
                          f"--tracking-uri") from None
-    runs = urllib.parse.quote(sweep_filter(name), safe="")
-    return f"{paths.runs_table(experiment_id)}&searchFilter={runs}"
+    order = urllib.parse.urlencode({"orderByKey": BY_RUN_NAME, "orderByAsc": "true"},
+                                   quote_via=urllib.parse.quote)
+    return f"{paths.runs_table(experiment_id)}&{order}"
 
 
-def sweep_filter(name: str) -> str:
-    """MLflow's search filter for the runs of sweep ``name`` (a sweep's name holds no quote)."""
-    return f"tags.`{keys.STUDY}` = '{name}'"
+BY_RUN_NAME = "tags.`mlflow.runName`"  # the runs table's "Run Name" sort, in MLflow's syntax
 
 
 def server_command(backend: str, artifacts: Path, host: str, port: int, workers: int,

