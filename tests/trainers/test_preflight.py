@@ -181,3 +181,27 @@ def test_the_last_batch_suggestion_counts_the_forward_passes_of_gradient_accumul
     assert check.status == FAIL and "(each in 2 forward passes)" in check.evidence
     assert "batch_size that leaves no single item (e.g. 6)" in check.fix
     assert "last_batch" not in {c.name for c in checks(6).checks}
+
+
+def test_the_sample_grid_shows_each_image_upscaled_with_its_class_name(tmp_path):
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from trainers.preflight import GRID_COLUMNS, GRID_TILE, _sample_grid
+
+    # two 2x2 grey images, min-max scaled: a chessboard and its negative
+    x = torch.tensor([[[[0.0, 1.0], [1.0, 0.0]]], [[[1.0, 0.0], [0.0, 1.0]]]])
+    data = SimpleNamespace(normalization=None, classes=("cat", "dog"))
+    png = np.asarray(Image.open(_sample_grid(x, torch.tensor([1, 0]), data,
+                                             tmp_path / "g.png")).convert("L"))
+    assert png.shape == (GRID_TILE + 22, GRID_COLUMNS * (GRID_TILE + 8))
+    half = GRID_TILE // 2
+    first = png[2:2 + GRID_TILE, 4:4 + GRID_TILE]  # tile 0, pasted at (4, 2)
+    assert (first[:half, :half] == 0).all() and (first[:half, half:] == 255).all()
+    second = png[2:2 + GRID_TILE, 4 + GRID_TILE + 8:4 + 2 * GRID_TILE + 8]
+    assert (second[:half, :half] == 255).all() and (second[half:, :half] == 0).all()
+    caption = png[2 + GRID_TILE + 3:, 4:4 + GRID_TILE]
+    assert (caption < 128).any()  # the class name is written under the tile
