@@ -44,6 +44,9 @@ from .workers import WorkerPool
 PREFLIGHT_BASE_S = 300.0  # loading (or downloading) the data, the sample grid, the checks
 PREFLIGHT_PER_STEP_S = 1.0  # one training step of a large model on a CPU, with room to spare
 TEST_BASE_S = 120.0
+# what a format's export weighs against torch_export's (the ONNX exporter translates the whole
+# graph; int8 exports ONNX, then calibrates): the heaviest share goes first, to a warmed worker
+EXPORT_WEIGHT = {"onnx": 3, "int8": 4}
 EXPORT_PER_FORMAT_S = 300.0
 EPOCHS_OF_WORK = 10  # a test pass or an export format may take this many epochs' time too
 
@@ -299,8 +302,9 @@ def export_best(book: TrialBook, workers: Workers) -> None:
         book.say(f"exporting trial {best[0].number} as {', '.join(spec.export)} and checking "
                  f"parity...")
         # one share of the formats per worker: each loads the model once for its share
-        shares = [tuple(spec.export[i::workers.count])
-                  for i in range(min(workers.count, len(spec.export)))]
+        shares = sorted((tuple(spec.export[i::workers.count])
+                         for i in range(min(workers.count, len(spec.export)))),
+                        key=lambda share: -sum(EXPORT_WEIGHT.get(f, 1) for f in share))
         seconds = max(len(f) for f in shares) * (spec.export_timeout_s or EXPORT_PER_FORMAT_S
                                                  + EPOCHS_OF_WORK * epoch_seconds(best))
         settings = book.study.trial_settings(best[0])

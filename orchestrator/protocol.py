@@ -15,7 +15,8 @@ Contract:
     :class:`Decision` (stop now, or go on) before the worker trains on; then :class:`Done`
     (complete or pruned) or :class:`Failed`;
   - :class:`Test` -> :class:`Tested`; :class:`Export` -> :class:`Exported`;
-    :class:`Preflight` -> :class:`Checked`;
+    :class:`Preflight` -> :class:`Checked`; :class:`Warm` -> :class:`Warmed` (sent to a worker
+    left without a trial at the end of a sweep; the runner takes the answer whenever it comes);
   - :class:`Stop` -> no answer: the worker exits.
 * A message that is not a dict, an unknown op, a missing or unexpected field, or an op the
   receiving side does not take raises :class:`ProtocolError` where it is decoded: the runner
@@ -50,6 +51,8 @@ class Op(enum.Enum):
     EXPORTED = "exported"
     PREFLIGHT = "preflight"
     CHECKED = "checked"
+    WARM = "warm"
+    WARMED = "warmed"
     STOP = "stop"
 
 
@@ -223,16 +226,34 @@ class Preflight(Message):
 
 
 @dataclass(frozen=True)
+class Warm(Message):
+    """Get ready to export in ``formats``: the first export of a process spends seconds
+    importing and setting up the exporters, which a worker with nothing left to train does
+    ahead of the export of the best trial."""
+
+    op: ClassVar[Op] = Op.WARM
+    formats: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Warmed(Message):
+    """The answer to :class:`Warm`."""
+
+    op: ClassVar[Op] = Op.WARMED
+    seconds: float
+
+
+@dataclass(frozen=True)
 class Stop(Message):
     """Exit now (the sweep is over); no answer."""
 
     op: ClassVar[Op] = Op.STOP
 
 
-Request = Train | Test | Export | Preflight | Stop
+Request = Train | Test | Export | Preflight | Warm | Stop
 Reply = Tested | Exported | Checked
-REQUESTS = (Train, Test, Export, Preflight, Stop)  # what a worker takes between trials
-FROM_WORKER = (Ready, Epoch, Done, Failed, Tested, Exported, Checked)  # what the runner takes
+REQUESTS = (Train, Test, Export, Preflight, Warm, Stop)  # what a worker takes between trials
+FROM_WORKER = (Ready, Epoch, Done, Failed, Tested, Exported, Checked, Warmed)  # the runner's
 MESSAGES = {cls.op: cls for cls in (*FROM_WORKER, *REQUESTS, Decision)}
 REPLY_TO = {Test: Tested, Export: Exported, Preflight: Checked}  # a request -> its answer
 

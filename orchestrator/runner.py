@@ -39,6 +39,8 @@ from .protocol import (
     Reply,
     Request,
     Train,
+    Warm,
+    Warmed,
 )
 from .slots import plan_slots
 from .spec import SweepSpec
@@ -136,6 +138,17 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
         pool.stop()
 
 
+def warm(spec: SweepSpec, workers: list[Worker], running: int) -> None:
+    """Workers left without a trial set up the exporters of the best trial's export while
+    other trials still run (their answer comes to the loop's ``_handle``); with none running
+    the export itself comes next, and a warming worker would only delay it."""
+    if spec.export_for != "best" or not spec.export or not running:
+        return
+    for worker in workers:
+        if not (worker.warmed or worker.warming):
+            worker.warming = worker.send(Warm(formats=tuple(spec.export)))
+
+
 class _Loop:
     """The scheduling loop of one ``sweep run``: launches trials on idle workers, passes their
     messages to the trial book, enforces timeouts and shows progress."""
@@ -199,17 +212,20 @@ class _Loop:
 
     def _launch(self) -> bool:
         """Give a trial to every idle ready worker; True when no trial is left to start."""
-        idle = [w for w in self.pool.workers if w.ready and w.slot.index not in self.book.active]
+        idle = [w for w in self.pool.workers
+                if w.ready and not w.warming and w.slot.index not in self.book.active]
         if not idle:
             return False
         # once per pass, not once per worker; trials running on other machines count too
         finished = self.study.counts()["finished"]
         running = max(self.study.running(), len(self.book.active))
-        for worker in idle:  # a comparison's plan counts its own trials
+        for i, worker in enumerate(idle):  # a comparison's plan counts its own trials
             if self.study.comparison is None and finished + running >= self.spec.trials:
+                warm(self.spec, idle[i:], len(self.book.active))
                 return False
             pending = self.study.next_trial()
             if pending is None:
+                warm(self.spec, idle[i:], len(self.book.active))
                 return True
             if isinstance(pending, compare.Wait):
                 return False
@@ -248,6 +264,8 @@ class _Loop:
             self._show()  # also while a phase waits for its workers
         elif isinstance(msg, (Done, Failed)):
             self.book.finish(slot, msg)
+        elif isinstance(msg, Warmed) and worker.warming:
+            worker.warming, worker.warmed = False, True
         else:
             raise ProtocolError(f"worker {slot} sent a {msg.op.value} message that answers "
                                 f"no request")
@@ -274,9 +292,11 @@ class _Loop:
     # ------------------------------------------------------------- lending a worker to a phase
 
     def _free(self, busy: dict[int, Any]) -> list[Worker]:
-        """Ready workers holding neither a trial nor a phase's request."""
-        return [w for w in self.pool.workers if w.ready and w.alive
+        """Ready workers holding neither a trial nor a request, those with the exporters set
+        up first (a phase's first request is its heaviest)."""
+        free = [w for w in self.pool.workers if w.ready and w.alive and not w.warming
                 and w.slot.index not in self.book.active and w.slot.index not in busy]
+        return sorted(free, key=lambda w: not w.warmed)
 
     def _ask_all(self, requests: list[Request],
                  deadline_s: float) -> list[Reply | phases.Lost | None]:

@@ -11,6 +11,7 @@ import os
 import platform
 import signal
 import sys
+import time
 import traceback
 import warnings
 from dataclasses import replace
@@ -36,6 +37,8 @@ from .protocol import (
     Test,
     Tested,
     Train,
+    Warm,
+    Warmed,
     receive,
     send,
 )
@@ -92,6 +95,8 @@ def answer(conn: Connection, request: Request, trainers) -> Message:
                           trainers)
     if isinstance(request, Preflight):
         return run_preflight(request)
+    if isinstance(request, Warm):
+        return run_warm(request.formats)
     raise ProtocolError(f"no handler for a {request.op.value} request")
 
 
@@ -174,6 +179,17 @@ def run_export(settings: dict, model, formats, folder: str, trainers) -> Exporte
     except Exception as e:  # reported on the run; the trial's result stands
         return Exported.failed(f"{type(e).__name__}: {e}", folder)
     return Exported(report=report, metrics=summary_metrics(report), error=None, dir=folder)
+
+
+def run_warm(formats) -> Warmed:
+    """Set up the exporters of ``formats`` (see :func:`trainers.export.prepare`)."""
+    from trainers.export import prepare
+
+    t0 = time.perf_counter()
+    prepare(tuple(formats))
+    seconds = time.perf_counter() - t0
+    sys.stderr.write(f"prepared the export ({', '.join(formats)}) while idle: {seconds:.1f} s\n")
+    return Warmed(seconds=seconds)
 
 
 def run_preflight(request: Preflight) -> Checked:

@@ -30,6 +30,8 @@ class Worker:
     log_path: Path
     info: Ready | None = None  # what it said once it imported torch
     kill_reason: str | None = None  # set when the runner kills it (a trial past its timeout)
+    warming: bool = False  # setting up the exporters (a Warm request it has not answered)
+    warmed: bool = False  # it did: the export of the best trial starts warm there
 
     @property
     def ready(self) -> bool:

@@ -135,3 +135,17 @@ def test_the_shares_of_an_export_are_merged_and_a_lost_share_fails_only_its_form
     every = merge_exports(shares, [Lost("worker 0 died"), Lost("worker 1 died")],
                           tmp_path / "none")
     assert "worker 0 died" in every["error"] and every["report"] is None
+
+
+def test_a_worker_left_without_a_trial_sets_up_the_export_while_it_waits(
+        stores, cli, write_spec):
+    # 3 trials on 2 workers: one worker has nothing to train while the last trial runs
+    done = cli(write_spec(tiny_spec(trials=3, export_for="best", export=["onnx"])))
+    assert done.returncode == 0, done.stderr
+    logs = {p.name: p.read_text() for p in (stores.dir / ".sweep" / "tiny" / "logs").iterdir()}
+    warmed = [name for name, text in logs.items()
+              if "prepared the export (onnx) while idle" in text]
+    assert len(warmed) >= 1, logs
+    (best,) = [r for r in stores.runs("tiny", "trial")
+               if r.data.tags.get("sweep.exported") == "true"]
+    assert best.data.tags["sweep.export.onnx"] == "passed"

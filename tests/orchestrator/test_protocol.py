@@ -27,6 +27,8 @@ from orchestrator.protocol import (
     Ready,
     Stop,
     Train,
+    Warm,
+    Warmed,
     decode,
     encode,
 )
@@ -57,6 +59,8 @@ EXAMPLES = [
     Preflight(settings={"lr": 0.01}, dir="/p", overfit_steps=300, lr_range_test=False,
               lr_search=(0.001, 0.1)),
     Checked(report={"status": "PASS", "checks": []}),
+    Warm(formats=("torch_export", "onnx")),
+    Warmed(seconds=2.5),
     Stop(),
 ]
 PLAIN = (str, int, float, bool, type(None))
