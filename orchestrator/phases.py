@@ -316,7 +316,7 @@ def export_best(book: TrialBook, workers: Workers) -> None:
                                    for i, formats in enumerate(shares)], seconds)
         if any(r is None for r in replies):
             return
-        result = merge_exports(shares, replies, scratch / "export")
+        result = merge_exports(shares, replies, scratch / "export", tuple(spec.export))
         result["metrics"] = {**result["metrics"], keys.EXPORT_SECONDS: time.monotonic() - started}
         book.tracker.log_export(run_id, result, mlflow_model=True)
         book.say(f"trial {best[0].number} export: {export_line(result)}")
@@ -325,11 +325,12 @@ def export_best(book: TrialBook, workers: Workers) -> None:
 
 
 def merge_exports(shares: list[tuple[str, ...]], replies: list[Exported | Lost],
-                  folder: Path) -> dict[str, Any]:
+                  folder: Path, order: tuple[str, ...] = ()) -> dict[str, Any]:
     """One export result (as :meth:`Exported.result`) from the shares of the formats that
-    several workers exported: their files moved into ``folder`` with one ``export.json``. A
-    share that failed as a whole (its worker lost, the weights unreadable) becomes that error
-    on each of its formats; the result is an error only when every share failed."""
+    several workers exported: their files moved into ``folder`` with one ``export.json``, the
+    formats in ``order`` (the sweep's), whatever order the shares ran in. A share that failed
+    as a whole (its worker lost, the weights unreadable) becomes that error on each of its
+    formats; the result is an error only when every share failed."""
     parts = [Exported.failed(r.line("export"), "") if isinstance(r, Lost) else r
              for r in replies]
     if all(p.error for p in parts):
@@ -350,6 +351,9 @@ def merge_exports(shares: list[tuple[str, ...]], replies: list[Exported | Lost],
         for key in ("eager_latency", "meta"):  # the same model: the first share's figures
             report[key] = report[key] or part.report.get(key, {})
         metrics = {**part.metrics, **metrics}
+    rank = {f: i for i, f in enumerate(order)}
+    for key in ("files", "formats"):
+        report[key] = dict(sorted(report[key].items(), key=lambda kv: rank.get(kv[0], len(rank))))
     (folder / "export.json").write_text(json.dumps(report, indent=2, default=str))
     return Exported(report=report, metrics=metrics, error=None, dir=str(folder)).result()
 

@@ -111,13 +111,15 @@ def test_the_shares_of_an_export_are_merged_and_a_lost_share_fails_only_its_form
     from orchestrator.tracking import export_tags
 
     shares = [("torch_export",), ("onnx", "int8")]
-    both = merge_exports(shares, [_share(tmp_path / "a", "torch_export", "model.pt2"),
-                                  _share(tmp_path / "b", "onnx", "model.onnx", passed=False)],
-                         tmp_path / "both")
+    both = merge_exports(shares[::-1], [_share(tmp_path / "b", "onnx", "model.onnx",
+                                               passed=False),
+                                        _share(tmp_path / "a", "torch_export", "model.pt2")],
+                         tmp_path / "both", order=("torch_export", "onnx", "int8"))
     assert sorted(p.name for p in (tmp_path / "both").iterdir()) == [
         "export.json", "input_example.npy", "model.onnx", "model.pt2"]
     written = json.loads((tmp_path / "both" / "export.json").read_text())
     assert written["formats"] == {"torch_export": {"passed": True}, "onnx": {"passed": False}}
+    assert list(written["formats"]) == ["torch_export", "onnx"]  # the sweep's order
     assert written["files"]["onnx"] == str(tmp_path / "both" / "model.onnx")
     assert both["metrics"] == {"export_torch_export_passed": 1.0, "export_onnx_passed": 0.0,
                                "export_eager_ms_per_image_b1": 2.0}
