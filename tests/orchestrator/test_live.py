@@ -40,9 +40,12 @@ def seconds(m, first: int) -> int:
     return int(m.group(first)) * 60 + int(m.group(first + 1))
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)")
 def test_the_live_view_on_a_terminal_shows_each_trial_the_export_and_a_steady_eta(stores,
                                                                                    tmp_path):
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux not found: the live-view test needs a real terminal; install it as "
+                    "root with `apt-get install -y tmux` (the README's test command does)",
+                    pytrace=False)
     spec = tmp_path / "tiny.yaml"
     spec.write_text(yaml.safe_dump(tiny_spec(trials=4, export_for="best", export=["onnx"],
                                              train={"dataset": "digits", "model": "small_cnn",
