@@ -185,6 +185,7 @@ class _Loop:
                 self._handle(worker, msg)
             self.book.attach_tracking(wait=False)
             self._enforce_trial_timeout()
+            self.pool.kill_unstarted(self.spec.start_timeout_s)
             self.book.fail_stale_trials()
             self._show()
         self._show(force=True)
@@ -330,6 +331,7 @@ class _Loop:
     def _await(self, requests: list[Request], replies: list, busy: dict[int, Any],
                deadline_s: float) -> None:
         """One wait of :meth:`_ask_all`: the answers that came, the deadlines that passed."""
+        self.pool.kill_unstarted(self.spec.start_timeout_s)
         now = time.monotonic()
         timeout = min([0.5] + [max(0.0, until - now) for _, _, until in busy.values()])
         for w, msg in self.pool.wait(timeout=timeout):

@@ -38,6 +38,7 @@ SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp", "qmc")
 NUMERIC_ONLY_SAMPLERS = ("cmaes", "gp", "qmc")
 PRUNERS = ("none", "median", "successive_halving", "hyperband")
 RESUMABLE_KEYS = ("trials", "workers", "retries", "timeout_min", "trial_timeout_min",
+                  "start_timeout_s",
                   "description", "keep_checkpoints", "gpus", "workers_per_gpu", "export",
                   "export_for", "export_timeout_s", "test_timeout_s", "preflight",
                   "heartbeat_seconds")
@@ -155,6 +156,9 @@ class SweepSpec(_Strict):
     retries: int = Field(1, ge=0, description="retries of a crashed trial, from its checkpoint")
     trial_timeout_min: float | None = Field(None, gt=0, description="a trial running longer is "
                                             "killed and handled as a crash")
+    start_timeout_s: float = Field(600, gt=0, description="seconds a worker may take to start "
+                                   "(import torch, initialise its device) before it is killed "
+                                   "as a failed start")
     keep_checkpoints: bool = Field(False, description="keep each trial's epoch checkpoint")
     gpus: list[int] | None = Field(None, description="GPU ids for the worker slots (default: "
                                    "the visible GPUs)")

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
@@ -31,6 +31,7 @@ class Worker:
     info: Ready | None = None  # what it said once it imported torch
     kill_reason: str | None = None  # set when the runner kills it (a trial past its timeout)
     warming: bool = False  # setting up the exporters (a Warm request it has not answered)
+    spawned: float = field(default_factory=time.monotonic)  # when its process started
     warmed: bool = False  # it did: the export of the best trial starts warm there
 
     @property
@@ -150,6 +151,15 @@ class WorkerPool:
         for w in self.workers:
             if not w.conn.closed:
                 w.conn.close()
+
+    def kill_unstarted(self, seconds: float) -> None:
+        """SIGKILL the workers that have not said Ready within ``seconds`` of starting (a
+        hung import or device initialisation); each then reports dead, a failed start."""
+        for w in self.workers:
+            if not w.ready and w.kill_reason is None and time.monotonic() - w.spawned > seconds:
+                self.kill_one(w, f"it did not start within {seconds:g} s (importing torch and "
+                                 f"initialising its device hung; raise start_timeout_s if "
+                                 f"starting is only slow there)")
 
     def kill_one(self, worker: Worker, reason: str) -> None:
         """SIGKILL one worker; its closed pipe then reports it dead, with ``reason``."""

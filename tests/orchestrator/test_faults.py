@@ -260,3 +260,26 @@ def test_a_rank_killed_in_a_two_device_trial_is_retried_like_a_dead_worker(store
         "RankCrashed: rank 1 of 2 killed by SIGKILL")
     assert retry.user_attrs[keys.RETRY_OF] == first.number
     assert [r.info.status for r in stores.runs("tiny", "trial")] == ["FAILED", "FAILED"]
+
+
+def test_workers_that_never_start_are_killed_at_their_deadline_and_the_sweep_says_so(
+        stores, write_spec, tmp_path):
+    # a start-up that hangs (a device initialisation that never returns): a site hook that
+    # sleeps in every worker process, and only there
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import sys, time\n"
+        "if 'orchestrator.worker' in getattr(sys, 'orig_argv', []):\n"
+        "    time.sleep(3600)\n")
+    spec = write_spec(tiny_spec(trials=2, workers=2, start_timeout_s=2))
+    t0 = time.monotonic()
+    done = run_cli("run", str(spec), cwd=stores.dir, env={"PYTHONPATH": f"{hook}:{ROOT}"},
+                   timeout=200)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("sweep:")]
+    assert "training workers cannot start" in line and "did not start within 2 s" in line
+    assert "start_timeout_s" in line
+    assert [t.state.name for t in stores.study("tiny").trials] == []  # none started
+    assert time.monotonic() - t0 < 150  # four starts of 2 s each, not an hour
