@@ -7,81 +7,15 @@ trust authentication) and drops them afterwards.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
-import pytest
 import yaml
 
-from tests.conftest import free_port, group_alive, process_groups_of_children, tiny_spec
-
-PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
-
-
-def _admin():
-    import psycopg
-
-    try:
-        conn = psycopg.connect(dbname="postgres", connect_timeout=5, autocommit=True, **PG)
-    except psycopg.OperationalError as e:
-        pytest.fail(f"PostgreSQL at {PG['host']}:{PG['port']} (user {PG['user']}) is not "
-                    f"reachable: {str(e).strip().splitlines()[0]}; start it with "
-                    f"'pg_ctlcluster --skip-systemctl-redirect 15 main start'", pytrace=False)
-    return conn
-
-
-@pytest.fixture(scope="module")
-def databases():
-    """``new()`` makes a fresh database and returns its URL; all are dropped at the end."""
-    made = []
-
-    def new() -> str:
-        name = f"sweep_test_{uuid.uuid4().hex[:10]}"
-        conn = _admin()
-        with conn.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}"')
-        conn.close()
-        made.append(name)
-        return f"postgresql://{PG['user']}@{PG['host']}:{PG['port']}/{name}"
-
-    yield new
-    conn = _admin()
-    with conn.cursor() as cur:
-        for name in made:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    conn.close()
-
-
-@pytest.fixture(scope="module")
-def server(databases, tmp_path_factory):
-    """`sweep server` on a free 127.0.0.1 port with a PostgreSQL backend store; its URL."""
-    folder = tmp_path_factory.mktemp("server")
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "server", "--backend-store-uri", databases(),
-         "--artifacts-destination", str(folder / "artifacts"), "--port", str(port)],
-        cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    lines = []
-    while True:
-        line = proc.stdout.readline()
-        lines.append(line)
-        if not line or line.startswith("MLflow tracking server:"):
-            break
-    assert line.startswith(f"MLflow tracking server: {url}"), "".join(lines)
-    groups = process_groups_of_children(proc.pid)
-    yield url
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=30) == 0
-    deadline = time.monotonic() + 15
-    while any(group_alive(g) for g in groups) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not any(group_alive(g) for g in groups)  # the server's helpers went with it
+from tests.conftest import tiny_spec
 
 
 def _machine(root: Path, name: str, spec: dict, storage: str, tracking: str,

@@ -14,7 +14,6 @@ import yaml
 
 from orchestrator import keys
 from tests.conftest import ROOT, SLACK, Pace, Stores, run_cli, tiny_spec
-from tests.orchestrator.test_scale_out import databases  # noqa: F401 - a fixture
 
 MACHINES = 4
 
@@ -116,7 +115,7 @@ def test_processes_starting_together_on_new_sqlite_stores_all_succeed(tmp_path, 
     assert_one_trial_each(storage, tracking_uri)
 
 
-def test_processes_starting_together_on_new_postgresql_databases_all_succeed(databases,  # noqa: F811
+def test_processes_starting_together_on_new_postgresql_databases_all_succeed(databases,
                                                                               tmp_path, pace):
     storage, tracking_uri = databases(), databases()
     ends = start_together(storage, tracking_uri, tmp_path, pace)
