@@ -113,7 +113,7 @@ def build_report(data: SweepData, out_dir: str | os.PathLike, by: str | None = N
     for name, figure in figures.items():
         (out / "plots" / name).write_bytes(figure.png)
         files.append(out / "plots" / name)
-    table = data.trials.drop(columns=[c for c in data.trials.columns if c.startswith("tags.")])
+    table = trial_table(data)
     table.to_csv(out / "trials.csv", index=False)
     table.astype({c: str for c in table.columns if table[c].dtype == object}).to_parquet(
         out / "trials.parquet", index=False)
@@ -127,6 +127,11 @@ def build_report(data: SweepData, out_dir: str | os.PathLike, by: str | None = N
     (out / "report.html").write_text(to_html(doc))
     files += [out / "report.md", out / "report.html", out / "trials.csv", out / "trials.parquet"]
     return Report(out, ftable, paired, gaps, files, doc.headline[0], comparison)
+
+
+def trial_table(data: SweepData) -> pd.DataFrame:
+    """The table of ``trials.csv``: a row per trial joined with its run (its tags left out)."""
+    return data.trials.drop(columns=[c for c in data.trials.columns if c.startswith("tags.")])
 
 
 def comparison_gaps(data: SweepData, c: Comparison) -> list[str]:
@@ -161,6 +166,13 @@ def _summary_lines(data: SweepData) -> list[str]:
                      f"{f' +- {std:.4f}' if std is not None else ''} over trial(s) "
                      f"{data.parent_tags.get(keys.TEST_TRIALS, '?')}.")
     return lines
+
+
+def headline(data: SweepData) -> str:
+    """The report's first line: a comparison's verdict, else its best complete trial. It reads
+    the trials alone, so ``load_sweep(..., curves=False)`` gives it all it needs."""
+    comparison = compare(data)
+    return comparison.headline if comparison is not None else _best_line(data)
 
 
 def _best_line(data: SweepData) -> str:
