@@ -22,7 +22,7 @@ from trainers import DEFAULT_EXPORT_FORMATS, EXPORT_FORMATS
 from . import keys, paths
 from .display import Progress, params_text
 from .errors import SweepError, disk_full
-from .server import check_address, serve, server_command, ui_command
+from .server import check_address, serve, server_command, storage_proxy, ui_command
 from .space import grid_size
 from .spec import MAX_GRID, data_downloads, data_problems, load_spec
 
@@ -202,6 +202,15 @@ def _server_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allowed-hosts", metavar="HOSTS",
                    help="Host headers the server accepts besides localhost (MLflow's DNS "
                         "rebinding protection), e.g. 'trainbox:5000,10.0.0.5:5000'")
+    p.add_argument("--storage-proxy", action="store_true",
+                   help="also start Optuna's gRPC storage proxy in front of the study storage "
+                        "(--storage): many machines then share one study through it, with "
+                        "--storage grpc://HOST:PORT, instead of a database connection each")
+    p.add_argument("--storage", metavar="URL",
+                   help="with --storage-proxy: the study storage it serves, postgresql://... "
+                        "(or mysql://, sqlite:///FILE); a journal file cannot be proxied")
+    p.add_argument("--proxy-port", type=_port, default=13000,
+                   help="with --storage-proxy: its port (default 13000), on --host")
 
 
 def _completion_arguments(p: argparse.ArgumentParser) -> None:
@@ -572,6 +581,7 @@ def cmd_server(args, console: Console) -> int:
     backend = args.backend_store_uri or paths.default_tracking_uri()
     artifacts = Path(args.artifacts_destination).resolve()
     artifacts.mkdir(parents=True, exist_ok=True)
+    sidecar = storage_proxy(args, console)
     cmd = server_command(backend, artifacts, args.host, args.port, args.workers,
                          args.allowed_hosts)
     from .paths import mask
@@ -579,7 +589,8 @@ def cmd_server(args, console: Console) -> int:
     console.print(f"backend store {mask(backend)}, artifacts in {artifacts}", soft_wrap=True)
     return serve(console, cmd, Path.cwd() / ".sweep" / "mlflow-server.log",
                  "MLflow tracking server", f"http://{args.host}:{args.port}", "",
-                 hint="   (sweep run ... --tracking-uri this URL on every machine)")
+                 hint="   (sweep run ... --tracking-uri this URL on every machine)",
+                 sidecar=sidecar)
 
 
 # every command, in its order in `sweep --help`

@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -22,6 +23,7 @@ from rich.console import Console
 
 from . import paths
 from .errors import SweepError
+from .paths import mask
 
 
 def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
@@ -76,12 +78,81 @@ def server_command(backend: str, artifacts: Path, host: str, port: int, workers:
     return cmd
 
 
+def storage_proxy(args, console: Console) -> Sidecar | None:
+    """The storage proxy ``sweep server`` starts with ``--storage-proxy``: Optuna's gRPC proxy
+    in front of the RDB study storage ``--storage``, on ``--host`` and ``--proxy-port``.
+
+    Raises:
+        SweepError: a proxy flag without ``--storage-proxy``, no ``--storage``, a storage the
+            proxy cannot serve (a journal file, a proxy), or its port taken.
+    """
+    if not args.storage_proxy:
+        if args.storage:
+            raise SweepError(f"--storage {mask(args.storage)}: sweep server serves a study "
+                             f"storage only through its proxy; add --storage-proxy")
+        return None
+    url = args.storage or ""
+    scheme = urllib.parse.urlsplit(url).scheme.split("+")[0]
+    if scheme not in ("postgresql", "postgres", "mysql", "sqlite"):
+        raise SweepError(f"--storage-proxy --storage {mask(url) or '(none)'}: the proxy serves "
+                         f"a database study storage: pass --storage postgresql://USER@HOST/DB "
+                         f"(a journal file or another proxy cannot be served)")
+    if args.proxy_port == args.port:
+        raise SweepError(f"--proxy-port {args.proxy_port}: the MLflow server listens on that "
+                         f"port (--port); pick another")
+    check_address(console, args.host, args.proxy_port, flag="--proxy-port")
+    return Sidecar(proxy_command(url, args.host, args.proxy_port),
+                   Path.cwd() / ".sweep" / "storage-proxy.log", "Optuna storage proxy",
+                   args.host, args.proxy_port, f"grpc://{args.host}:{args.proxy_port}",
+                   hint=f"   (sweep run ... --storage this URL on every machine; it serves "
+                        f"{mask(url)})")
+
+
+def proxy_command(storage: str, host: str, port: int) -> list[str]:
+    """The command line of the storage proxy's process (:func:`run_proxy`)."""
+    return [sys.executable, "-m", "orchestrator.server", "proxy", storage, host, str(port)]
+
+
+def run_proxy(url: str, host: str, port: int) -> int:
+    """Serve the study storage ``url`` through Optuna's gRPC proxy on ``host:port`` until the
+    process is stopped; the storage opened as ``sweep run`` opens it (a new database's tables
+    created under the store's lock). Returns 2 when it cannot be opened (said on stderr)."""
+    import optuna
+
+    from .study import open_storage  # Optuna: imported in the proxy's process only
+
+    try:
+        storage = open_storage(url)
+    except SweepError as e:
+        sys.stderr.write(f"sweep: {e}\n")
+        return 2
+    # Optuna's advice: a cached storage (get_storage), not a bare RDBStorage, behind the proxy
+    optuna.storages.run_grpc_proxy_server(optuna.storages.get_storage(storage), host=host,
+                                          port=port)
+    return 0
+
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # besides SIGINT (Ctrl-C)
 PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when its parent dies
 
 
+@dataclass(frozen=True)
+class Sidecar:
+    """A process started beside the server, listening on ``host:port``, and stopped with it
+    (the Optuna storage proxy of ``sweep server --storage-proxy``)."""
+
+    cmd: list[str]
+    log_path: Path
+    what: str  # its name in messages
+    host: str
+    port: int
+    url: str  # printed once it listens
+    hint: str = ""
+
+
 def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str,
-          path: str | Callable[[str], str], hint: str = "") -> int:
+          path: str | Callable[[str], str], hint: str = "", sidecar: Sidecar | None = None
+          ) -> int:
     """Start an MLflow server, print its URL once it answers, and stop it with its helper
     processes on Ctrl-C, SIGTERM or SIGHUP (or when it exits).
 
@@ -94,42 +165,70 @@ def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str
             or asked of the server once it answers (a function of ``base``, which may raise
             :class:`SweepError`: the server is stopped, the error passed on).
         hint: said after the URL.
+        sidecar: a process started with the server, its URL printed once it listens, stopped
+            with the server; the server stops when it ends.
 
     Returns:
         0 once the server stopped.
 
     Raises:
-        SweepError: it did not answer within two minutes (the end of its log says why).
+        SweepError: it did not answer within two minutes (the end of its log says why), or
+            the sidecar did not listen or ended.
     """
     # MLflow's job consumers serve GenAI features, not training runs: six helper processes of
     # ~240 MB each that a sweep's server does not need (set the variable to keep them).
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     # a stop signal raises KeyboardInterrupt, so that the finally below stops the server: it has
     # its own session, and nothing else would (installed before it starts: no window)
     previous = {s: signal.signal(s, _interrupt) for s in STOP_SIGNALS}
-    proc = None
+    procs: list[subprocess.Popen] = []
     try:
-        with open(log_path, "ab") as log:
-            # its own process group: the MLflow server's helpers outlive a server killed alone
-            proc = subprocess.Popen(cmd, start_new_session=True, env=env,
-                                    stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, preexec_fn=_stop_with_parent)
+        if sidecar is not None:  # first: it starts faster than MLflow, and is asked second
+            procs.append(_start(sidecar.cmd, sidecar.log_path, env))
+        proc = _start(cmd, log_path, env)
+        procs.append(proc)
         _wait_until_it_answers(proc, what, base, log_path)
+        if sidecar is not None:
+            _wait_until_it_listens(procs[0], sidecar)
         if callable(path):
             path = path(base)
         console.print(f"{what}: {base}{path}{hint}   (Ctrl-C stops it; server log: {log_path})",
                       soft_wrap=True)
+        if sidecar is not None:
+            console.print(f"{sidecar.what}: {sidecar.url}{sidecar.hint}   (log: "
+                          f"{sidecar.log_path})", soft_wrap=True)
         console.file.flush()
-        proc.wait()
+        _wait_for_the_end(proc, procs[0] if sidecar is not None else None, sidecar)
     except KeyboardInterrupt:
         pass
     finally:
-        if proc is not None:
-            kill_group(proc)
+        for p in reversed(procs):
+            kill_group(p)
         for s, handler in previous.items():
             signal.signal(s, handler)
     return 0
+
+
+def _start(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        # its own process group: the MLflow server's helpers outlive a server killed alone
+        return subprocess.Popen(cmd, start_new_session=True, env=env, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=_stop_with_parent)
+
+
+def _wait_for_the_end(proc: subprocess.Popen, side: subprocess.Popen | None,
+                      sidecar: Sidecar | None) -> None:
+    """Until the server exits; or, with a sidecar, until either does (the other is stopped)."""
+    if side is None or sidecar is None:
+        proc.wait()
+        return
+    while proc.poll() is None and side.poll() is None:
+        time.sleep(0.5)
+    if side.poll() is not None:
+        raise SweepError(f"the {sidecar.what} stopped (exit code {side.returncode}); "
+                         f"{_log_end(sidecar.log_path)}")
 
 
 def _interrupt(signum, frame) -> None:
@@ -149,11 +248,26 @@ def _stop_with_parent() -> None:
 def _wait_until_it_answers(proc: subprocess.Popen, what: str, base: str, log_path: Path) -> None:
     if wait_http(f"{base}/health", proc, timeout=120) and proc.poll() is None:
         return
+    raise SweepError(f"the {what} did not start on {base} (port taken? try --port); "
+                     f"{_log_end(log_path)}")
+
+
+def _wait_until_it_listens(proc: subprocess.Popen, sidecar: Sidecar) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with socket.create_connection((sidecar.host, sidecar.port), timeout=2):
+                return
+        except OSError:  # not listening yet: refused at once
+            time.sleep(0.05)
+    raise SweepError(f"the {sidecar.what} did not start on {sidecar.url}; "
+                     f"{_log_end(sidecar.log_path)}")
+
+
+def _log_end(log_path: Path) -> str:
     from .workers import tail_lines
 
-    raise SweepError(f"the {what} did not start on {base} (port taken? try --port); "
-                     f"its log {log_path} ends: "
-                     f"{' | '.join(tail_lines(log_path, 3).splitlines())}")
+    return f"its log {log_path} ends: {' | '.join(tail_lines(log_path, 3).splitlines())}"
 
 
 def is_loopback(host: str) -> bool:
@@ -166,7 +280,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_address(console: Console, host: str, port: int) -> None:
+def check_address(console: Console, host: str, port: int, flag: str = "--port") -> None:
     """Before anything starts: refuse a port something else listens on (the server would fail
     to bind, and whatever answers there, another folder's store, would look like it), and warn
     that an address other than loopback serves the store to anyone, without authentication.
@@ -182,10 +296,10 @@ def check_address(console: Console, host: str, port: int) -> None:
             probe.bind((host, port))
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
-                raise SweepError(f"--port {port}: port {port} on {host} is already in use by "
+                raise SweepError(f"{flag} {port}: port {port} on {host} is already in use by "
                                  f"another program (another sweep ui or MLflow server?); stop "
-                                 f"it, or pick a free port with --port") from None
-            raise SweepError(f"--host {host} --port {port}: cannot listen there: "
+                                 f"it, or pick a free port with {flag}") from None
+            raise SweepError(f"--host {host} {flag} {port}: cannot listen there: "
                              f"{e.strerror or e}") from None
     if not is_loopback(host):
         console.print(f"warning: --host {host}: the store is then served without "
@@ -217,3 +331,7 @@ def kill_group(proc: subprocess.Popen) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["proxy"]:  # the child of proxy_command
+    sys.exit(run_proxy(sys.argv[2], sys.argv[3], int(sys.argv[4])))

@@ -26,7 +26,7 @@ from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import TrialState
 
-from . import compare, keys, paths
+from . import compare, keys, paths, proxy
 from . import space as sp
 from .errors import SweepError
 from .locks import store_lock
@@ -48,21 +48,26 @@ def default_storage(tracking_uri: str) -> str:
 
 
 def open_storage(url: str, heartbeat_s: int | None = None, on_stale=None):
-    """An Optuna storage for ``url``: an RDB URL (sqlite://, postgresql://, mysql://...), or a
-    journal file given as a path or ``journal:PATH``.
+    """An Optuna storage for ``url``: an RDB URL (sqlite://, postgresql://, mysql://...), a
+    journal file given as a path or ``journal:PATH``, or Optuna's storage proxy in front of an
+    RDB storage, ``grpc://HOST:PORT`` (``sweep server --storage-proxy``).
 
     With ``heartbeat_s``, an RDB storage records the heartbeats of running trials and calls
     ``on_stale(study, frozen_trial)`` for each trial :func:`optuna.storages.fail_stale_trials`
     fails after two intervals without one (a journal file has no heartbeats: there, a dead
-    process's trials are found by its pid, on its own machine).
+    process's trials are found by its pid, on its own machine). Through a proxy, heartbeats are
+    trial attributes (:class:`proxy.HeartbeatProxy`).
     """
     scheme = urlsplit(url).scheme.split("+")[0]
     if scheme in RDB_SCHEMES:
         return _open_rdb(url, heartbeat_s, on_stale)
+    if scheme == "grpc":
+        return proxy.open_grpc(url, heartbeat_s, on_stale)
     path = paths.journal_file(url)
     if path is None:
         raise SweepError(f"--storage {mask(url)}: unknown storage scheme {scheme!r}; use a file "
-                         f"path (journal), sqlite:///FILE, postgresql://... or mysql://...")
+                         f"path (journal), sqlite:///FILE, postgresql://..., mysql://... or "
+                         f"grpc://HOST:PORT (a storage proxy)")
     paths.check_journal_folder(url)
     with store_lock(str(path)):  # one process repairs or creates the file at a time
         repair_journal(path)
