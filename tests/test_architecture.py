@@ -19,7 +19,7 @@ LAYERS: list[set[str]] = [
     # trainers: helpers without torch, then the settings every module reads
     {"trainers.system", "trainers.errors", "trainers.verdicts"},
     {"trainers.settings"},
-    {"trainers.datafiles"},
+    {"trainers.datafiles", "trainers.seams"},
     {"trainers.runtime", "trainers.augment", "trainers.checkpoint", "trainers.models",
      "trainers.optim", "trainers.activations"},
     {"trainers.datasets", "trainers.batches", "trainers.distributed"},

@@ -17,14 +17,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from . import activations, checkpoint, distributed
+from . import activations, checkpoint, distributed, seams
 from .augment import AUGMENTATIONS
 from .batches import make_batches
 from .datasets import Data, load_data
 from .distributed import ALONE, Ranks
-from .errors import CheckpointError, TrainerWarning, TrainingDiverged
+from .errors import CheckpointError, SettingsError, TrainerWarning, TrainingDiverged
 from .models import build_model
-from .optim import build_optimizer, build_scheduler
+from .optim import build_loss, build_optimizer, build_scheduler
 from .runtime import (
     autocast,
     prepare_inputs,
@@ -33,7 +33,7 @@ from .runtime import (
     seed_everything,
     set_determinism,
 )
-from .settings import TrainSettings
+from .settings import EPOCH_METRICS, TrainSettings
 
 
 @dataclass
@@ -67,7 +67,8 @@ class TrainResult:
 class Run:
     """What one training run is made of, built by :func:`build_run` (for a training, or for
     :func:`trainers.preflight.preflight`'s checks). ``model`` is what trains (DDP around
-    ``module`` on several ranks, ``module`` itself alone)."""
+    ``module`` on several ranks, ``module`` itself alone). ``step_fn`` is a user's step
+    (None: the model, then ``loss_fn``); ``metric_fns`` the user's validation metrics."""
 
     settings: TrainSettings
     device: torch.device
@@ -76,12 +77,14 @@ class Run:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
-    loss_fn: nn.Module
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     train_batches: Any
     val_batches: Any
     generators: dict[str, torch.Generator]
     ranks: Ranks = ALONE
     checked_devices: bool = False
+    step_fn: Callable | None = None
+    metric_fns: dict[str, Callable] = field(default_factory=dict)
 
     def state(self) -> dict[str, Any]:
         """The checkpoint of this run; on several ranks every rank takes part (their random
@@ -102,7 +105,12 @@ class Run:
 
 def build_run(settings: TrainSettings, device: torch.device, data: Data,
               ranks: Ranks = ALONE) -> Run:
-    """Model, optimizer (after ``model.to(device)``), schedule and batches of one run."""
+    """Model, optimizer (after ``model.to(device)``), schedule, loss and batches of one run.
+
+    Raises:
+        SettingsError: user code at a seam cannot be imported or does not take its arguments.
+    """
+    seams.check_seams(settings)
     seed_everything(settings.seed)  # the same initial weights on every rank
     module = build_model(settings.model, data.num_classes, data.in_channels, data.image_size,
                          settings.weights, settings.download).to(device)
@@ -122,10 +130,13 @@ def build_run(settings: TrainSettings, device: torch.device, data: Data,
                                ranks.rank, ranks.world)
     scheduler = build_scheduler(optimizer, settings, train_batches.steps_per_epoch)
     _warn_about_batchnorm(settings, module)
+    step_fn = (seams.bind("step", settings.step, settings.step_args)
+               if settings.step is not None else None)
     return Run(settings, device, module, ranks.wrap(module), optimizer, scheduler,
                torch.amp.GradScaler(device.type, enabled=settings.amp == "fp16"),
-               nn.CrossEntropyLoss(label_smoothing=settings.label_smoothing),
-               train_batches, val_batches, generators, ranks)
+               build_loss(settings), train_batches, val_batches, generators, ranks,
+               step_fn=step_fn,
+               metric_fns={name: seams.resolve("metrics", name) for name in settings.metrics})
 
 
 def _warn_about_batchnorm(settings: TrainSettings, module: nn.Module) -> None:
@@ -245,8 +256,8 @@ def train_one_epoch(run: Run, epoch: int, first_step: int) -> tuple[dict[str, fl
     params = [p for p in run.module.parameters() if p.requires_grad]
     loss_sum = torch.zeros((), device=run.device)
     correct = torch.zeros((), dtype=torch.int64, device=run.device)
-    seen, norms, lr_steps = 0, [], []
-    if run.device.type == "cuda":
+    seen, scored, norms, lr_steps = 0, 0, [], []  # scored: samples with logits (a user step
+    if run.device.type == "cuda":                 # may return none)
         torch.cuda.reset_peak_memory_stats(run.device)
     t0 = time.perf_counter()
     for i, step in enumerate(run.train_batches.epoch(epoch)):
@@ -260,8 +271,10 @@ def train_one_epoch(run: Run, epoch: int, first_step: int) -> tuple[dict[str, fl
                 loss, logits = _forward_backward(run, x, y, weight, first_step + i)
             if not step.padding:
                 loss_sum += loss * len(y)
-                correct += (logits.argmax(1) == y).sum()
                 seen += len(y)
+                if logits is not None:
+                    correct += (logits.argmax(1) == y).sum()
+                    scored += len(y)
         norms.append(_unscale_and_clip(run, params))
         lr_steps.append((first_step + i, optimizer.param_groups[0]["lr"]))
         run.scaler.step(optimizer)  # skips the step when fp16 gradients overflowed
@@ -269,28 +282,61 @@ def train_one_epoch(run: Run, epoch: int, first_step: int) -> tuple[dict[str, fl
         run.scheduler.step()
     train_seconds = time.perf_counter() - t0
     loss_total, correct_total, seen = ranks.sum_counts(loss_sum, correct, seen)
+    if run.step_fn is None:
+        scored = seen
+    else:  # the accuracy of the samples whose logits the user's step returned
+        _, correct_total, scored = ranks.sum_counts(loss_sum, correct, scored)
     train_loss = loss_total / seen
     if not math.isfinite(train_loss):
         raise TrainingDiverged(f"training loss is {train_loss} in the epoch ending at step "
                                f"{lr_steps[-1][0]}")
-    return _epoch_metrics(run, train_loss, correct_total / seen, seen / train_seconds,
+    return _epoch_metrics(run, train_loss, correct_total / scored if scored else math.nan,
+                          seen / train_seconds,
                           torch.stack(norms)), lr_steps
 
 
 def _forward_backward(run: Run, x, y, weight: float, step: int):
-    """Forward and backward of one micro-batch; returns its (detached) loss and logits."""
+    """Forward and backward of one micro-batch; returns its (detached) loss and logits (None
+    when a user's step returned none)."""
     if not run.checked_devices:
         _check_one_device(run.model, x, y)
         run.checked_devices = True
     if run.settings.augment != "none":
         x = AUGMENTATIONS[run.settings.augment](x, run.generators["augment"])
     with autocast(run.settings, run.device):
-        logits = run.model(prepare_inputs(run.settings, x))
-        loss = run.loss_fn(logits, y)
+        loss, logits = forward_loss(run, prepare_inputs(run.settings, x), y)
     if run.device.type == "cpu" and not math.isfinite(loss.item()):  # a free check on CPU only
         raise TrainingDiverged(f"training loss is {loss.item()} at step {step}")
     run.scaler.scale(loss if weight == 1 else loss * weight).backward()
-    return loss.detach().float(), logits.detach()
+    return loss.detach().float(), None if logits is None else logits.detach()
+
+
+def forward_loss(run: Run, x: torch.Tensor, y: torch.Tensor):
+    """One micro-batch's ``(loss, logits or None)``: the model then the loss, or the user's
+    ``step(model, inputs, targets, loss_fn, settings, **step_args)`` in their place.
+
+    Raises:
+        SettingsError: the user's step or loss returned something else than a scalar loss.
+    """
+    if run.step_fn is None:
+        logits = run.model(x)
+        loss, seam = run.loss_fn(logits, y), "loss"
+    else:
+        out, seam = run.step_fn(run.model, x, y, run.loss_fn, run.settings), "step"
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise SettingsError("step", run.settings.step, f"returned a "
+                                f"{type(out).__name__}; it must return (loss, logits or None)")
+        loss, logits = out
+    if not (isinstance(loss, torch.Tensor) and loss.ndim == 0 and loss.requires_grad):
+        what = (f"a tensor of shape {tuple(loss.shape)}" + ("" if loss.requires_grad else
+                ", without grad_fn") if isinstance(loss, torch.Tensor) else
+                f"a {type(loss).__name__}")
+        raise SettingsError(seam, getattr(run.settings, seam), f"gave {what} as the loss; it "
+                            f"must be a scalar tensor computed from the model's output")
+    if logits is not None and not isinstance(logits, torch.Tensor):
+        raise SettingsError("step", run.settings.step, f"returned a {type(logits).__name__} as "
+                                                       f"the logits; return a tensor or None")
+    return loss, logits
 
 
 def _unscale_and_clip(run: Run, params) -> torch.Tensor:
@@ -325,27 +371,68 @@ def _validate(run: Run) -> dict[str, float]:
                  else contextlib.nullcontext())
     with recording:
         metrics = evaluate(run.module, run.val_batches, run.settings, run.device,
-                           ranks=run.ranks)
+                           ranks=run.ranks, metric_fns=run.metric_fns)
     return {**metrics, **stats}
 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, batches, settings: TrainSettings, device: torch.device,
-             prefix: str = "val", ranks: Ranks = ALONE) -> dict[str, float]:
+             prefix: str = "val", ranks: Ranks = ALONE,
+             metric_fns: dict[str, Callable] | None = None) -> dict[str, float]:
     """Loss (plain cross-entropy, no label smoothing) and accuracy over a whole split, in eval
-    mode, as ``{prefix}_loss`` and ``{prefix}_acc`` (summed over the ranks' shares)."""
+    mode, as ``{prefix}_loss`` and ``{prefix}_acc`` (summed over the ranks' shares), and what
+    each of ``metric_fns`` (a user's ``f(logits, targets) -> {name: value}``) returns for the
+    whole split's float32 logits and targets (gathered from every rank)."""
     model.eval()
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), dtype=torch.int64, device=device)
-    n = 0
+    n, kept = 0, []
     for x, y in batches.eval_batches():
         with autocast(settings, device):
             logits = model(prepare_inputs(settings, x))
         loss_sum += F.cross_entropy(logits.float(), y, reduction="sum")
         correct += (logits.argmax(1) == y).sum()
         n += len(y)
+        if metric_fns:
+            kept.append((logits.float(), y))
     loss_total, correct_total, n = ranks.sum_counts(loss_sum, correct, n)
-    return {f"{prefix}_loss": loss_total / n, f"{prefix}_acc": correct_total / n}
+    out = {f"{prefix}_loss": loss_total / n, f"{prefix}_acc": correct_total / n}
+    if metric_fns:
+        logits, targets = torch.cat([lg for lg, _ in kept]), torch.cat([t for _, t in kept])
+        if ranks.distributed:  # every rank's share, on every rank
+            shares = ranks.gather((logits.cpu(), targets.cpu()))
+            logits = torch.cat([lg for lg, _ in shares])
+            targets = torch.cat([t for _, t in shares])
+        out.update(user_metrics(metric_fns, logits, targets, set(out)))
+    return out
+
+
+def user_metrics(metric_fns: dict[str, Callable], logits: torch.Tensor, targets: torch.Tensor,
+                 taken: set[str]) -> dict[str, float]:
+    """What the user's ``f(logits, targets) -> {name: value}`` functions return, as floats.
+
+    Raises:
+        SettingsError: a function returned no dict, a name twice or taken (``taken``, the
+            built-in metrics), or a value that is no number.
+    """
+    out: dict[str, float] = {}
+    for name, fn in metric_fns.items():
+        values = fn(logits, targets)
+        if not isinstance(values, dict):
+            raise SettingsError("metrics", name, f"returned a {type(values).__name__}; it must "
+                                                 f"return a dict of metric name: number")
+        for key, value in values.items():
+            clash = key in taken or key in out or key in EPOCH_METRICS
+            if not isinstance(key, str) or not key or clash:
+                raise SettingsError("metrics", name, f"returned the name {key!r}, "
+                                    f"{'taken by another metric' if clash else 'not a name'}; "
+                                    f"name each metric once, apart from the built-in ones")
+            try:
+                out[key] = float(value)
+            except (TypeError, ValueError):
+                raise SettingsError("metrics", name, f"returned {value!r} for {key!r}; it "
+                                                     f"must be a number") from None
+    return out
 
 
 def evaluate_test(settings: TrainSettings, weights: str | os.PathLike) -> dict[str, float] | None:

@@ -24,9 +24,10 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset, TensorDataset, default_collate
 
+from . import seams
 from .datasets import Data, load_data
-from .loop import build_run
-from .runtime import resolve_device, seed_everything
+from .loop import build_run, forward_loss, user_metrics
+from .runtime import prepare_inputs, resolve_device, seed_everything
 from .settings import TrainSettings
 from .verdicts import ERROR, FAIL, PASS, SKIP, WARN, worst
 
@@ -103,7 +104,8 @@ def preflight(settings: TrainSettings, *, out_dir: str | Path | None = None,
         out.mkdir(parents=True, exist_ok=True)
     steps = [("data", _data_checks), ("devices", _device_check),
              ("registration", _registration_check), ("gradients", _gradient_check),
-             ("loss_wiring", _loss_wiring_check), ("last_batch", _last_batch_check),
+             ("loss_wiring", _loss_wiring_check), ("seams", _seams_check),
+             ("last_batch", _last_batch_check),
              ("overfit", _overfit_checks)]
     if lr_range_test:
         steps.append(("lr_range", lambda ctx: _lr_range_check(ctx, lr_search)))
@@ -480,6 +482,45 @@ def _loss_wiring_check(ctx: _Context) -> None:
     else:
         ctx.add("loss_wiring", PASS, f"logits {tuple(out.shape)}, values in "
                                      f"[{float(out.min()):.3g}, {float(out.max()):.3g}]")
+
+
+def _seams_check(ctx: _Context) -> None:
+    """The user's optimizer, schedule, loss, step and metrics run as training runs them: one
+    optimizer step on the first batch must change the weights. A row only with user code."""
+    s, run = ctx.settings, ctx.run
+    users = [f"{seam} {getattr(s, seam)}" for seam in ("optimizer", "schedule", "loss", "step")
+             if seams.is_user_code(seam, getattr(s, seam))]
+    if not users and not s.metrics:
+        return
+    (x, y), params = ctx.batch, [p for p in run.module.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in params]
+    run.model.train()
+    run.optimizer.zero_grad(set_to_none=True)
+    loss, logits = ctx.guarded("seams", lambda: forward_loss(run, prepare_inputs(s, x), y))
+    ctx.guarded("seams", loss.backward)
+    lr = run.optimizer.param_groups[0]["lr"]
+    ctx.guarded("seams", run.optimizer.step)
+    ctx.guarded("seams", run.scheduler.step)
+    changed = sum(not torch.equal(a, p.detach()) for a, p in zip(before, params))
+    evidence = (f"{'; '.join(users) or 'built-in seams'}: one step (lr {lr:.3g}, loss "
+                f"{float(loss.detach()):.3g}) changed {changed} of {len(params)} parameter tensors")
+    if changed == 0:
+        blame = " or ".join(u.split()[0] for u in users if u.split()[0] in ("optimizer",
+                                                                            "step")) or "loss"
+        ctx.add("seams", FAIL, evidence, f"the user's {blame} leaves the weights as they were: "
+                                         f"the sweep would train nothing",
+                "update every parameter of the groups the optimizer is given (in step()), and "
+                "return a loss computed from the model's output")
+        raise _Stop
+    if s.metrics:
+        run.model.eval()
+        with torch.no_grad():
+            out = run.model(prepare_inputs(s, x)).float()
+        values = ctx.guarded("seams", lambda: user_metrics(run.metric_fns, out, y,
+                                                           {"val_loss", "val_acc"}))
+        evidence += "; metrics on the batch: " + ", ".join(f"{k} {v:.3g}"
+                                                           for k, v in values.items())
+    ctx.add("seams", PASS, evidence)
 
 
 def _last_batch_check(ctx: _Context) -> None:

@@ -14,7 +14,9 @@ from typing import Any
 from .errors import SettingsError
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
-SCHEDULES = ("constant", "warmup_cosine")
+SCHEDULES = ("constant", "warmup_cosine", "warmup_linear", "step", "onecycle",
+             "warmup_stable_decay")
+LOSSES = ("cross_entropy",)
 LR_SCALINGS = ("none", "linear", "sqrt")
 DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "image_folder", "fake")
 MODELS = ("small_cnn", "mlp", "resnet18")
@@ -29,15 +31,24 @@ EPOCH_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "grad_norm",
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 USER_CODE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # module.path:function
 TORCHVISION = "torchvision:"  # model: torchvision:NAME, any torchvision classification model
+TORCH_OPTIM = "torch:"  # optimizer: torch:NAME, any torch.optim class
 MAX_SEED = 2**32 - 1  # numpy's largest seed
 MAX_INT = 2**63 - 1  # what torch and numpy hold in an int64
 
 
 def _knob(default, help: str, *, choices=None, fixed_only: bool = False, unit: str = "",
-          user_code: bool = False):
-    return field(default=default, metadata={"help": help, "choices": choices,
-                                            "fixed_only": fixed_only, "unit": unit,
-                                            "user_code": user_code})
+          user_code: bool = False, factory=None):
+    metadata = {"help": help, "choices": choices, "fixed_only": fixed_only, "unit": unit,
+                "user_code": user_code}
+    if factory is not None:  # a mutable default (a mapping or a list), fresh for every instance
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _args(seam: str):
+    return _knob(None, f"keyword arguments of a user {seam} (torch:NAME or module:function), "
+                       f"checked against its signature; searched under its option in space",
+                 factory=dict)
 
 
 @dataclass(frozen=True)
@@ -73,7 +84,10 @@ class TrainSettings:
     batch_size: int = _knob(64, "samples per optimizer step", unit="samples")
     grad_accum_steps: int = _knob(1, "forward passes per optimizer step, each on "
                                      "batch_size / grad_accum_steps samples")
-    optimizer: str = _knob("adam", "optimizer", choices=OPTIMIZERS)
+    optimizer: str = _knob("adam", "optimizer: sgd, adam, adamw, torch:NAME (a torch.optim "
+                                   "class) or module:function(params, settings, **kwargs) -> "
+                                   "torch.optim.Optimizer", choices=OPTIMIZERS, user_code=True)
+    optimizer_args: dict[str, Any] = _args("optimizer")
     lr: float = _knob(1e-3, "base learning rate, before lr_scaling")
     momentum: float = _knob(0.9, "SGD momentum (sgd only)")
     nesterov: bool = _knob(False, "Nesterov momentum (sgd only)")
@@ -81,12 +95,39 @@ class TrainSettings:
                                      "weights, not to biases and norm parameters")
     decay_bias_and_norm: bool = _knob(False, "apply weight_decay to biases and normalization "
                                              "parameters too")
-    schedule: str = _knob("warmup_cosine", "learning-rate schedule, stepped per optimizer step",
-                          choices=SCHEDULES)
-    warmup_epochs: float = _knob(0.0, "linear warmup length (capped at epochs)", unit="epochs")
-    min_lr: float = _knob(0.0, "learning rate the cosine decays to")
+    schedule: str = _knob("warmup_cosine", "learning-rate schedule, stepped per optimizer step, "
+                                           "or module:function(step, total_steps, warmup_steps, "
+                                           "**kwargs) -> lr multiplier", choices=SCHEDULES,
+                          user_code=True)
+    schedule_args: dict[str, Any] = _args("schedule")
+    warmup_epochs: float = _knob(0.0, "linear warmup length (capped at epochs); not with "
+                                      "onecycle, which warms up over pct_start", unit="epochs")
+    min_lr: float = _knob(0.0, "learning rate warmup_cosine, warmup_linear and "
+                               "warmup_stable_decay decay to")
+    step_size_epochs: float = _knob(10.0, "step: epochs between two drops of the lr",
+                                    unit="epochs")
+    gamma: float = _knob(0.1, "step: factor the lr is multiplied by at each drop, in (0, 1]")
+    pct_start: float = _knob(0.3, "onecycle: share of the run spent raising the lr, in (0, 1)")
+    div_factor: float = _knob(25.0, "onecycle: the lr starts at lr / div_factor (>= 1)")
+    final_div_factor: float = _knob(1e4, "onecycle: the lr ends at lr / (div_factor x "
+                                         "final_div_factor) (>= 1)")
+    decay_fraction: float = _knob(0.2, "warmup_stable_decay: share of the run, at its end, over "
+                                       "which the lr falls linearly to min_lr, in (0, 1]")
     clip_grad_norm: float | None = _knob(None, "max global gradient norm; null = no clipping")
     label_smoothing: float = _knob(0.0, "CrossEntropyLoss label smoothing, in [0, 1)")
+    loss: str = _knob("cross_entropy", "training loss: cross_entropy (with label_smoothing), or "
+                                       "module:function(settings, **kwargs) returning "
+                                       "loss(logits, targets) -> scalar tensor",
+                      choices=LOSSES, user_code=True)
+    loss_args: dict[str, Any] = _args("loss")
+    step: str | None = _knob(None, "module:function(model, inputs, targets, loss_fn, settings, "
+                                   "**kwargs) -> (loss, logits or None) replacing the forward "
+                                   "and loss of one micro-batch (mixup, distillation...); null "
+                                   "= model then loss", user_code=True)
+    step_args: dict[str, Any] = _args("step")
+    metrics: list[str] = _knob(None, "module:function(logits, targets) -> {name: value} "
+                                     "functions run on the validation set every epoch, logged "
+                                     "like the built-in metrics", fixed_only=True, factory=list)
     lr_scaling: str = _knob("none", "lr used = lr * f(batch_size / reference_batch_size)",
                             choices=LR_SCALINGS)
     reference_batch_size: int | None = _knob(None, "batch size at which lr is used as given",
@@ -108,7 +149,10 @@ class TrainSettings:
     def __post_init__(self):
         for f in dataclasses.fields(self):
             _check_type(f, getattr(self, f.name))
+            if isinstance(getattr(self, f.name), (dict, list, tuple)):  # a copy of the caller's
+                object.__setattr__(self, f.name, _plain(getattr(self, f.name)))
         self._check_values()
+        self._check_schedule_values()
 
     def _check_values(self):
         positive_ints = ("epochs", "batch_size", "grad_accum_steps", "devices_per_trial")
@@ -140,6 +184,35 @@ class TrainSettings:
         if self.min_lr >= self.lr_effective:
             raise SettingsError("min_lr", self.min_lr,
                                 f"must be < the lr used ({self.lr_effective:g})")
+
+    def _check_schedule_values(self):
+        for name in ("step_size_epochs",):
+            if not getattr(self, name) > 0:
+                raise SettingsError(name, getattr(self, name), "must be > 0")
+        if not 0 < self.gamma <= 1:
+            raise SettingsError("gamma", self.gamma, "must be in (0, 1]")
+        if not 0 < self.pct_start < 1:
+            raise SettingsError("pct_start", self.pct_start, "must be in (0, 1), e.g. 0.3")
+        for name in ("div_factor", "final_div_factor"):
+            if not getattr(self, name) >= 1:
+                raise SettingsError(name, getattr(self, name), "must be >= 1")
+        if not 0 < self.decay_fraction <= 1:
+            raise SettingsError("decay_fraction", self.decay_fraction, "must be in (0, 1]")
+        if self.schedule == "onecycle" and self.warmup_epochs > 0:
+            raise SettingsError("warmup_epochs", self.warmup_epochs, "must be 0 with schedule "
+                                "onecycle, which warms up over pct_start of the run")
+        if (self.schedule == "warmup_stable_decay"
+                and min(self.warmup_epochs, self.epochs) / self.epochs + self.decay_fraction > 1):
+            raise SettingsError("decay_fraction", self.decay_fraction,
+                                f"plus the warmup's share of the run "
+                                f"({min(self.warmup_epochs, self.epochs) / self.epochs:g}) must "
+                                f"be at most 1: lower one of them")
+        for seam in ("optimizer", "schedule", "loss", "step"):
+            if getattr(self, f"{seam}_args") and getattr(self, seam) in (
+                    *(setting_fields()[seam].metadata["choices"] or ()), None):
+                raise SettingsError(f"{seam}_args", getattr(self, f"{seam}_args"),
+                                    f"are for a user {seam} (torch:NAME or module:function); "
+                                    f"{seam} {getattr(self, seam)} takes settings instead")
 
     def _check_data_values(self):
         if self.batch_size % self.grad_accum_steps:
@@ -201,6 +274,9 @@ def _check_type(f: dataclasses.Field, value: Any) -> None:
             raise SettingsError(f.name, value, "must not be null")
         return
     base = kind.split("|")[0].strip()
+    if base.startswith(("dict", "list")):
+        _check_container(f, base[:4], value)
+        return
     if base == "bool":
         ok = isinstance(value, bool)
     elif base == "int":
@@ -216,11 +292,37 @@ def _check_type(f: dataclasses.Field, value: Any) -> None:
     if base == "float" and not math.isfinite(value):  # ints past a float's range were refused
         raise SettingsError(f.name, value, "must be a finite number")
     choices = f.metadata.get("choices")
+    if choices is None and f.metadata.get("user_code") and not USER_CODE.match(value):
+        raise SettingsError(f.name, value, "must be module:function (a function importable "
+                                           "from the working folder or PYTHONPATH), or null")
     if choices is not None and value not in choices:
         if f.metadata.get("user_code") and USER_CODE.match(value):
             return
         also = " or module:function" if f.metadata.get("user_code") else ""
         raise SettingsError(f.name, value, f"must be one of {', '.join(choices)}{also}")
+
+
+def _check_container(f: dataclasses.Field, kind: str, value: Any) -> None:
+    """``*_args``: a mapping of keyword names; ``metrics``: a list of module:function names."""
+    if kind == "dict":
+        if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier()
+                                                  for k in value):
+            raise SettingsError(f.name, value, "must be a mapping of keyword names to values")
+        return
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and USER_CODE.match(v)
+                                                       for v in value):
+        raise SettingsError(f.name, value, "must be a list of module:function names")
+    if len(set(value)) < len(value):
+        raise SettingsError(f.name, value, "names a function twice; list each once")
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists, all the way down: settings are written as YAML and JSON."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def setting_fields() -> dict[str, dataclasses.Field]:

@@ -1,0 +1,163 @@
+"""User code at the trainer's seams, found by name and checked against its signature.
+
+``optimizer: torch:NAME`` is a ``torch.optim`` class; ``optimizer``, ``schedule``, ``loss``,
+``step`` and ``metrics`` take ``module:function`` (importable from the working folder or
+PYTHONPATH). The trainer passes each seam its own arguments first (:data:`PASSED`); the rest of
+the function's keywords are the user's, given in ``<seam>_args``. Imports no torch unless a
+``torch:NAME`` is looked up, so that a sweep is validated without it.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any, Callable
+
+from .errors import SettingsError
+from .settings import TORCH_OPTIM, USER_CODE, setting_fields
+
+# what the trainer passes to each seam, in this order (positionally); the rest are keywords
+PASSED = {"optimizer": ("params", "settings"),
+          "schedule": ("step", "total_steps", "warmup_steps"),
+          "loss": ("settings",),
+          "step": ("model", "inputs", "targets", "loss_fn", "settings"),
+          "metrics": ("logits", "targets")}
+# keywords the trainer sets itself (in each parameter group), never given in optimizer_args
+SET_BY_TRAINER = {"optimizer": {"lr": "lr (and lr_scaling)", "weight_decay": "weight_decay"}}
+NEEDS_CLOSURE = ("LBFGS",)  # their step() re-evaluates the loss: not a step the trainer takes
+
+
+def is_user_code(seam: str, value: Any) -> bool:
+    """Whether ``value`` of setting ``seam`` names user code (not one of its built-in names)."""
+    choices = setting_fields()[seam].metadata["choices"] or ()
+    return isinstance(value, str) and value not in choices and bool(USER_CODE.match(value))
+
+
+def resolve(seam: str, name: str) -> Callable:
+    """The callable ``name`` stands for: a ``torch.optim`` class for ``torch:NAME``, else the
+    function ``module:function``.
+
+    Raises:
+        SettingsError: it cannot be imported, is not callable, or is no torch optimizer.
+    """
+    if seam == "optimizer" and name.startswith(TORCH_OPTIM):
+        return _torch_optimizer(name)
+    module, _, function = name.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError) as e:
+        raise SettingsError(seam, name, f"cannot be imported ({e}); the module must be "
+                                        f"importable from the working folder or "
+                                        f"PYTHONPATH") from None
+    if not callable(found):
+        raise SettingsError(seam, name, f"is a {type(found).__name__}, not a function")
+    return found
+
+
+def _torch_optimizer(name: str) -> Callable:
+    import torch.optim
+
+    attr = name[len(TORCH_OPTIM):]
+    cls = getattr(torch.optim, attr, None)
+    if not (inspect.isclass(cls) and issubclass(cls, torch.optim.Optimizer)):
+        known = sorted(n for n, c in vars(torch.optim).items()
+                       if inspect.isclass(c) and issubclass(c, torch.optim.Optimizer)
+                       and c is not torch.optim.Optimizer and n not in NEEDS_CLOSURE)
+        raise SettingsError("optimizer", name, f"is not a torch.optim optimizer; torch: takes "
+                                               f"{', '.join(known)}")
+    if attr in NEEDS_CLOSURE:
+        raise SettingsError("optimizer", name, "needs a closure that re-evaluates the loss at "
+                                               "each step, which the trainer's loop does not "
+                                               "take; choose another optimizer")
+    return cls
+
+
+def keywords(seam: str, name: str) -> tuple[str, ...] | None:
+    """The keywords a user's ``name`` at ``seam`` takes in ``<seam>_args`` (None: any, for a
+    function with ``**kwargs``): its parameters after those the trainer passes, less those the
+    trainer sets itself.
+
+    Raises:
+        SettingsError: as :func:`resolve`, or the function cannot take what the trainer passes.
+    """
+    target = resolve(seam, name)
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        return None
+    passed = _passed(seam, name)
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < len(passed) and not any(p.kind == p.VAR_POSITIONAL for p in params):
+        raise SettingsError(seam, name, f"must take the trainer's arguments "
+                                        f"({', '.join(passed)}) first, then keywords; it takes "
+                                        f"({', '.join(p.name for p in params)})")
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return None
+    own = params[len(passed):] if len(positional) >= len(passed) else []
+    return tuple(p.name for p in own if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                 and p.name not in SET_BY_TRAINER.get(seam, {}))
+
+
+def _passed(seam: str, name: str) -> tuple[str, ...]:
+    """A torch.optim class takes the parameter groups alone (no settings)."""
+    return ("params",) if seam == "optimizer" and name.startswith(TORCH_OPTIM) else PASSED[seam]
+
+
+def _required(seam: str, name: str) -> list[str]:
+    """The user's keywords without a default: ``<seam>_args`` must give them."""
+    try:
+        params = list(inspect.signature(resolve(seam, name)).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params[len(_passed(seam, name)):]
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is p.empty]
+
+
+def check_args(seam: str, name: str, args: dict[str, Any]) -> None:
+    """Refuse a keyword of ``args`` that the user's ``name`` at ``seam`` does not take.
+
+    Raises:
+        SettingsError: naming ``<seam>_args``, the keyword, and the keywords it takes.
+    """
+    allowed = keywords(seam, name)
+    for key in args:
+        if key in SET_BY_TRAINER.get(seam, {}):
+            raise SettingsError(f"{seam}_args", key, f"is set by the trainer from "
+                                                     f"{SET_BY_TRAINER[seam][key]} in every "
+                                                     f"parameter group: search that setting "
+                                                     f"instead")
+        if allowed is not None and key not in allowed:
+            raise SettingsError(f"{seam}_args", key, f"is not a keyword of {seam} {name}; it "
+                                                     f"takes {', '.join(allowed) or 'none'}")
+    missing = [k for k in _required(seam, name) if k not in args]
+    if missing:
+        raise SettingsError(f"{seam}_args", args, f"lack {', '.join(missing)}, which {seam} "
+                                                  f"{name} needs (it has no default): give it "
+                                                  f"under the option in space or in train")
+
+
+def check_seams(settings) -> None:
+    """Every user seam of ``settings`` importable, with the keywords it takes (metrics
+    importable too).
+
+    Raises:
+        SettingsError: naming the seam (or its ``_args``), the value and the fix.
+    """
+    for seam in ("optimizer", "schedule", "loss", "step"):
+        name = getattr(settings, seam)
+        if is_user_code(seam, name):
+            check_args(seam, name, getattr(settings, f"{seam}_args"))
+    for name in settings.metrics:
+        resolve("metrics", name)
+
+
+def build(seam: str, name: str, args: dict[str, Any], *passed) -> Any:
+    """``name``'s callable called with the trainer's ``passed`` arguments (the parameter
+    groups alone for a torch.optim class) and the user's ``args`` by keyword."""
+    return resolve(seam, name)(*passed[:len(_passed(seam, name))], **args)
+
+
+def bind(seam: str, name: str, args: dict[str, Any]) -> Callable:
+    """``name``'s callable with the user's ``args`` bound: called later with the trainer's own
+    arguments (a schedule per step, a step per micro-batch)."""
+    target = resolve(seam, name)
+    return lambda *passed: target(*passed, **args)
