@@ -19,8 +19,8 @@ from rich.table import Table
 
 from trainers import DEFAULT_EXPORT_FORMATS, EXPORT_FORMATS
 
-from . import keys, paths
-from .display import Progress, params_text
+from . import api, paths
+from .display import params_text
 from .errors import SweepError, disk_full
 from .server import check_address, serve, server_command, storage_proxy, ui_command
 from .space import grid_size
@@ -307,32 +307,15 @@ def cmd_validate(args, console: Console) -> int:
 def cmd_run(args, console: Console) -> int:
     _positive("--trials", args.trials)
     _positive("--workers", args.workers)
-    overrides = list(args.overrides) + ([f"trials={args.trials}"] if args.trials else [])
-    spec = load_spec(args.spec, overrides, args.max_grid)
-    missing = data_problems(spec)
-    if missing:
-        raise SweepError(*missing)
-    for w in spec.warnings:
-        console.print(f"warning: {w}", soft_wrap=True)
-    # before the worker pool makes its log folder next to the store
-    paths.check_store_folders(args.tracking_uri, args.storage)
-    logs = paths.work_dir(args.tracking_uri or paths.default_tracking_uri(), spec.name) / "logs"
-    _say_downloads(console, data_downloads(spec), f"its progress bar is in {logs}/worker-*.log")
-    from .runner import run_sweep
-
-    with Progress(console, spec.name) as progress:
-        outcome = run_sweep(spec, spec_text=spec.text, storage=args.storage,
-                            tracking_uri=args.tracking_uri, workers=args.workers,
-                            gpus=args.gpus, new=args.new, force=args.force,
-                            progress=progress)
-    print_summary(console, spec, outcome)
-    return outcome.exit_code
-
-
-def _say_downloads(console: Console, downloads: list[str], where: str) -> None:
-    """Name what the first trial (or the preflight) will download, and where to watch it."""
-    for what in downloads:
-        console.print(f"downloading {what}, once ({where})", soft_wrap=True)
+    try:
+        result = api.run(args.spec, trials=args.trials, workers=args.workers, gpus=args.gpus,
+                         new=args.new, force=args.force, set=args.overrides,
+                         tracking_uri=args.tracking_uri, storage=args.storage,
+                         max_grid=args.max_grid, console=console)
+    except api.SweepInterrupted as e:  # stopped by Ctrl-C: what it got so far
+        result = e.result
+    print_summary(console, result.spec, result.outcome)
+    return result.outcome.exit_code
 
 
 def print_summary(console: Console, spec, outcome) -> None:
@@ -448,7 +431,8 @@ def cmd_doctor(args, console: Console) -> int:
     logs = paths.work_dir(paths.default_tracking_uri(), spec.name) / "logs"
     # the checks run in a worker (a model or dataset that hangs is a FAIL at its deadline), so a
     # download's progress bar goes to the worker's log
-    _say_downloads(console, data_downloads(spec), f"its progress bar is in {logs}/worker-*.log")
+    api.say_downloads(console, data_downloads(spec),
+                      f"its progress bar is in {logs}/worker-*.log")
     with console.status(f"preflight of {spec.name!r}: data, devices, model, loss, one batch..."):
         results = check_in_worker(spec, out, logs)
     pf.show(console, results)
@@ -462,11 +446,9 @@ def cmd_doctor(args, console: Console) -> int:
 
 
 def cmd_reproduce(args, console: Console) -> int:
-    from .reproduce import reproduce
-
-    uri = args.tracking_uri or paths.default_tracking_uri()
-    verdict = reproduce(args.run_id, uri, progress=lambda e, n: console.print(
-        f"  epoch {e}/{n}", soft_wrap=True))
+    verdict = api.reproduce(args.run_id, tracking_uri=args.tracking_uri,
+                            progress=lambda e, n: console.print(f"  epoch {e}/{n}",
+                                                                soft_wrap=True))
     table = Table(title=f"reproduction {verdict.reproduction_id} of {args.run_id}")
     for col in ("metric", "epoch", "original", "reproduced", "difference"):
         table.add_column(col)
@@ -487,18 +469,9 @@ def cmd_reproduce(args, console: Console) -> int:
 
 
 def cmd_report(args, console: Console) -> int:
-    from .report import build_report, load_sweep, log_report
-
-    uri = args.tracking_uri or paths.default_tracking_uri()
-    with console.status("reading the study and its runs..."):
-        data = load_sweep(args.spec, uri, args.storage)
-    if args.by and args.by not in data.factors:
-        raise SweepError(f"--by {args.by}: not a searched setting of this sweep; searched: "
-                         f"{', '.join(data.factors) or 'none'}")
-    out = Path(args.out or f"report-{data.study_name}")
-    with console.status("building the report..."):
-        report = build_report(data, out, args.by)
-        log_report(data, report)
+    report = api.report(args.spec, out=args.out, by=args.by, tracking_uri=args.tracking_uri,
+                        storage=args.storage, console=console)
+    out = report.out_dir
     lines = report.comparison.sentences if report.comparison is not None else [report.headline]
     for line in lines:
         console.print(line, soft_wrap=True, markup=False, highlight=False)
@@ -520,47 +493,14 @@ def cmd_report(args, console: Console) -> int:
 
 
 def cmd_export(args, console: Console) -> int:
-    import shutil
-    import tempfile
-
-    from .tracking import Tracker
-
-    uri = args.tracking_uri or paths.default_tracking_uri()
-    tracker = Tracker(uri)
-    out = Path(args.out or f"export-{args.run_id}")
-    with tempfile.TemporaryDirectory(prefix="sweep-export-") as tmp:
-        settings_dict, weights = tracker.trial_files(args.run_id, tmp)
-        from trainers import TrainSettings
-        from trainers.export import summary_metrics
-
-        console.print(f"exporting run {args.run_id} as {', '.join(args.formats)}...")
-        with console.status("exporting and checking each file against the eager model..."):
-            report = _export(args.run_id, TrainSettings.from_dict(settings_dict), weights,
-                             Path(tmp) / "export", tuple(args.formats))
-        result = {"report": report, "metrics": summary_metrics(report), "error": None,
-                  "dir": str(Path(tmp) / "export")}
-        tracker.log_export(args.run_id, result)
-        shutil.copytree(Path(tmp) / "export", out, dirs_exist_ok=True)
     from .phases import export_line
 
-    console.print(export_line(result), soft_wrap=True)
-    console.print(f"files in {out}/ and in the run's artifacts under export/", soft_wrap=True)
-    failed = [f for f, r in report["formats"].items() if not r.get("passed")]
-    return 1 if failed else 0
-
-
-def _export(run_id: str, settings, weights: str, out: Path, formats: tuple[str, ...]) -> dict:
-    """:func:`trainers.export.export`'s report; weights that do not load are one line."""
-    from trainers import CheckpointError, SettingsError
-    from trainers.export import export
-
-    try:
-        return export(settings, weights, out, formats).to_dict()
-    except (CheckpointError, SettingsError) as e:
-        artifact = f"{keys.WEIGHTS_DIR}/{keys.WEIGHTS_FILE}"
-        reason = str(e).replace(str(weights), artifact).splitlines()[0]
-        raise SweepError(f"RUN_ID {run_id}: its {artifact} cannot be exported: {reason}; "
-                         f"export another run (sweep status NAME lists them)") from None
+    exported = api.export(args.run_id, formats=args.formats, out=args.out,
+                          tracking_uri=args.tracking_uri, console=console)
+    console.print(export_line({"report": exported.report}), soft_wrap=True)
+    console.print(f"files in {exported.out}/ and in the run's artifacts under export/",
+                  soft_wrap=True)
+    return 1 if exported.failed else 0
 
 
 def cmd_ui(args, console: Console) -> int:

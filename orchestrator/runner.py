@@ -14,6 +14,7 @@ import posixpath
 import signal
 import statistics
 import tempfile
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -65,18 +66,26 @@ class Outcome:
     test: dict[str, Any] | None = None  # held-out test metrics of the best configuration
     # with repeats or a comparison's confirmation: per configuration, best mean first
     configurations: list[dict[str, Any]] = field(default_factory=list)
+    study_name: str = ""  # the spec's name, or NAME-2... for a new study
 
 
 class _Signals:
-    """SIGINT/SIGTERM set a flag the loop checks; a second one exits at once."""
+    """SIGINT/SIGTERM set a flag the loop checks; a second one exits at once.
+
+    Python runs signal handlers in the main thread alone and lets only it set them, so a sweep
+    run from another thread (a notebook's background thread, a server) installs none: there
+    Ctrl-C is its caller's to handle. In Jupyter a cell runs in the main thread and the
+    kernel's interrupt is a SIGINT, so it stops the sweep as Ctrl-C does in a terminal.
+    """
 
     def __init__(self):
         self.received: str | None = None
         self._old = {}
 
     def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._old[sig] = signal.signal(sig, self._handle)
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum, frame):
@@ -383,7 +392,7 @@ class _Loop:
                 EXIT_FAILED_TRIALS if counts["fail"] else EXIT_OK)
         return Outcome(code, counts, best, self.book.experiment_id, self.book.parent_id,
                        self.book.tracking_uri, self.book.storage, time.monotonic() - started,
-                       self.test, configurations(self.study))
+                       self.test, configurations(self.study), self.study.name)
 
     def _phase(self, text: str | None) -> None:
         if self.progress is not None:

@@ -38,6 +38,7 @@ LAYERS: list[set[str]] = [
      "orchestrator.reproduce", "orchestrator.report"},
     {"orchestrator.phases"},
     {"orchestrator.runner"},
+    {"orchestrator.api"},
     {"orchestrator.cli"},
     {"orchestrator"},
 ]

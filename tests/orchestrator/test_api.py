@@ -1,0 +1,253 @@
+"""The Python API (``from orchestrator import run, load, report``) against the real stores: from a
+plain ``python -c``, from a thread other than the main one, from a Jupyter kernel (README's
+example, executed by nbclient), and a kernel interrupt in the middle of a sweep."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.conftest import ROOT, SLACK, Stores, tiny_spec
+from tests.orchestrator.test_signals import long_spec, worker_pids
+
+RUN_ID = "sweep.mlflow_run_id"
+
+# run() in the main thread, the report, load(), then run() again from another thread: one
+# process, one worker start per run, every answer printed as JSON for the tests below
+SCRIPT = """
+import json, signal, sys, threading
+from orchestrator import load, report, run
+stores = dict(tracking_uri=sys.argv[1], storage=sys.argv[2])
+r = run("s.yaml", trials=2, workers=2, set={"train.epochs": 1}, **stores)
+out = {"parent": r.parent_run_id, "best": r.best_trial.number, "best_value": r.best_trial.value,
+       "best_run": r.best_run_id, "settings": r.best_settings, "counts": r.counts,
+       "exit_code": r.outcome.exit_code, "repr": repr(r), "name": r.name,
+       "handler_restored": signal.getsignal(signal.SIGINT) is signal.default_int_handler}
+r.trials_frame().to_csv("frame.csv", index=False)
+report("tiny", out="report", **stores)
+loaded = load("tiny", **stores)
+loaded.trials_frame().to_csv("loaded.csv", index=False)
+out["loaded"] = {"parent": loaded.parent_run_id, "best": loaded.best_trial.number,
+                 "outcome": loaded.outcome, "experiment": loaded.experiment_id,
+                 "run_experiment": r.experiment_id}
+box = {}
+def resume():
+    try:
+        box["counts"] = run("s.yaml", trials=3, workers=1, set={"train.epochs": 1}, progress=False,
+                           **stores).counts
+    except BaseException as e:
+        box["error"] = f"{type(e).__name__}: {e}"
+thread = threading.Thread(target=resume)
+thread.start()
+thread.join()
+out["thread"] = box
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def api_run(tmp_path_factory, mlflow_template):
+    """SCRIPT run once with ``python -c`` in fresh stores: (stores, its JSON, the process)."""
+    folder = tmp_path_factory.mktemp("api")
+    shutil.copyfile(mlflow_template, folder / "mlflow.db")
+    stores = Stores(folder)
+    (folder / "s.yaml").write_text(yaml.safe_dump(tiny_spec()))
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, stores.tracking_uri,
+                           str(stores.journal)], cwd=folder, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return stores, json.loads(proc.stdout.splitlines()[-1]), proc
+
+
+def best_of(trials, direction: str = "maximize"):
+    """The best complete trial by hand: the highest (lowest) value, ties to the earlier."""
+    done = [t for t in trials if t.state.name == "COMPLETE"]
+    sign = -1 if direction == "maximize" else 1
+    return min(done, key=lambda t: (sign * t.value, t.number))
+
+
+def test_run_returns_the_study_parent_run_and_best_trial_the_stores_hold(api_run):
+    stores, out, proc = api_run
+    assert out["exit_code"] == 0 and out["name"] == "tiny"
+    assert (out["counts"]["complete"], out["counts"]["finished"], out["counts"]["running"]) == \
+        (2, 2, 0)
+    first = [t for t in stores.study("tiny").trials if t.number < 2]  # before the resume
+    best = best_of(first)
+    assert (out["best"], out["best_value"]) == (best.number, best.value)
+    assert out["best_run"] == best.user_attrs[RUN_ID]
+    (parent,) = stores.runs("tiny", role="parent")
+    assert out["parent"] == parent.info.run_id
+    run = stores.client().get_run(out["best_run"])  # the objective is the last epoch's val_acc
+    assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert run.data.metrics["val_acc"] == pytest.approx(best.value)
+    assert out["settings"] == {"dataset": "digits", "model": "small_cnn", "epochs": 1,
+                               "lr": best.params["lr"], "batch_size": best.params["batch_size"],
+                               "seed": best.user_attrs["sweep.seed"]}
+    assert f"best val_acc {best.value:.4g} (trial {best.number}" in out["repr"]
+    assert out["handler_restored"]  # Ctrl-C is the interpreter's again once run() returns
+    # progress without a terminal: a plain line per finished trial
+    assert sorted(re.findall(r"trial (\d) complete", proc.stdout)) == ["0", "1"]
+
+
+def test_trials_frame_has_the_rows_and_columns_of_the_report_csv(api_run):
+    stores, out, _ = api_run
+    frame = pd.read_csv(stores.dir / "frame.csv")
+    csv = pd.read_csv(stores.dir / "report" / "trials.csv")
+    assert list(frame.columns) == list(csv.columns)
+    pd.testing.assert_frame_equal(frame, csv)
+    study = {t.number: t for t in stores.study("tiny").trials if t.number < 2}
+    assert sorted(frame["trial"]) == sorted(study)
+    for _, row in frame.iterrows():
+        trial = study[row["trial"]]
+        assert (row["state"], row["value"], row["run_id"]) == \
+            (trial.state.name, trial.value, trial.user_attrs[RUN_ID])
+        assert row["params.lr"] == pytest.approx(trial.params["lr"])
+
+
+def test_load_of_a_finished_sweep_gives_its_parent_best_trial_and_trials_frame(api_run):
+    stores, out, _ = api_run
+    loaded = out["loaded"]
+    assert (loaded["parent"], loaded["best"]) == (out["parent"], out["best"])
+    assert loaded["outcome"] is None and loaded["experiment"] == loaded["run_experiment"]
+    pd.testing.assert_frame_equal(pd.read_csv(stores.dir / "loaded.csv"),
+                                  pd.read_csv(stores.dir / "frame.csv"))
+
+
+def test_run_from_a_thread_other_than_the_main_one_sets_no_signal_handler_and_resumes(api_run):
+    stores, out, _ = api_run
+    assert out["thread"] == {"counts": out["thread"].get("counts")}, out["thread"]
+    assert (out["thread"]["counts"]["complete"], out["thread"]["counts"]["running"]) == (3, 0)
+    trials = stores.study("tiny").trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    runs = stores.runs("tiny", role="trial")
+    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 3
+
+
+# ----------------------------------------------------------------------------- in Jupyter
+
+def readme_example() -> str:
+    """README's Python API example, as written."""
+    text = (ROOT / "README.md").read_text()
+    (block,) = re.findall(r"<!-- api-example -->\n```python\n(.*?)```", text, re.S)
+    return block
+
+
+CHECK = """
+import json
+print(json.dumps({"counts": result.counts, "best": result.best_trial.number,
+                  "frame": frame.to_dict(orient="list")}))
+"""
+
+
+def outputs_text(cell) -> str:
+    """What a notebook cell showed: its streams and the plain text of its displays."""
+    parts = []
+    for out in cell.outputs:
+        parts.append(out.get("text", "") or out.get("data", {}).get("text/plain", ""))
+    return "".join(parts)
+
+
+def test_the_readme_example_runs_in_a_jupyter_kernel_with_progress_and_trials_frame(
+        stores, monkeypatch):
+    """README's example, run by nbclient in a real kernel, in a folder where
+    ``sweeps/quickstart.yaml`` is the tests' tiny 2-epoch sweep (the same code; a smaller
+    search)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (stores.dir / "sweeps").mkdir()
+    (stores.dir / "sweeps" / "quickstart.yaml").write_text(yaml.safe_dump(tiny_spec()))
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(readme_example()), nbformat.v4.new_code_cell(CHECK)]
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(stores.dir)}}).execute()
+    shown = outputs_text(nb.cells[0])
+    out = json.loads(outputs_text(nb.cells[1]).splitlines()[-1])
+    study = stores.study("tiny")
+    assert len(study.trials) == out["counts"]["complete"] >= 2
+    assert out["best"] == best_of(study.trials).number
+    assert sorted(out["frame"]["trial"]) == [t.number for t in study.trials]
+    assert out["frame"]["value"] == [study.trials[n].value for n in out["frame"]["trial"]]
+    # progress shown without a terminal: a plain line per finished trial, then the result
+    assert sorted(re.findall(r"trial (\d+) complete", shown)) == \
+        sorted(str(t.number) for t in study.trials)
+    assert "SweepResult('tiny'" in shown
+
+
+def test_a_kernel_interrupt_stops_a_notebook_sweep_and_leaves_nothing_running(
+        stores, write_spec, pace, monkeypatch):
+    from jupyter_client.manager import start_new_kernel
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    spec = long_spec()
+    del spec["trials"]
+    path = write_spec(spec)
+    km, kc = start_new_kernel(kernel_name="python3", cwd=str(stores.dir))
+    try:
+        sent = kc.execute(f"from orchestrator import run\nresult = run({str(path)!r})")
+        kernel = km.provisioner.process.pid
+        wait_for_an_epoch(stores, pace)
+        workers = worker_pids(kernel)
+        assert len(workers) == 2
+        km.interrupt_kernel()
+        reply = shell_reply(kc, sent, timeout=15 * SLACK)
+        assert (reply["status"], reply.get("ename")) == ("error", "SweepInterrupted"), reply
+        # the kernel lives on, and the interrupted sweep is in the exception it raised
+        after = kc.execute_interactive("import sys\nprint(sys.last_value.result.counts)",
+                                       timeout=60, output_hook=lambda msg: None)
+        assert after["content"]["status"] == "ok"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    runs = stores.runs("tiny")
+    roles = {r.info.run_id: (r.data.tags["sweep.role"], r.info.status) for r in runs}
+    assert ("parent", "KILLED") in roles.values()
+    trial_runs = [r for r in runs if r.data.tags["sweep.role"] == "trial"]
+    assert trial_runs and all(r.info.status == "KILLED" for r in trial_runs)
+    assert all(r.data.tags["sweep.fail_reason"] == "interrupted by SIGINT" for r in trial_runs)
+    trials = stores.study("tiny").trials
+    assert trials and all(t.state.name in ("FAIL", "WAITING") for t in trials)
+    for pid in workers:  # no orphan keeps training
+        assert not alive(pid)
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is no zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_for_an_epoch(stores, pace) -> None:
+    """Block until a trial of sweep ``tiny`` reported an epoch and has its MLflow run (read
+    from the Optuna journal); as long as a kernel, the API's imports and a worker may take."""
+    deadline = time.monotonic() + pace.budget(epochs=1, starts=3)
+    while time.monotonic() < deadline:
+        if stores.journal.exists():
+            try:
+                trials = stores.study("tiny").trials
+            except KeyError:  # not created yet
+                trials = []
+            if any(t.intermediate_values and RUN_ID in t.user_attrs for t in trials):
+                return
+        time.sleep(0.3)
+    raise AssertionError("no epoch was reported in time")
+
+
+def shell_reply(kc, msg_id: str, timeout: float) -> dict:
+    """The kernel's answer to execute request ``msg_id``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = kc.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") == msg_id:
+            return msg["content"]
