@@ -35,7 +35,7 @@ from .protocol import (
 from .slots import plan_slots
 from .spec import SweepSpec
 from .tracking import prepare_onnx_model
-from .workers import WorkerPool
+from .workers import Worker, WorkerPool
 
 # Deadlines of a request to a worker, derived from the work it asks for: a preflight trains
 # `overfit_steps` steps (and the lr range test as many again) after loading the data; the test
@@ -79,10 +79,90 @@ class Workers:
     ask_all: AskAll
     interrupted: Callable[[], bool]  # SIGINT or SIGTERM arrived: stop
     count: int = 1  # how many workers the loop has (the most requests answered at once)
+    # handle the workers' messages until done() or the seconds pass; whether done()
+    wait: Callable[[Callable[[], bool], float], bool] = lambda done, seconds: done()
 
     def ask(self, request: Request, deadline_s: float) -> Reply | Lost | None:
         """One request to one idle worker (see :data:`AskAll`)."""
         return self.ask_all([request], deadline_s)[0]
+
+
+
+class Speculation:
+    """The export of the best trial so far, asked of a worker left without a trial while the
+    last trials still train. A sweep's best is most often found before its last trial ends:
+    then the export of :func:`export_best` is already done when the last trial ends. When the
+    best changes, the next idle worker exports the new one; an export of a trial that is not
+    the best at the end is dropped, never logged.
+    """
+
+    def __init__(self, book: TrialBook):
+        self.book = book
+        self.number: int | None = None  # the trial whose export was asked last
+        self.worker: Worker | None = None  # the worker asked, until it answers
+        self.reply: Exported | None = None
+        self.seconds = 0.0  # from asking to the answer
+        self._asked = 0.0
+        self._finished = -1  # finished trials when the best was last looked at
+
+    def start(self, worker: Worker, finished: int) -> bool:
+        """Ask idle ``worker`` for the export of the best trial so far; False when there is
+        nothing new to export (no new finished trial, or the best was asked already), MLflow
+        is not attached yet, or an export is under way."""
+        book, spec = self.book, self.book.spec
+        if (self.pending or finished == self._finished or spec.export_for != "best"
+                or not spec.export or not book.attach_tracking(wait=False)):
+            return False
+        self._finished = finished
+        best = book.study.best(1)
+        if not best or best[0].number == self.number or best[0].state != TrialState.COMPLETE:
+            return False
+        run_id = best[0].user_attrs.get(keys.RUN_ID)
+        if not run_id or book.tracker.tag(run_id, keys.EXPORTED):
+            return False
+        self.drop()
+        scratch = self.folder(best[0].number)
+        weights = book.tracker.weights_path(run_id, scratch / "weights")
+        if not weights:
+            return False
+        request = Export(settings=book.study.trial_settings(best[0]), weights=weights,
+                         formats=tuple(spec.export), dir=str(scratch / "part-0"))
+        if not worker.send(request):
+            return False
+        if "onnx" in spec.export:  # this process is mostly idle meanwhile
+            prepare_onnx_model()
+        self.number, self.worker, self._asked = best[0].number, worker, time.monotonic()
+        worker.warming = True  # busy: neither a trial nor a phase's request goes to it
+        return True
+
+    @property
+    def pending(self) -> bool:
+        """An export was asked and its worker still lives to answer it."""
+        return self.worker is not None and self.worker.alive and self.worker.warming
+
+    def answered(self, worker: Worker, reply: Exported) -> None:
+        """The loop passes ``worker``'s answer to an export it did not ask for."""
+        if worker is self.worker:
+            self.reply, self.seconds = reply, time.monotonic() - self._asked
+            self.worker = None
+
+    def folder(self, number: int) -> Path:
+        return self.book.folders.outputs / f"export-ahead-{number}"
+
+    def drop(self) -> None:
+        """Forget the last export (its files too); a pending one's answer is ignored."""
+        if self.number is not None:
+            shutil.rmtree(self.folder(self.number), ignore_errors=True)
+        self.number, self.worker, self.reply = None, None, None
+
+    def take(self, number: int, workers: Workers, seconds: float) -> Exported | None:
+        """The export of trial ``number`` when it was asked ahead: waited for at most
+        ``seconds`` if still under way; None when it was not asked, failed or did not come."""
+        if self.number != number:
+            return None
+        if self.reply is None and self.pending:
+            workers.wait(lambda: not self.pending, seconds)
+        return self.reply  # a failed export is a result: the same weights fail again
 
 
 def started_trials(book: TrialBook) -> list:
@@ -283,10 +363,11 @@ def _record_test(book: TrialBook, trial, run_id: str, reply: Tested | Lost | Non
     return True
 
 
-def export_best(book: TrialBook, workers: Workers) -> None:
+def export_best(book: TrialBook, workers: Workers, ahead: Speculation | None = None) -> None:
     """``export_for: best``: the best trial's weights exported in ``export`` formats (shared out
     among the idle workers), checked, and logged into its run (once: a rerun of a finished
-    sweep does not export again)."""
+    sweep does not export again). When ``ahead`` exported that trial already while the last
+    trials trained, its result is logged instead."""
     spec, best = book.spec, book.study.best(1)
     if spec.export_for != "best" or not spec.export or not best:
         return
@@ -307,6 +388,15 @@ def export_best(book: TrialBook, workers: Workers) -> None:
                         key=lambda share: -sum(EXPORT_WEIGHT.get(f, 1) for f in share))
         seconds = max(len(f) for f in shares) * (spec.export_timeout_s or EXPORT_PER_FORMAT_S
                                                  + EPOCHS_OF_WORK * epoch_seconds(best))
+        done = ahead.take(best[0].number, workers, seconds) if ahead else None
+        if done is not None:
+            result = merge_exports([tuple(spec.export)], [done], scratch / "export",
+                                   tuple(spec.export))
+            result["metrics"] = {**result["metrics"], keys.EXPORT_SECONDS: ahead.seconds}
+            book.tracker.log_export(run_id, result, mlflow_model=True)
+            book.say(f"trial {best[0].number} export (done while the last trials trained): "
+                     f"{export_line(result)}")
+            return
         settings = book.study.trial_settings(best[0])
         if "onnx" in spec.export:  # this process waits meanwhile: the MLflow model's set-up
             prepare_onnx_model()

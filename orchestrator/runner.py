@@ -33,6 +33,7 @@ from .protocol import (
     Decision,
     Done,
     Epoch,
+    Exported,
     Failed,
     Message,
     ProtocolError,
@@ -147,14 +148,17 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
         pool.stop()
 
 
-def warm(spec: SweepSpec, workers: list[Worker], running: int) -> None:
-    """Workers left without a trial set up the exporters of the best trial's export while
-    other trials still run (their answer comes to the loop's ``_handle``); with none running
-    the export itself comes next, and a warming worker would only delay it."""
+def warm(spec: SweepSpec, workers: list[Worker], running: int,
+         ahead: phases.Speculation, finished: int) -> None:
+    """Workers left without a trial while other trials still run export the best trial so
+    far (``ahead``), or else set up the exporters (their answers come to :meth:`_Loop.handle`);
+    with none running the export itself comes next, and a warming worker would only delay it."""
     if spec.export_for != "best" or not spec.export or not running:
         return
     for worker in workers:
-        if not (worker.warmed or worker.warming):
+        if worker.warming or ahead.start(worker, finished):
+            continue
+        if not worker.warmed:
             worker.warming = worker.send(Warm(formats=tuple(spec.export)))
 
 
@@ -166,10 +170,12 @@ class _Loop:
                  force: bool = False):
         self.book, self.spec, self.study = book, book.spec, book.study
         self.pool, self.signals, self.progress, self.force = pool, signals, progress, force
-        self.workers = phases.Workers(ask_all=self._ask_all,
+        lender = _Lender(self)
+        self.workers = phases.Workers(ask_all=lender.ask_all, wait=lender.wait,
                                       interrupted=lambda: bool(self.signals.received),
                                       count=len(pool.workers))
         self.test: dict[str, Any] | None = None
+        self.ahead = phases.Speculation(book)  # the best trial exported ahead of the end
         self.failed_starts = 0
         self.view = _View(book, len(pool.workers))
         self._started = self._shown = 0.0
@@ -191,7 +197,7 @@ class _Loop:
             if not self.book.active and (exhausted or not launching or self._done()):
                 break
             for worker, msg in self.pool.wait(timeout=0.5):
-                self._handle(worker, msg)
+                self.handle(worker, msg)
             self.book.attach_tracking(wait=False)
             self._enforce_trial_timeout()
             self.pool.kill_unstarted(self.spec.start_timeout_s)
@@ -203,7 +209,8 @@ class _Loop:
         self._phase("held-out test split")
         self.test = phases.evaluate_test_split(self.book, self.workers)
         self._phase("export")
-        phases.export_best(self.book, self.workers)
+        phases.export_best(self.book, self.workers, self.ahead)
+        self.ahead.drop()
         self._phase("closing the sweep")
         if self.signals.received:
             return self._interrupted(started)
@@ -231,11 +238,11 @@ class _Loop:
         running = max(self.study.running(), len(self.book.active))
         for i, worker in enumerate(idle):  # a comparison's plan counts its own trials
             if self.study.comparison is None and finished + running >= self.spec.trials:
-                warm(self.spec, idle[i:], len(self.book.active))
+                warm(self.spec, idle[i:], len(self.book.active), self.ahead, finished)
                 return False
             pending = self.study.next_trial()
             if pending is None:
-                warm(self.spec, idle[i:], len(self.book.active))
+                warm(self.spec, idle[i:], len(self.book.active), self.ahead, finished)
                 return True
             if isinstance(pending, compare.Wait):
                 return False
@@ -260,7 +267,7 @@ class _Loop:
         if self.book.attach_tracking(wait=False):
             self.book.open_run(active)
 
-    def _handle(self, worker: Worker, msg: Message | None) -> None:
+    def handle(self, worker: Worker, msg: Message | None) -> None:
         slot = worker.slot.index
         if msg is None:
             self._worker_died(worker)
@@ -274,8 +281,10 @@ class _Loop:
             self._show()  # also while a phase waits for its workers
         elif isinstance(msg, (Done, Failed)):
             self.book.finish(slot, msg)
-        elif isinstance(msg, Warmed) and worker.warming:
+        elif isinstance(msg, (Warmed, Exported)) and worker.warming:
             worker.warming, worker.warmed = False, True
+            if isinstance(msg, Exported):
+                self.ahead.answered(worker, msg)
         else:
             raise ProtocolError(f"worker {slot} sent a {msg.op.value} message that answers "
                                 f"no request")
@@ -298,77 +307,6 @@ class _Loop:
             if active and worker.kill_reason is None and time.monotonic() - active.started > limit:
                 self.pool.kill_one(worker, f"trial exceeded trial_timeout_min "
                                            f"({self.spec.trial_timeout_min:g} min)")
-
-    # ------------------------------------------------------------- lending a worker to a phase
-
-    def _free(self, busy: dict[int, Any]) -> list[Worker]:
-        """Ready workers holding neither a trial nor a request, those with the exporters set
-        up first (a phase's first request is its heaviest)."""
-        free = [w for w in self.pool.workers if w.ready and w.alive and not w.warming
-                and w.slot.index not in self.book.active and w.slot.index not in busy]
-        return sorted(free, key=lambda w: not w.warmed)
-
-    def _ask_all(self, requests: list[Request],
-                 deadline_s: float) -> list[Reply | phases.Lost | None]:
-        """Send ``requests`` to idle workers, as many at once as are idle (the rest as workers
-        free up or finish starting), and wait at most ``deadline_s`` for each answer from its
-        sending.
-
-        Every other worker's message meanwhile goes to :meth:`_handle`, as in the loop: a
-        worker that finishes starting during a phase is marked ready, a trial's epoch answered.
-
-        Returns:
-            Per request: its reply; :class:`phases.Lost` when its worker died or missed the
-            deadline (then it is killed and restarted); None when a signal came or no worker
-            can start.
-        """
-        replies: list[Reply | phases.Lost | None] = [None] * len(requests)
-        todo = list(range(len(requests)))
-        busy: dict[int, tuple[Worker, int, float]] = {}  # slot: worker, request, deadline
-        while (todo or busy) and not self.signals.received:
-            for worker in self._free(busy)[:len(todo)]:
-                i = todo.pop(0)
-                if worker.send(requests[i]):
-                    busy[worker.slot.index] = (worker, i, time.monotonic() + deadline_s)
-                else:
-                    replies[i] = phases.Lost(self._replace(worker))
-            if not busy and self.failed_starts >= 2 * len(self.pool.workers):
-                break  # no worker can start: the rest stay None
-            self._await(requests, replies, busy, deadline_s)
-        return replies
-
-    def _await(self, requests: list[Request], replies: list, busy: dict[int, Any],
-               deadline_s: float) -> None:
-        """One wait of :meth:`_ask_all`: the answers that came, the deadlines that passed."""
-        self.pool.kill_unstarted(self.spec.start_timeout_s)
-        now = time.monotonic()
-        timeout = min([0.5] + [max(0.0, until - now) for _, _, until in busy.values()])
-        for w, msg in self.pool.wait(timeout=timeout):
-            held = busy.get(w.slot.index)
-            if held is None or held[0] is not w:
-                self._handle(w, msg)
-                continue
-            i = busy.pop(w.slot.index)[1]
-            if msg is None:  # its pipe closed
-                replies[i] = phases.Lost(self._replace(w))
-            elif not isinstance(msg, REPLY_TO[type(requests[i])]):
-                raise ProtocolError(f"worker {w.slot.index} answered a {requests[i].op.value} "
-                                    f"request with a {msg.op.value} message")
-            else:
-                replies[i] = msg
-        for slot, (w, i, until) in list(busy.items()):
-            if time.monotonic() >= until:
-                del busy[slot]
-                self.pool.kill_one(w, f"no answer to a {requests[i].op.value} request within "
-                                      f"{deadline_s:.0f} s")
-                self._replace(w)
-                replies[i] = phases.Lost(f"worker {slot}, pid {w.proc.pid}", deadline_s)
-
-    def _replace(self, worker: Worker) -> str:
-        """Restart a worker that holds no trial; how it ended."""
-        reason = worker.exit_reason()
-        self.pool.restart(worker)
-        return reason
 
     # ------------------------------------------------------------------------------- ending
 
@@ -403,6 +341,92 @@ class _Loop:
             return
         self._shown = time.monotonic()
         self.progress.update(self.view.snapshot(self._started, force))
+
+
+class _Lender:
+    """Idle workers lent to the phases' requests (preflight, test split, export): every other
+    worker's message meanwhile goes to the loop's handler, as in the loop."""
+
+    def __init__(self, loop: _Loop):
+        self.loop = loop
+
+    def wait(self, done, seconds: float) -> bool:
+        """Handle the workers' messages until ``done()`` or ``seconds`` pass (or a signal
+        comes); whether ``done()``."""
+        until = time.monotonic() + seconds
+        while not done() and not self.loop.signals.received and time.monotonic() < until:
+            for worker, msg in self.loop.pool.wait(timeout=min(0.5, until - time.monotonic())):
+                self.loop.handle(worker, msg)
+        return done()
+
+    def _free(self, busy: dict[int, Any]) -> list[Worker]:
+        """Ready workers holding neither a trial nor a request, those with the exporters set
+        up first (a phase's first request is its heaviest)."""
+        free = [w for w in self.loop.pool.workers if w.ready and w.alive and not w.warming
+                and w.slot.index not in self.loop.book.active and w.slot.index not in busy]
+        return sorted(free, key=lambda w: not w.warmed)
+
+    def ask_all(self, requests: list[Request],
+                deadline_s: float) -> list[Reply | phases.Lost | None]:
+        """Send ``requests`` to idle workers, as many at once as are idle (the rest as workers
+        free up or finish starting), and wait at most ``deadline_s`` for each answer from its
+        sending.
+
+        Every other worker's message meanwhile goes to :meth:`_Loop.handle`, as in the loop:
+        a worker that finishes starting during a phase is marked ready, an epoch answered.
+
+        Returns:
+            Per request: its reply; :class:`phases.Lost` when its worker died or missed the
+            deadline (then it is killed and restarted); None when a signal came or no worker
+            can start.
+        """
+        replies: list[Reply | phases.Lost | None] = [None] * len(requests)
+        todo = list(range(len(requests)))
+        busy: dict[int, tuple[Worker, int, float]] = {}  # slot: worker, request, deadline
+        while (todo or busy) and not self.loop.signals.received:
+            for worker in self._free(busy)[:len(todo)]:
+                i = todo.pop(0)
+                if worker.send(requests[i]):
+                    busy[worker.slot.index] = (worker, i, time.monotonic() + deadline_s)
+                else:
+                    replies[i] = phases.Lost(self._replace(worker))
+            if not busy and self.loop.failed_starts >= 2 * len(self.loop.pool.workers):
+                break  # no worker can start: the rest stay None
+            self._await(requests, replies, busy, deadline_s)
+        return replies
+
+    def _await(self, requests: list[Request], replies: list, busy: dict[int, Any],
+               deadline_s: float) -> None:
+        """One wait of :meth:`ask_all`: the answers that came, the deadlines that passed."""
+        self.loop.pool.kill_unstarted(self.loop.spec.start_timeout_s)
+        now = time.monotonic()
+        timeout = min([0.5] + [max(0.0, until - now) for _, _, until in busy.values()])
+        for w, msg in self.loop.pool.wait(timeout=timeout):
+            held = busy.get(w.slot.index)
+            if held is None or held[0] is not w:
+                self.loop.handle(w, msg)
+                continue
+            i = busy.pop(w.slot.index)[1]
+            if msg is None:  # its pipe closed
+                replies[i] = phases.Lost(self._replace(w))
+            elif not isinstance(msg, REPLY_TO[type(requests[i])]):
+                raise ProtocolError(f"worker {w.slot.index} answered a {requests[i].op.value} "
+                                    f"request with a {msg.op.value} message")
+            else:
+                replies[i] = msg
+        for slot, (w, i, until) in list(busy.items()):
+            if time.monotonic() >= until:
+                del busy[slot]
+                self.loop.pool.kill_one(w, f"no answer to a {requests[i].op.value} request "
+                                           f"within {deadline_s:.0f} s")
+                self._replace(w)
+                replies[i] = phases.Lost(f"worker {slot}, pid {w.proc.pid}", deadline_s)
+
+    def _replace(self, worker: Worker) -> str:
+        """Restart a worker that holds no trial; how it ended."""
+        reason = worker.exit_reason()
+        self.loop.pool.restart(worker)
+        return reason
 
 
 class _View:

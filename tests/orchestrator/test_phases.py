@@ -1,5 +1,6 @@
 """The phases that borrow a worker (preflight, test split, export): they never keep the other
 workers idle, every request has a deadline, and a grid sweep's first run is checked too."""
+import re
 import time
 
 from tests.conftest import ROOT, run_cli, tiny_spec
@@ -141,8 +142,8 @@ def test_the_shares_of_an_export_are_merged_and_a_lost_share_fails_only_its_form
 
 def test_a_worker_left_without_a_trial_sets_up_the_export_while_it_waits(
         stores, cli, write_spec):
-    # 3 trials on 2 workers: one worker has nothing to train while the last trial runs
-    done = cli(write_spec(tiny_spec(trials=3, export_for="best", export=["onnx"])))
+    # 1 trial on 2 workers: one worker has nothing to train, and no trial has finished yet
+    done = cli(write_spec(tiny_spec(trials=1, export_for="best", export=["onnx"])))
     assert done.returncode == 0, done.stderr
     logs = {p.name: p.read_text() for p in (stores.dir / ".sweep" / "tiny" / "logs").iterdir()}
     warmed = [name for name, text in logs.items()
@@ -151,3 +152,45 @@ def test_a_worker_left_without_a_trial_sets_up_the_export_while_it_waits(
     (best,) = [r for r in stores.runs("tiny", "trial")
                if r.data.tags.get("sweep.exported") == "true"]
     assert best.data.tags["sweep.export.onnx"] == "passed"
+
+
+def _exported_ahead(stores) -> list[int]:
+    """The trials whose export an idle worker ran ahead of the end, from the workers' logs."""
+    logs = "".join(p.read_text() for p in (stores.dir / ".sweep" / "tiny" / "logs").iterdir())
+    return [int(n) for n in re.findall(r"exported torch_export into \S*export-ahead-(\d+)", logs)]
+
+
+# lr 1e-5 learns nothing in 2 epochs, 0.03 learns digits: the random sampler's seed 8 draws
+# (0.03, 1e-5, 1e-5) for trials 0-2, seed 6 draws (1e-5, 1e-5, 0.03)
+AHEAD = {"trials": 3, "export_for": "best", "export": ["torch_export"],
+         "space": {"lr": [1e-5, 0.03]}}
+
+
+def test_the_best_trial_exported_while_the_last_trial_trains_is_logged_at_the_end(
+        stores, cli, write_spec):
+    done = cli(write_spec(tiny_spec(sampler={"name": "random", "seed": 8}, **AHEAD)))
+    assert done.returncode == 0, done.stderr
+    runs = {int(r.data.tags["sweep.trial_number"]): r for r in stores.runs("tiny", "trial")}
+    assert [runs[n].data.params["lr"] for n in range(3)] == ["0.03", "1e-05", "1e-05"]
+    assert _exported_ahead(stores) == [0]  # asked while trial 2 trained, never again
+    assert "trial 0 export (done while the last trials trained): torch_export passed" in \
+        done.stdout
+    assert [n for n, r in runs.items() if r.data.tags.get("sweep.exported") == "true"] == [0]
+    assert runs[0].data.metrics["export_seconds"] > 0
+    assert "export/model.pt2" in {f.path for f in stores.client().list_artifacts(
+        runs[0].info.run_id, "export")}
+
+
+def test_an_export_run_ahead_for_a_trial_that_is_not_the_best_at_the_end_is_dropped(
+        stores, cli, write_spec):
+    done = cli(write_spec(tiny_spec(sampler={"name": "random", "seed": 6}, **AHEAD)))
+    assert done.returncode == 0, done.stderr
+    runs = {int(r.data.tags["sweep.trial_number"]): r for r in stores.runs("tiny", "trial")}
+    assert runs[2].data.params["lr"] == "0.03"
+    assert max(runs, key=lambda n: runs[n].data.metrics["val_acc"]) == 2
+    ahead = _exported_ahead(stores)
+    assert ahead and ahead[0] in (0, 1), ahead  # the best while trial 2 trained
+    assert "done while the last trials trained" not in done.stdout
+    assert "trial 2 export: torch_export passed" in done.stdout
+    assert [n for n, r in runs.items() if r.data.tags.get("sweep.exported") == "true"] == [2]
+    assert not list((stores.dir / ".sweep" / "tiny").rglob("export-ahead-*"))
