@@ -352,7 +352,27 @@ def print_summary(console: Console, spec, outcome) -> None:
         for number, run in ids:
             console.print(f"  trial {number}: {run or '(none)'}", soft_wrap=True,
                           highlight=False)
+    headline = _report_headline(spec.name, outcome) if outcome.configurations else None
+    if headline:  # repeats or a comparison: the report's answer
+        console.print(f"sweep report: {headline}", soft_wrap=True, markup=False,
+                      highlight=False)
     console.print(_browse_lines(spec.name, outcome), soft_wrap=True, highlight=False)
+
+
+def _report_headline(name: str, outcome) -> str | None:
+    """The headline ``sweep report`` gives the sweep (a comparison's verdict, else its best
+    trial), read back quickly: the study and one search of its runs, no per-epoch curves.
+    None when a store file is missing (reading would create it)."""
+    from .report import headline, load_sweep
+
+    files = [paths.sqlite_file(outcome.tracking_uri), paths.sqlite_file(outcome.storage),
+             paths.journal_file(outcome.storage)]
+    if any(f is not None and not f.exists() for f in files):
+        return None
+    try:
+        return headline(load_sweep(name, outcome.tracking_uri, outcome.storage, curves=False))
+    except SweepError as e:  # the sweep itself is done and stored: say why, go on
+        return f"(not read: {e})"
 
 
 SUMMARY_ROWS = 5  # configurations or trials in the table at the end of `sweep run`

@@ -50,8 +50,9 @@ class SweepData:
 
 
 def load_sweep(spec_or_name: str, tracking_uri: str | None = None,
-               storage: str | None = None) -> SweepData:
-    """The study and runs of a sweep given by its YAML file or its name.
+               storage: str | None = None, *, curves: bool = True) -> SweepData:
+    """The study and runs of a sweep given by its YAML file or its name; ``curves=False``
+    leaves the per-epoch curves empty (a read per run and metric: what its headline skips).
 
     Raises:
         SweepError: no such sweep in the stores.
@@ -67,7 +68,8 @@ def load_sweep(spec_or_name: str, tracking_uri: str | None = None,
     experiment_id = tracker.experiment_id(spec.name)
     runs = tracker.trial_runs(experiment_id, name) if experiment_id else pd.DataFrame()
     trials = _trial_table(study, runs, spec)
-    curves, lr = _curves(tracker, trials, spec.objective.metric)
+    curves, lr = _curves(tracker, trials if curves else trials.iloc[0:0],
+                         spec.objective.metric)
     parent = tracker.find_parent_run(experiment_id, name) if experiment_id else None
     compare = study.user_attrs.get(keys.COMPARE)
     return SweepData(spec, name, trials, curves, lr, parent.info.run_id if parent else None,

@@ -345,6 +345,10 @@ def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
     stores = Stores(tmp_path)
     parent = stores.runs("tinycmp", "parent")[0]
     assert rep.stdout.splitlines()[0] == parent.data.tags[keys.VERDICT]
+    # the end of sweep run said the report's headline already, before the next commands
+    said = ran.stdout.splitlines()
+    headline = said.index(f"sweep report: {rep.stdout.splitlines()[0]}")
+    assert headline < next(i for i, line in enumerate(said) if line.startswith("the report:"))
     confirm = [r for r in stores.runs("tinycmp", "trial")
                if r.data.tags.get(keys.PHASE) == "confirm"]
     values = pd.DataFrame([{"level": r.data.tags[keys.LEVEL], "seed": int(r.data.tags[keys.SEED]),

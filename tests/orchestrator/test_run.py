@@ -1,5 +1,6 @@
 """End-to-end: real ``sweep run`` processes, real training, asserted through the stores."""
 import math
+import re
 from collections import Counter
 
 import pytest
@@ -184,6 +185,13 @@ def test_grid_runs_every_configuration_with_paired_seeds(cli, stores, write_spec
     runs = stores.runs("adam-vs-sgd", "trial")
     by_seed = Counter(r.data.tags["sweep.seed"] for r in runs)
     assert by_seed == {"42": 8, "43": 8}
+    # the end of sweep run gives the report's headline: the best trial, by hand from Optuna
+    said = [line for line in out.stdout.splitlines() if line.startswith("sweep report: ")]
+    best = max(t.value for t in study.trials)
+    number, value = re.fullmatch(r"sweep report: Best trial (\d+): val_acc ([\d.]+) \(.*\)\.",
+                                 said[0]).groups()
+    assert len(said) == 1 and value == f"{best:.4f}"
+    assert study.trials[int(number)].value == best
     # the SGD option's own settings reach the trainer; the Adam option's lr is its own
     for r in runs:
         if r.data.params["optimizer"] == "sgd":
