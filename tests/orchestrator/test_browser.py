@@ -1,6 +1,7 @@
 """The MLflow UI of a finished sweep in a real browser (Debian's chromium, driven by Playwright):
-the URL `sweep ui` prints, opened in a fresh profile, shows the sweep's runs, curves, exported
-files and comparison. Screenshots of every step go to test-output/browser/ and tmp_path."""
+the URL `sweep ui` prints, opened in a fresh profile, shows the sweep's runs by their
+configurations' names, curves, exported files, comparison, and one line per configuration once
+grouped by `sweep.config`. Screenshots of every step go to test-output/browser/ and tmp_path."""
 import json
 import os
 import re
@@ -9,6 +10,7 @@ import shutil
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
+from orchestrator import keys
 from tests.conftest import ROOT, serve
 
 CHROMIUM = "/usr/bin/chromium"
@@ -18,6 +20,10 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--no-first-run", "--disable-sync",
                  "--disable-quic"]
 WAIT_MS = 60_000  # a React app: every check waits for the rendered element, up to this
+# a plotly chart's traces: how it draws (mode, fill) and how many points
+TRACES = "el => el.data.map(t => ({mode: t.mode || null, fill: t.fill || null, " \
+         "n: (t.x || []).length}))"
+LINES_DRAWN = "([el, n]) => (el.data || []).filter(t => t.mode === 'lines+markers').length >= n"
 
 
 def test_a_fresh_browser_browses_the_sweep_from_the_url_sweep_ui_prints(quickstart, tmp_path):
@@ -28,7 +34,17 @@ def test_a_fresh_browser_browses_the_sweep_from_the_url_sweep_ui_prints(quicksta
     stores, _ = quickstart
     client = stores.client()
     exp_id = client.get_experiment_by_name("quickstart").experiment_id
-    trials = {r.info.run_name: r.info.run_id for r in stores.runs("quickstart", "trial")}
+    trial_runs = stores.runs("quickstart", "trial")
+    trials = {r.info.run_name: r.info.run_id for r in trial_runs}
+    # a run says its configuration and seed, and its tag sweep.config the configuration alone
+    configs: dict[str, list[str]] = {}
+    epochs: dict[str, set[int]] = {}  # the epochs a configuration's runs logged val_acc at
+    for r in trial_runs:
+        tags = r.data.tags
+        assert r.info.run_name == f"{tags[keys.CONFIG]} s{tags[keys.SEED]}", r.info.run_name
+        configs.setdefault(tags[keys.CONFIG], []).append(r.info.run_name)
+        epochs.setdefault(tags[keys.CONFIG], set()).update(
+            m.step for m in client.get_metric_history(r.info.run_id, "val_acc"))
     # the best trial when the sweep ended, the one exported: another test may resume the sweep
     # with a fifth trial (export off) that becomes the parent's sweep.best_run_id
     exported = [r for r in stores.runs("quickstart", "trial")
@@ -115,6 +131,35 @@ def test_a_fresh_browser_browses_the_sweep_from_the_url_sweep_ui_prints(quicksta
                 has_text=re.compile(r"^quickstart$"))
             expect(listed).to_have_attribute("href", f"#/experiments/{exp_id}")
             shot("6-experiments-list")
+
+            # 7. "Group by" the tag sweep.config: a row per configuration over its runs, and
+            # the chart view draws one line per configuration (with its band over seeds)
+            page.goto(ui.url)
+            group_by_config(page)
+            groups = page.locator(".ag-row").filter(has_text="Group: ")
+            expect(groups).to_have_count(len(configs))
+            shown = {}
+            for text in groups.all_inner_texts():
+                name, count = re.search(r"Group: (.+)\n(\d+)\n", text).groups()
+                shown[name] = int(count)
+            assert shown == {c: len(names) for c, names in configs.items()}
+            shot("7-grouped-runs")
+            card = val_acc_chart(page)
+            legend = card.get_by_text(re.compile(r" \(val_acc\)$"))
+            expect(legend).to_have_count(len(configs) + 1)  # and the parent: "Unassigned"
+            assert set(legend.all_inner_texts()) == {f"{c} (val_acc)" for c in configs} | {
+                "Unassigned (val_acc)"}
+            # the plot's traces (plotly's data): per configuration a line through its mean and
+            # a band, filled, from its lowest to its highest run at each epoch
+            plot = card.locator(".js-plotly-plot")
+            page.wait_for_function(LINES_DRAWN, arg=[plot.element_handle(), len(configs)])
+            traces = plot.evaluate(TRACES)
+            means = [t for t in traces if t["mode"] == "lines+markers"]
+            assert len(means) == len(configs), traces
+            # a point per epoch any of its runs reached (a pruned run stops early)
+            assert sorted(t["n"] for t in means) == sorted(map(len, epochs.values())), traces
+            assert sum(t["fill"] is not None and t["n"] > 1 for t in traces) == len(configs)
+            shot("8-grouped-chart")
         except Exception:
             shot("failed")  # where it stopped, and what the page held
             (tmp_path / "failed.html").write_text(page.content())
@@ -123,3 +168,24 @@ def test_a_fresh_browser_browses_the_sweep_from_the_url_sweep_ui_prints(quicksta
         finally:
             browser.close()
         ui.stop()
+
+
+def group_by_config(page) -> None:
+    """The runs table's "Group by" control, set to the tag sweep.config."""
+    page.get_by_role("button", name=re.compile(r"^Group by")).click()
+    page.get_by_role("menuitemcheckbox", name=keys.CONFIG, exact=True).click()
+    page.keyboard.press("Escape")
+    expect(page.get_by_role("button", name=re.compile(rf"^Group by: {re.escape(keys.CONFIG)}"))
+           ).to_be_visible()
+
+
+def val_acc_chart(page):
+    """The runs table's chart view, filtered to its val_acc chart card."""
+    # the radio's own icon covers the input: the click goes to its label
+    page.locator("label").filter(has=page.locator('input[value="CHART"]')).click(force=True)
+    expect(page).to_have_url(re.compile(r"compareRunsMode=CHART"))
+    page.get_by_placeholder("Search metric charts").fill("val_acc")
+    card = page.get_by_test_id("experiment-view-compare-runs-card").filter(
+        has_text=re.compile(r"^val_acc"))
+    expect(card).to_have_count(1)
+    return card
