@@ -5,13 +5,15 @@ settings' own field metadata.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from trainers import EPOCH_METRICS, setting_fields, setting_kind
 
 from .spec import SweepSpec
 
-JSON_TYPES = {"bool": "boolean", "int": "integer", "float": "number", "str": "string"}
+JSON_TYPES = {"bool": "boolean", "int": "integer", "float": "number", "str": "string",
+              "dict": "object", "list": "array"}
 
 
 def json_schema() -> dict[str, Any]:
@@ -33,7 +35,8 @@ def json_schema() -> dict[str, Any]:
     defs["train"] = {"type": "object", "additionalProperties": False,
                      "description": "fixed trainer settings",
                      "properties": {name: _setting_schema(f) for name, f in fields.items()}}
-    searched = {name: f for name, f in fields.items() if not f.metadata["fixed_only"]}
+    searched = {name: f for name, f in fields.items()  # *_args: searched under their option
+                if not f.metadata["fixed_only"] and setting_kind(name) != "dict"}
     defs["space"] = {"type": "object", "additionalProperties": False,
                      "description": "searched trainer settings: a value is fixed, a list is a "
                                     "choice, {low, high, log, step, type} a range, a mapping "
@@ -57,6 +60,12 @@ def _setting_schema(f) -> dict[str, Any]:
 
     value: dict[str, Any] = {"type": JSON_TYPES[setting_kind(f.name)]}
     choices = f.metadata.get("choices")
+    if setting_kind(f.name) == "dict":  # a user seam's keywords
+        value["propertyNames"] = {"pattern": r"^[A-Za-z_]\w*$"}
+    elif setting_kind(f.name) == "list":  # metrics: module:function names
+        value.update(items={"type": "string", "pattern": USER_CODE.pattern}, uniqueItems=True)
+    elif choices is None and f.metadata.get("user_code"):  # step: module:function
+        value["pattern"] = USER_CODE.pattern
     if choices is not None:
         value = {"enum": list(choices)}
         if f.metadata.get("user_code"):  # module:function, torchvision:NAME
@@ -66,7 +75,8 @@ def _setting_schema(f) -> dict[str, Any]:
     if "None" in str(f.type):
         value = {"anyOf": [value, {"type": "null"}]}
     unit = f" ({f.metadata['unit']})" if f.metadata.get("unit") else ""
-    return {**value, "description": f"{f.metadata['help']}{unit}", "default": f.default}
+    default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+    return {**value, "description": f"{f.metadata['help']}{unit}", "default": default}
 
 
 def _searched_schema(f) -> dict[str, Any]:
@@ -81,9 +91,16 @@ def _searched_schema(f) -> dict[str, Any]:
                                      "step": {"type": "number", "exclusiveMinimum": 0},
                                      "type": {"enum": ["int", "float"]}}})
     if f.metadata.get("choices"):
+        from trainers.settings import USER_CODE
+
         sub_space = {"allOf": [{"$ref": "#/definitions/space"}, {"not": {"required": [f.name]}}]}
-        forms.append({"type": "object", "minProperties": 1,
-                      "propertyNames": {"enum": list(f.metadata["choices"])},
-                      "additionalProperties": {"anyOf": [{"type": "null"}, sub_space]}})
+        options = {"type": "object", "minProperties": 1,
+                   "propertyNames": {"enum": list(f.metadata["choices"])},
+                   "additionalProperties": {"anyOf": [{"type": "null"}, sub_space]}}
+        if f.metadata.get("user_code"):  # module:function options: settings or its keywords
+            options["propertyNames"] = {"anyOf": [options["propertyNames"],
+                                                  {"pattern": USER_CODE.pattern}]}
+            options["patternProperties"] = {USER_CODE.pattern: {"type": ["object", "null"]}}
+        forms.append(options)
     return {"anyOf": forms, "description": fixed["description"]}
 

@@ -17,11 +17,24 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterator, Union
 
-from trainers import SettingsError, TrainSettings, setting_fields, setting_kind
+from trainers import (
+    SettingsError,
+    TrainSettings,
+    check_seams,
+    is_user_code,
+    keyword_default,
+    seam_keywords,
+    setting_fields,
+    setting_kind,
+)
 
 from .errors import SweepError, did_you_mean, key_text
 
 RANGE_KEYS = ("low", "high", "log", "step", "type")
+# settings whose user code (torch:NAME, module:function) takes keywords of its own, searched
+# under its option and given to the trainer in <setting>_args
+SEAMS = ("optimizer", "schedule", "loss", "step")
+SET_BY_TRAINER = {"optimizer": ("lr", "weight_decay")}  # in every parameter group
 MAX_RANGE_STEPS = 10**9  # a float step finer than this many steps over its range is a typo
 SCALARS = (str, int, float, bool, type(None))
 
@@ -82,8 +95,11 @@ def parse_space(mapping: Any, where: str, problems: list[str]) -> Space:
     return _named(space)
 
 
-def _parse_mapping(mapping: Any, where: str, problems: list[str], prefix: str) -> Space:
-    """``prefix`` is the full option path of a sub-space (``sgd.`` or ``sgd.constant.``)."""
+def _parse_mapping(mapping: Any, where: str, problems: list[str], prefix: str,
+                   owner: tuple[str, str] | None = None) -> Space:
+    """``prefix`` is the full option path of a sub-space (``sgd.`` or ``sgd.constant.``);
+    ``owner`` the (setting, user code) whose option this sub-space is, whose own keywords it
+    may search besides trainer settings."""
     if mapping is None:
         return ()
     if not isinstance(mapping, dict):
@@ -91,14 +107,33 @@ def _parse_mapping(mapping: Any, where: str, problems: list[str], prefix: str) -
         return ()
     fields = setting_fields()
     nodes = []
+    allowed = _keywords_of(owner, where, problems)
+    if allowed is False:
+        return ()
     for setting, value in mapping.items():
         path = f"{where}.{key_text(setting)}"
+        if owner is not None and _is_keyword(owner, setting, allowed, fields):
+            node = _parse_keyword(owner, setting, value, path, prefix + setting, problems)
+            if node is not None:
+                nodes.append(node)
+            continue
+        if owner is not None and setting not in fields:
+            problems.append(f"{path} is neither a keyword of {owner[0]} {owner[1]} (it takes "
+                            f"{', '.join(allowed) or 'none'}) nor a trainer setting"
+                            f"{did_you_mean(setting, [*allowed, *fields])}; remove it")
+            continue
         if setting not in fields:
             problems.append(f"{path} is not a trainer setting{did_you_mean(setting, fields)}")
             continue
         if setting == "seed":
             problems.append(f"{path}: trial seeds come from the top-level `seed` and `repeats`; "
                             "remove it from space")
+            continue
+        if setting_kind(setting) == "dict":
+            seam = setting[:-len("_args")]
+            problems.append(f"{path}: give the keywords of a user {seam} under its option "
+                            f"(space.{seam}: {{\"torch:NAME\" or module:function: {{keyword: "
+                            f"values}}}}), or fixed in train.{setting}")
             continue
         if fields[setting].metadata["fixed_only"]:
             problems.append(f"{path}: {setting} is fixed for the whole sweep (it says where "
@@ -111,13 +146,77 @@ def _parse_mapping(mapping: Any, where: str, problems: list[str], prefix: str) -
     return tuple(nodes)
 
 
+def _keywords_of(owner, where: str, problems: list[str]):
+    """The keywords ``owner``'s user code takes (None: any; False: it cannot be looked up,
+    the line said why; () without an owner)."""
+    if owner is None:
+        return ()
+    try:
+        found = seam_keywords(*owner)
+    except SettingsError as e:
+        problems.append(f"{where}: {e}")
+        return False
+    return found
+
+
+def _is_keyword(owner, key: str, allowed, fields) -> bool:
+    """Whether ``key`` under ``owner``'s option is one of its own keywords (rather than a
+    trainer setting): one it takes, or any name but a setting's where it takes ``**kwargs``;
+    lr and weight_decay stay settings (the trainer puts them in every parameter group)."""
+    if key in SET_BY_TRAINER.get(owner[0], ()):
+        return False
+    return key not in fields if allowed is None else key in allowed
+
+
+def _parse_keyword(owner, key: str, value: Any, path: str, name: str, problems: list[str]):
+    """A keyword of a user's seam: fixed, a choice or a range, like a setting; a keyword whose
+    default is a tuple or list takes one fixed list (Optuna's choices are plain values)."""
+    default = keyword_default(*owner, key)
+    setting = f"{owner[0]}_args.{key}"
+    if isinstance(default, (tuple, list)) and isinstance(value, list):
+        if not all(isinstance(v, SCALARS) for v in value):
+            problems.append(f"{path}: a fixed list of plain values, got {value!r}")
+            return None
+        return Fixed(setting, value)
+    kinds = {bool: "bool", int: "int", float: "float", str: "str"}
+    return _parse_node(setting, value, path, name, problems,
+                       base=kinds.get(type(default), "float"))
+
+
+def yaml_key(setting: str) -> str:
+    """A node's key in the YAML: its setting, or for a user's keyword (``optimizer_args.betas``)
+    the keyword."""
+    return setting.rpartition(".")[2]
+
+
+def put(out: dict[str, Any], setting: str, value: Any) -> None:
+    """Set ``setting`` in a settings mapping; a user's keyword (``optimizer_args.betas``) goes
+    into its ``*_args`` mapping, copied, not shared."""
+    group, dot, key = setting.partition(".")
+    if dot:
+        out[group] = {**out.get(group, {}), key: value}
+    else:
+        out[setting] = value
+
+
+def overlay(base: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """``base`` overlaid with ``settings``; ``*_args`` mappings are merged key by key."""
+    out = dict(base)
+    for setting, value in settings.items():
+        if setting.endswith("_args") and isinstance(value, dict):
+            out[setting] = {**out.get(setting, {}), **value}
+        else:
+            out[setting] = value
+    return out
+
+
 def _decided_by(space: Space, where: str, problems: list[str]) -> dict[str, str]:
     """Setting -> the first YAML path that decides it, over every setting ``space`` can decide;
     one line for each setting that two nodes decide in one trial (the YAML order would pick the
     value it trains, while the study records the other)."""
     out: dict[str, str] = {}
     for node in space:
-        path = f"{where}.{node.setting}"
+        path = f"{where}.{yaml_key(node.setting)}"
         mine = {node.setting: path}
         if isinstance(node, Options):
             for option, sub in node.options:
@@ -162,7 +261,9 @@ def _named(space: Space) -> Space:
     return rename(space)
 
 
-def _parse_node(setting: str, value: Any, path: str, name: str, problems: list[str]):
+def _parse_node(setting: str, value: Any, path: str, name: str, problems: list[str],
+                base: str | None = None):
+    """``base``: the value's type where ``setting`` is a user's keyword (not a setting)."""
     if isinstance(value, list):
         if not value:
             problems.append(f"{path} is an empty list: give at least one choice")
@@ -174,12 +275,16 @@ def _parse_node(setting: str, value: Any, path: str, name: str, problems: list[s
         return Choice(setting, name, tuple(value))
     if isinstance(value, dict):
         if any(k in value for k in ("low", "high")):
-            return _parse_range(setting, value, path, name, problems)
+            return _parse_range(setting, value, path, name, problems, base)
+        if base is not None:
+            problems.append(f"{path}: a keyword takes a value, a list of choices or a range "
+                            f"{{low, high}}, got {value!r}")
+            return None
         return _parse_options(setting, value, path, name, problems)
     return Fixed(setting, value)
 
 
-def _parse_range(setting, value, path, name, problems):
+def _parse_range(setting, value, path, name, problems, base=None):
     for key in value:
         if key not in RANGE_KEYS:
             problems.append(f"{path}.{key_text(key)} is not a range key"
@@ -193,10 +298,10 @@ def _parse_range(setting, value, path, name, problems):
         if not _is_number(value[key]):
             problems.append(f"{path}.{key} must be a number, got {value[key]!r}")
             return None
-    base = setting_kind(setting)
+    base = base or setting_kind(setting)
     if base not in ("int", "float"):
-        problems.append(f"{path}: {setting} is {base}, not numeric: give a list of choices instead "
-                        f"of a range")
+        problems.append(f"{path}: {yaml_key(setting)} is {base}, not numeric: give a list of "
+                        f"choices instead of a range")
         return None
     kind = value.get("type", "int" if base == "int" else "float")
     if kind not in ("int", "float"):
@@ -261,15 +366,26 @@ def _parse_options(setting, value, path, name, problems):
     if not value:
         problems.append(f"{path} is an empty mapping: name at least one option")
         return None
-    options = []
+    options, labels = [], {}
+    user_code = setting_fields()[setting].metadata["user_code"]
     for option, sub in value.items():
-        if option not in choices:
+        user = user_code and is_user_code(setting, option)
+        if option not in choices and not user:
+            also = " or module:function" if user_code else ""
             problems.append(f"{path}.{key_text(option)} is not a {setting}"
-                            f"{did_you_mean(option, choices)}; known: {', '.join(choices)}")
+                            f"{did_you_mean(option, choices)}; known: {', '.join(choices)}"
+                            f"{also}")
             continue
+        label = option.rpartition(":")[2]  # torch:RAdam -> RAdam.lr, pkg.opt:lion -> lion.lr
+        if label in labels:
+            problems.append(f"{path}: options {labels[label]} and {option} would both name "
+                            f"their parameters {label}.*; rename one function")
+            continue
+        labels[label] = option
         outer = name[:len(name) - len(setting)]  # the options this one is inside, as "sgd."
+        owner = (setting, option) if user and setting in SEAMS else None
         options.append((option, _parse_mapping(sub or {}, f"{path}.{option}", problems,
-                                               prefix=f"{outer}{option}.")))
+                                               prefix=f"{outer}{label}.", owner=owner)))
     return Options(setting, name, tuple(options)) if options else None
 
 
@@ -287,20 +403,20 @@ def sample(trial, space: Space) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for node in space:
         if isinstance(node, Fixed):
-            out[node.setting] = node.value
+            put(out, node.setting, node.value)
         elif isinstance(node, Choice):
-            out[node.setting] = trial.suggest_categorical(node.name, list(node.choices))
+            put(out, node.setting, trial.suggest_categorical(node.name, list(node.choices)))
         elif isinstance(node, Range):
             if node.kind == "int":
-                out[node.setting] = trial.suggest_int(node.name, node.low, node.high,
-                                                      step=node.step or 1, log=node.log)
+                put(out, node.setting, trial.suggest_int(node.name, node.low, node.high,
+                                                         step=node.step or 1, log=node.log))
             else:
-                out[node.setting] = trial.suggest_float(node.name, node.low, node.high,
-                                                        step=node.step, log=node.log)
+                put(out, node.setting, trial.suggest_float(node.name, node.low, node.high,
+                                                           step=node.step, log=node.log))
         else:
             option = trial.suggest_categorical(node.name, [o for o, _ in node.options])
             out[node.setting] = option
-            out.update(sample(trial, dict(node.options)[option]))
+            out = overlay(out, sample(trial, dict(node.options)[option]))
     return out
 
 
@@ -363,7 +479,7 @@ def grid_size(space: Space) -> int:
 def walk(space: Space, where: str = "space") -> Iterator[tuple[str, Node]]:
     """Every node with its YAML path, depth first (options' sub-spaces included)."""
     for node in space:
-        path = f"{where}.{node.setting}"
+        path = f"{where}.{yaml_key(node.setting)}"
         yield path, node
         if isinstance(node, Options):
             for option, sub in node.options:
@@ -375,15 +491,15 @@ def first_values(space: Space) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for node in space:
         if isinstance(node, Fixed):
-            out[node.setting] = node.value
+            put(out, node.setting, node.value)
         elif isinstance(node, Choice):
-            out[node.setting] = node.choices[0]
+            put(out, node.setting, node.choices[0])
         elif isinstance(node, Range):
-            out[node.setting] = node.low
+            put(out, node.setting, node.low)
         else:
             option, sub = node.options[0]
             out[node.setting] = option
-            out.update(first_values(sub))
+            out = overlay(out, first_values(sub))
     return out
 
 
@@ -394,9 +510,9 @@ def check_values(space: Space, fixed: dict[str, Any], problems: list[str],
     Each candidate is checked in a representative configuration (the fixed settings plus the first
     value of every other node), so that one bad choice gives one line naming its path.
     """
-    base = {**fixed, **first_values(space), **(context or {})}
+    base = overlay(overlay(fixed, first_values(space)), context or {})
     for node in space:
-        path = f"{where}.{node.setting}"
+        path = f"{where}.{yaml_key(node.setting)}"
         if isinstance(node, Fixed):
             candidates = [node.value]
         elif isinstance(node, Choice):
@@ -405,18 +521,24 @@ def check_values(space: Space, fixed: dict[str, Any], problems: list[str],
             candidates = [node.low, node.high]
         else:
             for option, sub in node.options:
-                _check_one(path, {**base, node.setting: option, **first_values(sub)}, node.setting,
+                own = {node.setting: option}  # another option's keywords are not this one's
+                if node.setting in SEAMS:
+                    own[f"{node.setting}_args"] = fixed.get(f"{node.setting}_args", {})
+                _check_one(path, overlay({**base, **own}, first_values(sub)), node.setting,
                            option, problems)
                 check_values(sub, fixed, problems, f"{path}.{option}",
                              {**(context or {}), node.setting: option})
             continue
         for value in candidates:
-            _check_one(path, {**base, node.setting: value}, node.setting, value, problems)
+            values = dict(base)
+            put(values, node.setting, value)
+            _check_one(path, values, node.setting, value, problems)
 
 
 def _check_one(path, values, setting, value, problems):
+    """One configuration as the trainer checks it, user code at its seams included."""
     try:
-        TrainSettings.from_dict(values)
+        check_seams(TrainSettings.from_dict(values))
     except SettingsError as e:
         where = path if e.field == setting else f"{path}={value!r}"
         line = f"{where}: {e}"

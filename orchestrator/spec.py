@@ -27,8 +27,10 @@ from trainers import (
     TrainSettings,
     check_data_files,
     pending_download,
+    check_seams,
     setting_fields,
 )
+    setting_kind,
 
 from . import space as sp
 from .errors import SpecError, SweepError, did_you_mean, key_text
@@ -252,7 +254,7 @@ TOP_LEVEL_KEYS = tuple(SweepSpec.model_fields)
 
 def _dataset_configs(spec: SweepSpec) -> list[dict[str, Any]]:
     """One representative configuration per dataset the sweep can train on."""
-    base = {**spec.train, **sp.first_values(spec.space)}
+    base = sp.overlay(spec.train, sp.first_values(spec.space))
     datasets = {base.get("dataset", TrainSettings().dataset)}
     for _, node in sp.walk(spec.space):
         if isinstance(node, sp.Choice) and node.setting == "dataset":
@@ -289,8 +291,8 @@ def data_problems(spec: SweepSpec) -> list[str]:
 
 
 def settings_of(spec: SweepSpec, sampled: dict[str, Any]) -> dict[str, Any]:
-    """Fixed settings overlaid with a trial's sampled ones."""
-    return {**spec.train, **sampled}
+    """Fixed settings overlaid with a trial's sampled ones (a user's keywords merged)."""
+    return sp.overlay(spec.train, sampled)
 
 
 # ------------------------------------------------------------------------------------ loading
@@ -520,7 +522,7 @@ def _check_settings(top: SweepSpec, problems: list[str]) -> sp.Space:
             problems.append(f"{path}: {node.setting} is also fixed in train; keep it in one place")
     if not problems:  # one representative configuration first, then every searched value
         try:
-            TrainSettings.from_dict({**fixed, **sp.first_values(space)})
+            first = TrainSettings.from_dict(sp.overlay(fixed, sp.first_values(space)))
         except SettingsError as e:
             if e.field in fixed:
                 problems.append(f"train.{e.field} {e.fix}, got {e.value!r}")
@@ -625,10 +627,22 @@ def _check_slots(top: SweepSpec, problems: list[str]) -> None:
         problems.extend(e.lines)
 
 
+        else:
+            _check_fixed_seams(first, fixed, problems)
 def _one_line(text: str, limit: int = 400) -> str:
     """Messages quote user values: keep each on one line and of readable length."""
     text = text.replace("\r", "\\r").replace("\n", "\\n")
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+def _check_fixed_seams(first: TrainSettings, fixed: dict[str, Any], problems: list[str]) -> None:
+    """User code fixed in train (an optimizer, its keywords, metrics) imported and checked
+    against its signature; what space decides, check_values names by its path."""
+    try:
+        check_seams(first)
+    except SettingsError as e:
+        if e.field.partition(".")[0] in fixed or e.field.partition("_args")[0] in fixed:
+            problems.append(f"train.{e.field} {e.fix}, got {e.value!r}")
+
 
 
 def _pydantic_line(err: dict) -> str:
@@ -669,7 +683,7 @@ def _check_train(train: dict, problems: list[str]) -> dict[str, Any]:
         elif key == "seed":
             problems.append("train.seed: trial seeds come from the top-level `seed` (plus the "
                             "repeat index); move it there")
-        elif isinstance(value, (list, dict)):
+        elif isinstance(value, (list, dict)) and setting_kind(key) not in ("dict", "list"):
             problems.append(f"train.{key} must be a single value (train holds fixed settings; "
                             f"search it under space), got {value!r}")
         else:

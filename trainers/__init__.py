@@ -15,6 +15,8 @@ from .errors import (
     TrainerWarning,
     TrainingDiverged,
 )
+from .seams import check_seams, is_user_code, keyword_default
+from .seams import keywords as seam_keywords
 from .settings import (
     DEFAULT_EXPORT_FORMATS,
     EPOCH_METRICS,
@@ -29,7 +31,8 @@ _LAZY = ("EpochReport", "TrainResult", "evaluate_test", "load_weights", "save_we
 __all__ = ["DEFAULT_EXPORT_FORMATS", "DETERMINISTIC_ERRORS", "EPOCH_METRICS", "EXPORT_FORMATS",
            "CheckpointError", "DataError", "RankCrashed", "RankFailed", "SettingsError",
            "TrainSettings", "TrainerWarning", "TrainingDiverged", "check_data_files",
-           "pending_download", "setting_fields", "setting_kind", *_LAZY]
+           "pending_download", "setting_fields", "setting_kind", "check_seams", "is_user_code",
+           "keyword_default", "seam_keywords", *_LAZY]
 
 
 def __getattr__(name):

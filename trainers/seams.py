@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from typing import Any, Callable
 
 from .errors import SettingsError
@@ -42,6 +44,8 @@ def resolve(seam: str, name: str) -> Callable:
     if seam == "optimizer" and name.startswith(TORCH_OPTIM):
         return _torch_optimizer(name)
     module, _, function = name.partition(":")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # as for a worker (python -m)
+        sys.path.append(os.getcwd())
     try:
         found = getattr(importlib.import_module(module), function)
     except (ImportError, AttributeError) as e:
@@ -97,6 +101,15 @@ def keywords(seam: str, name: str) -> tuple[str, ...] | None:
                  and p.name not in SET_BY_TRAINER.get(seam, {}))
 
 
+def keyword_default(seam: str, name: str, key: str) -> Any:
+    """The default of keyword ``key`` of ``name`` (None where it has none)."""
+    try:
+        param = inspect.signature(resolve(seam, name)).parameters.get(key)
+    except (TypeError, ValueError):
+        return None
+    return None if param is None or param.default is param.empty else param.default
+
+
 def _passed(seam: str, name: str) -> tuple[str, ...]:
     """A torch.optim class takes the parameter groups alone (no settings)."""
     return ("params",) if seam == "optimizer" and name.startswith(TORCH_OPTIM) else PASSED[seam]
@@ -121,13 +134,13 @@ def check_args(seam: str, name: str, args: dict[str, Any]) -> None:
     allowed = keywords(seam, name)
     for key in args:
         if key in SET_BY_TRAINER.get(seam, {}):
-            raise SettingsError(f"{seam}_args", key, f"is set by the trainer from "
-                                                     f"{SET_BY_TRAINER[seam][key]} in every "
-                                                     f"parameter group: search that setting "
-                                                     f"instead")
+            raise SettingsError(f"{seam}_args.{key}", args[key],
+                                f"is set by the trainer from {SET_BY_TRAINER[seam][key]} in "
+                                f"every parameter group: give that setting instead")
         if allowed is not None and key not in allowed:
-            raise SettingsError(f"{seam}_args", key, f"is not a keyword of {seam} {name}; it "
-                                                     f"takes {', '.join(allowed) or 'none'}")
+            raise SettingsError(f"{seam}_args.{key}", args[key],
+                                f"is not a keyword of {seam} {name} (it takes "
+                                f"{', '.join(allowed) or 'none'}): remove it")
     missing = [k for k in _required(seam, name) if k not in args]
     if missing:
         raise SettingsError(f"{seam}_args", args, f"lack {', '.join(missing)}, which {seam} "

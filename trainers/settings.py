@@ -299,6 +299,8 @@ def _check_type(f: dataclasses.Field, value: Any) -> None:
         if f.metadata.get("user_code") and USER_CODE.match(value):
             return
         also = " or module:function" if f.metadata.get("user_code") else ""
+        if f.name == "optimizer":
+            also = f", {TORCH_OPTIM}NAME (a torch.optim class){also}"
         raise SettingsError(f.name, value, f"must be one of {', '.join(choices)}{also}")
 
 
@@ -331,6 +333,7 @@ def setting_fields() -> dict[str, dataclasses.Field]:
 
 
 def setting_kind(name: str) -> str:
-    """'int', 'float', 'bool' or 'str': the base type of setting ``name``."""
+    """'int', 'float', 'bool', 'str', 'dict' (``*_args``) or 'list' (``metrics``): the base
+    type of setting ``name``."""
     kind = setting_fields()[name].type
-    return kind.split("|")[0].strip()
+    return kind.split("|")[0].strip().split("[")[0]

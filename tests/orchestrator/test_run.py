@@ -120,6 +120,10 @@ def _typed(name, text):
         return int(text)
     if kind == "float":
         return float(text)
+    if kind in ("dict", "list"):  # a user seam's keywords, the metrics' names
+        import ast
+
+        return ast.literal_eval(text)
     return text
 
 

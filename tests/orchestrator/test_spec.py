@@ -3,7 +3,7 @@ from pydantic import ValidationError
 
 from orchestrator import SpecError, load_spec
 from orchestrator.spec import PreflightSpec, validate
-from tests.conftest import SWEEPS, run_cli, tiny_spec
+from tests.conftest import ROOT, SWEEPS, run_cli, tiny_spec
 
 
 @pytest.mark.parametrize("path", sorted(SWEEPS.glob("*.yaml")), ids=lambda p: p.name)
@@ -59,7 +59,7 @@ BAD = {
     "misspelt range key": ({"space": {"lr": {"low": 0.1, "hgh": 1.0}}}, "space.lr.hgh is not a range key (did you mean `high`?)"),
     "range on a string setting": ({"space": {"optimizer": {"low": 1, "high": 2}}}, "space.optimizer: optimizer is str, not numeric"),
     "fixed-only in space": ({"space": {"data_dir": ["/a", "/b"]}}, "space.data_dir: data_dir is fixed for the whole sweep"),
-    "bad choice": ({"space": {"optimizer": ["sgd", "adamax"]}}, "space.optimizer: optimizer must be one of sgd, adam, adamw, got 'adamax'"),
+    "bad choice": ({"space": {"optimizer": ["sgd", "adamax"]}}, "space.optimizer: optimizer must be one of sgd, adam, adamw, torch:NAME (a torch.optim class) or module:function, got 'adamax'"),
     "unknown option": ({"space": {"optimizer": {"adamx": {"lr": 0.1}}}}, "space.optimizer.adamx is not a optimizer (did you mean `adam`?)"),
     "unknown key inside an option": ({"space": {"optimizer": {"sgd": {"momentun": [0.9]}}}}, "space.optimizer.sgd.momentun is not a trainer setting (did you mean `momentum`?)"),
     "empty choice list": ({"space": {"batch_size": []}}, "space.batch_size is an empty list"),
@@ -389,3 +389,44 @@ def test_the_text_a_sweep_logs_is_the_text_it_validated(tmp_path):
     path.write_text(text.replace("first", "second"))
     assert spec.name == "first" and spec.trials == 3
     assert spec.text == text  # as written, before --set
+
+
+LION = "tests.trainers.test_seams:lion"  # a Lion optimizer written in that test file
+
+
+def test_a_user_optimizers_keywords_are_searched_under_its_option():
+    from orchestrator import space as sp
+
+    spec = validate(tiny_spec(space={"optimizer": {
+        "torch:RAdam": {"lr": {"low": 1e-3, "high": 1e-2}, "betas": [0.8, 0.9],
+                        "eps": [1e-8, 1e-6]},
+        LION: {"beta1": {"low": 0.8, "high": 0.95}}}}))
+    names = {n.name for _, n in sp.walk(spec.space) if not isinstance(n, sp.Fixed)}
+    assert names == {"optimizer", "RAdam.lr", "RAdam.eps", "lion.beta1"}
+    assert sp.settings_for(spec.space, {"optimizer": "torch:RAdam", "RAdam.lr": 0.005,
+                                        "RAdam.eps": 1e-6}) == {
+        "optimizer": "torch:RAdam", "lr": 0.005, "optimizer_args": {"betas": [0.8, 0.9],
+                                                                    "eps": 1e-6}}
+    assert sp.settings_for(spec.space, {"optimizer": LION, "lion.beta1": 0.9}) == {
+        "optimizer": LION, "optimizer_args": {"beta1": 0.9}}
+
+
+def test_cli_validate_refuses_unknown_keywords_of_a_user_optimizer_and_schedule(write_spec,
+                                                                                tmp_path):
+    path = write_spec(tiny_spec(space={
+        "optimizer": {LION: {"betta1": [0.9, 0.99]}},
+        "schedule": {"tests.trainers.test_seams:halved_after": {"bogus": [0.5]}}}))
+    out = run_cli("validate", str(path), cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.splitlines() == [
+        f"sweep: {path}: space.optimizer.{LION}.betta1 is neither a keyword of optimizer {LION} "
+        f"(it takes beta1, beta2) nor a trainer setting (did you mean `beta1`?); remove it",
+        f"sweep: {path}: space.schedule.tests.trainers.test_seams:halved_after.bogus is "
+        f"neither a keyword of schedule tests.trainers.test_seams:halved_after (it takes at, "
+        f"factor) nor a trainer setting; remove it"]
+    fixed = write_spec(tiny_spec(train={"epochs": 1, "optimizer": LION,
+                                        "optimizer_args": {"beta3": 0.9}}), name="t.yaml")
+    out = run_cli("validate", str(fixed), cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2 and out.stderr.splitlines() == [
+        f"sweep: {fixed}: train.optimizer_args.beta3 is not a keyword of optimizer {LION} (it "
+        f"takes beta1, beta2): remove it, got 0.9"]

@@ -1,0 +1,38 @@
+"""End-to-end: a sweep over a torch:NAME optimizer with its own keyword searched under its
+option, asserted through the Optuna study and the MLflow runs."""
+import math
+
+import pytest
+
+from tests.conftest import run_cli, tiny_spec
+from trainers import TrainSettings
+from trainers.optim import lr_at
+
+
+def test_a_sweep_searches_torch_radams_own_keywords_and_logs_them(stores, write_spec):
+    spec = tiny_spec(name="radam", trials=2, train={"epochs": 1, "batch_size": 128},
+                     space={"optimizer": {"torch:RAdam": {
+                         "lr": {"low": 1e-3, "high": 1e-2, "log": True},
+                         "eps": {"low": 1e-8, "high": 1e-6, "log": True},
+                         "betas": [0.8, 0.95]}},
+                         "schedule": ["warmup_linear"]})
+    out = run_cli("run", str(write_spec(spec)), cwd=stores.dir)
+    assert out.returncode == 0, out.stdout + out.stderr
+    trials = stores.study("radam").trials
+    assert len(trials) == 2 and all(t.state.name == "COMPLETE" for t in trials)
+    assert all(set(t.params) == {"optimizer", "RAdam.lr", "RAdam.eps", "schedule"}
+               for t in trials)
+    assert trials[0].params["RAdam.eps"] != trials[1].params["RAdam.eps"]
+    client = stores.client()
+    by_number = {int(r.data.tags["sweep.trial_number"]): r for r in stores.runs("radam", "trial")}
+    for t in trials:
+        p = by_number[t.number].data.params
+        assert p["optimizer"] == "torch:RAdam" and float(p["lr"]) == t.params["RAdam.lr"]
+        assert p["optimizer_args"] == str({"betas": [0.8, 0.95], "eps": t.params["RAdam.eps"]})
+        # the optimizer trained at the searched lr, under the schedule's formula
+        s = TrainSettings(lr=t.params["RAdam.lr"], epochs=1, batch_size=128,
+                          schedule="warmup_linear")
+        lrs = [m.value for m in sorted(client.get_metric_history(by_number[t.number].info.run_id,
+                                                                  "lr"), key=lambda m: m.step)]
+        per_epoch = math.ceil(1437 / 128)
+        assert lrs == pytest.approx([lr_at(s, i, per_epoch) for i in range(per_epoch)])

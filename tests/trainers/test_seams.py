@@ -1,0 +1,257 @@
+"""The trainer's seams with user code: an optimizer (Lion, written here), torch:NAME, a schedule,
+a loss, a step (mixup) and validation metrics, each run for real and checked by hand."""
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from trainers import SettingsError, TrainSettings, train
+from trainers.optim import build_loss, build_optimizer, build_scheduler, lr_at
+from trainers.preflight import preflight
+
+HERE = __name__  # this module, as its module:function names need it
+CALLS = {"loss": 0, "step": 0, "loss_settings": None}
+
+
+class Lion(torch.optim.Optimizer):
+    """Lion (Chen et al. 2023): the sign of an interpolated momentum, decoupled weight decay."""
+
+    def __init__(self, params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0):
+        super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                m = self.state[p].setdefault("m", torch.zeros_like(p))
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.add_(torch.sign(beta1 * m + (1 - beta1) * p.grad), alpha=-group["lr"])
+                m.mul_(beta2).add_(p.grad, alpha=1 - beta2)
+
+
+def lion(params, settings, beta1=0.9, beta2=0.99):
+    return Lion(params, betas=(beta1, beta2))
+
+
+class Frozen(torch.optim.Optimizer):
+    """An optimizer whose step forgets to update anything."""
+
+    def __init__(self, params):
+        super().__init__(params, {})
+
+    def step(self, closure=None):
+        pass
+
+
+def frozen(params, settings):
+    return Frozen(params)
+
+
+def focal(settings, gamma=2.0):
+    """Focal loss: cross-entropy weighted by (1 - p_true) ** gamma."""
+    CALLS["loss_settings"] = settings
+
+    def loss(logits, targets):
+        CALLS["loss"] += 1
+        logp = torch.log_softmax(logits.float(), 1).gather(1, targets[:, None])[:, 0]
+        return (-(1 - logp.exp()) ** gamma * logp).mean()
+    return loss
+
+
+def mixup(model, inputs, targets, loss_fn, settings, alpha=0.4):
+    """Mixup: a convex mix of the batch with a shuffled copy, the loss mixed the same way."""
+    CALLS["step"] += 1
+    lam = float(torch.distributions.Beta(alpha, alpha).sample())
+    order = torch.randperm(len(inputs))
+    logits = model(lam * inputs + (1 - lam) * inputs[order])
+    return lam * loss_fn(logits, targets) + (1 - lam) * loss_fn(logits, targets[order]), None
+
+
+def top2(logits, targets):
+    return {"val_top2": (logits.topk(2, 1).indices == targets[:, None]).any(1).float().mean()}
+
+
+def halved_after(step, total_steps, warmup_steps, at=0.5, factor=0.5):
+    return 1.0 if step < at * total_steps else factor
+
+
+def negative(step, total_steps, warmup_steps):
+    return -1.0
+
+
+def test_lion_steps_follow_lions_formula_with_decay_per_group():
+    model = nn.Linear(3, 2)
+    s = TrainSettings(optimizer=f"{HERE}:lion", lr=0.01, weight_decay=0.1,
+                      optimizer_args={"beta1": 0.8, "beta2": 0.95})
+    opt = build_optimizer(model, s)
+    assert isinstance(opt, Lion) and opt.param_groups[0]["betas"] == (0.8, 0.95)
+    assert [(g["lr"], g["weight_decay"]) for g in opt.param_groups] == [(0.01, 0.1), (0.01, 0.0)]
+    w, b = model.weight.detach().clone(), model.bias.detach().clone()
+    g1, g2 = torch.randn(2, 3), torch.randn(2, 3)
+    gb1, gb2 = torch.randn(2), torch.randn(2)
+    for gw, gb in ((g1, gb1), (g2, gb2)):
+        model.weight.grad, model.bias.grad = gw.clone(), gb.clone()
+        opt.step()
+    # by hand: two steps, momentum m1 = (1 - beta2) g1; the weight decays, the bias does not
+    w1 = w * (1 - 0.01 * 0.1) - 0.01 * torch.sign(0.2 * g1)
+    w2 = w1 * (1 - 0.01 * 0.1) - 0.01 * torch.sign(0.8 * 0.05 * g1 + 0.2 * g2)
+    b2 = b - 0.01 * torch.sign(0.2 * gb1) - 0.01 * torch.sign(0.8 * 0.05 * gb1 + 0.2 * gb2)
+    assert torch.allclose(model.weight, w2, atol=1e-7)
+    assert torch.allclose(model.bias, b2, atol=1e-7)
+
+
+def test_torch_radam_by_name_updates_as_torch_optim_radam():
+    torch.manual_seed(0)
+    ours = nn.Sequential(nn.Linear(4, 3), nn.LayerNorm(3))
+    theirs = nn.Sequential(nn.Linear(4, 3), nn.LayerNorm(3))
+    theirs.load_state_dict(ours.state_dict())
+    s = TrainSettings(optimizer="torch:RAdam", lr=0.01, weight_decay=0.05,
+                      optimizer_args={"betas": (0.8, 0.9), "eps": 1e-6})
+    opt = build_optimizer(ours, s)
+    ref = torch.optim.RAdam([{"params": [theirs[0].weight], "weight_decay": 0.05},
+                             {"params": [theirs[0].bias, theirs[1].weight, theirs[1].bias],
+                              "weight_decay": 0.0}], lr=0.01, betas=(0.8, 0.9), eps=1e-6)
+    assert type(opt) is torch.optim.RAdam
+    for _ in range(8):  # past RAdam's first steps, where its rectification switches on
+        grads = [torch.randn_like(p) for p in ours.parameters()]
+        for model, o in ((ours, opt), (theirs, ref)):
+            for p, g in zip(model.parameters(), grads):
+                p.grad = g.clone()
+            o.step()
+    for a, b in zip(ours.parameters(), theirs.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_a_user_optimizer_loss_step_schedule_and_metric_train_together_for_real():
+    """Lion, a focal loss, mixup and a user schedule in one real training; the extra metric
+    is what the returned model gives by hand."""
+    CALLS.update(loss=0, step=0)
+    s = TrainSettings(epochs=2, lr=1e-3, batch_size=128, model="mlp",
+                      optimizer=f"{HERE}:lion", loss=f"{HERE}:focal",
+                      loss_args={"gamma": 1.0}, step=f"{HERE}:mixup", step_args={"alpha": 0.3},
+                      schedule=f"{HERE}:halved_after", schedule_args={"at": 0.5},
+                      metrics=[f"{HERE}:top2"])
+    reports = []
+    result = train(s, on_epoch_end=reports.append)
+    first, last = result.history
+    assert last["train_loss"] < first["train_loss"] and last["val_acc"] > 0.5
+    assert math.isnan(first["train_acc"])  # the step returned no logits to score
+    assert CALLS["step"] == 2 * 12 and CALLS["loss"] == 2 * 2 * 12  # 12 steps an epoch
+    assert CALLS["loss_settings"] == s
+    lrs = [lr for r in reports for _, lr in r.lr_steps]
+    assert lrs == pytest.approx([1e-3] * 12 + [5e-4] * 12)
+    from trainers.datasets import load_data
+
+    x, y = load_data(s).val.tensors
+    with torch.no_grad():
+        logits = result.model.eval()(x)
+    assert last["val_top2"] == pytest.approx(float(top2(logits, y)["val_top2"]), abs=1e-6)
+    assert last["val_acc"] == pytest.approx(float((logits.argmax(1) == y).float().mean()))
+
+
+def test_default_loss_is_cross_entropy_with_label_smoothing():
+    logits, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 3, 0])
+    loss = build_loss(TrainSettings(label_smoothing=0.2))(logits, y)
+    smooth = 0.8 * F.one_hot(y, 4) + 0.2 / 4
+    assert float(loss) == pytest.approx(float(-(smooth * logits.log_softmax(1)).sum(1).mean()))
+
+
+def curve(s, per_epoch):
+    return [lr_at(s, i, per_epoch) for i in range(s.epochs * per_epoch)]
+
+
+def test_warmup_linear_rises_then_falls_in_a_straight_line_to_min_lr():
+    s = TrainSettings(lr=0.1, epochs=3, warmup_epochs=1, min_lr=0.01, schedule="warmup_linear")
+    expected = [0.1 * (i + 1) / 5 for i in range(5)] + \
+        [0.01 + 0.09 * (1 - j / 10) for j in range(10)]
+    assert curve(s, 5) == pytest.approx(expected)
+
+
+def test_step_drops_by_gamma_every_step_size_epochs():
+    s = TrainSettings(lr=0.1, epochs=5, schedule="step", step_size_epochs=2, gamma=0.5)
+    assert curve(s, 3) == pytest.approx([0.1] * 6 + [0.05] * 6 + [0.025] * 3)
+
+
+def test_onecycle_matches_its_two_cosines_and_torchs_onecycle():
+    s = TrainSettings(lr=0.2, epochs=4, schedule="onecycle", pct_start=0.25, div_factor=10,
+                      final_div_factor=100)
+    total, peak = 40, 0.25 * 40 - 1
+
+    def by_hand(i):
+        if i <= peak:
+            a, b, t = 0.02, 0.2, i / peak
+        else:
+            a, b, t = 0.2, 0.02 / 100, (i - peak) / (total - 1 - peak)
+        return b + (a - b) * (1 + math.cos(math.pi * t)) / 2
+
+    ours = curve(s, 10)
+    assert ours == pytest.approx([by_hand(i) for i in range(total)])
+    assert ours[0] == pytest.approx(0.02) and ours[9] == pytest.approx(0.2)
+    assert ours[-1] == pytest.approx(0.0002)
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.2)
+    theirs = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.2, total_steps=total,
+                                                 pct_start=0.25, div_factor=10,
+                                                 final_div_factor=100)
+    seen = []
+    for _ in range(total):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        theirs.step()
+    assert ours == pytest.approx(seen)
+
+
+def test_warmup_stable_decay_holds_then_falls_to_min_lr_at_the_last_step():
+    s = TrainSettings(lr=0.1, epochs=10, warmup_epochs=1, min_lr=0.02,
+                      schedule="warmup_stable_decay", decay_fraction=0.3)
+    lrs = curve(s, 2)  # 20 steps: 2 of warmup, 12 held, the last 6 decaying
+    assert lrs[:2] == pytest.approx([0.05, 0.1])
+    assert lrs[2:14] == pytest.approx([0.1] * 12)
+    assert lrs[14:] == pytest.approx([0.1 - 0.08 * k / 6 for k in range(1, 7)])
+
+
+def test_a_user_schedule_multiplies_the_lr_and_drives_the_optimizer():
+    s = TrainSettings(lr=0.1, epochs=2, optimizer="sgd", schedule=f"{HERE}:halved_after",
+                      schedule_args={"at": 0.25, "factor": 0.1})
+    assert curve(s, 4) == pytest.approx([0.1] * 2 + [0.01] * 6)
+    opt = build_optimizer(nn.Linear(2, 2), s)
+    sched = build_scheduler(opt, s, steps_per_epoch=4)
+    seen = []
+    for _ in range(8):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert seen == pytest.approx(curve(s, 4))
+
+
+def test_a_user_schedule_returning_a_negative_multiplier_is_refused():
+    with pytest.raises(SettingsError, match=r"returned -1.0 at step 0; it must return a float"):
+        lr_at(TrainSettings(schedule=f"{HERE}:negative"), 0, 10)
+
+
+def test_unknown_keywords_of_user_code_are_refused_by_signature():
+    from trainers import check_seams
+
+    with pytest.raises(SettingsError, match=r"optimizer_args.beta3 is not a keyword of "
+                                            r"optimizer .*:lion \(it takes beta1, beta2\)"):
+        check_seams(TrainSettings(optimizer=f"{HERE}:lion", optimizer_args={"beta3": 0.9}))
+    with pytest.raises(SettingsError, match=r"optimizer_args.lr is set by the trainer"):
+        check_seams(TrainSettings(optimizer="torch:RAdam", optimizer_args={"lr": 0.1}))
+    with pytest.raises(SettingsError, match="takes ASGD, .*RAdam"):
+        check_seams(TrainSettings(optimizer="torch:Radam"))
+
+
+def test_preflight_fails_an_optimizer_that_does_not_update_the_weights():
+    report = preflight(TrainSettings(optimizer=f"{HERE}:frozen"), overfit_steps=5)
+    check = report.check("seams")
+    assert report.status == "FAIL" and check.status == "FAIL"
+    assert "changed 0 of 8 parameter tensors" in check.evidence
+    assert "optimizer leaves the weights as they were" in check.cause
+    assert report.check("overfit").status == "SKIP"
+    passing = preflight(TrainSettings(optimizer=f"{HERE}:lion"), overfit_steps=5)
+    assert passing.check("seams").status == "PASS"
+    assert "changed 8 of 8 parameter tensors" in passing.check("seams").evidence
