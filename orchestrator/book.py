@@ -44,12 +44,19 @@ class Active:
     run_id: str | None = None  # None until MLflow is attached (see TrialBook.attach_tracking)
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     curve: list[float] = field(default_factory=list)
-    unlogged: list[tuple[int, dict, list]] = field(default_factory=list)
+    unlogged: list[tuple] = field(default_factory=list)  # (epoch, metrics, lr_steps, samples)
     flushed: float = 0.0
     warnings: list[str] = field(default_factory=list)  # from the trainer, shown on the run
 
     def warning_tags(self) -> dict[str, str]:
         return {keys.WARNINGS: "\n".join(self.warnings)} if self.warnings else {}
+
+    def take(self, message: Epoch | Done | Failed) -> None:
+        """A message's warnings, and its epoch and samples for the run (those of a trial's end
+        come after its last epoch)."""
+        self.warnings += message.warnings
+        self.unlogged.append((message.epoch, message.metrics, message.lr_steps, message.system)
+                             if isinstance(message, Epoch) else (0, {}, [], message.system))
 
 
 @dataclass
@@ -477,8 +484,7 @@ class TrialBook:
     def log_epoch(self, slot: int, epoch: Epoch) -> None:
         """Queue an epoch for the trial's run, logged every :data:`FLUSH_SECONDS` at most."""
         active = self.active[slot]
-        active.warnings += epoch.warnings
-        active.unlogged.append((epoch.epoch, epoch.metrics, epoch.lr_steps))
+        active.take(epoch)
         if time.monotonic() - active.flushed >= FLUSH_SECONDS:
             self.runs.flush(active)
 
@@ -486,7 +492,7 @@ class TrialBook:
         """End the trial on ``slot`` in both stores as its worker reported: complete, pruned
         (a complete trial with a non-finite objective fails) or failed."""
         active = self.active[slot]  # until it ended: if a store fails first, abort() retries it
-        active.warnings += end.warnings
+        active.take(end)
         self.runs.complete(active)
         if isinstance(end, Done):
             if end.weights:  # the final state dict, for export and test evaluation

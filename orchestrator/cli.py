@@ -170,6 +170,9 @@ def _export_arguments(p: argparse.ArgumentParser) -> None:
 
 def _report_arguments(p: argparse.ArgumentParser) -> None:
     _spec_arg(p, "SPEC_OR_NAME", "the sweep's YAML file or its name")
+    p.add_argument("others", nargs="*", metavar="MORE",
+                   help="more sweeps of the same stores: compared with the first, trial by "
+                        "trial (same configuration and seed), in one report")
     p.add_argument("--out", help="folder for the report (default: report-NAME here)")
     p.add_argument("--by", help="setting whose levels colour the curves (default: optimizer)")
     _store_flags(p)
@@ -489,6 +492,8 @@ def cmd_reproduce(args, console: Console) -> int:
 
 
 def cmd_report(args, console: Console) -> int:
+    if args.others:
+        return _report_many(args, console)
     report = api.report(args.spec, out=args.out, by=args.by, tracking_uri=args.tracking_uri,
                         storage=args.storage, console=console)
     out = report.out_dir
@@ -509,6 +514,29 @@ def cmd_report(args, console: Console) -> int:
                 index=False, float_format=lambda v: f"{v:.4g}"), soft_wrap=True)
     console.print(f"report: {out / 'report.html'} (also on the parent run under report/)",
                   soft_wrap=True)
+    return 0
+
+
+def _report_many(args, console: Console) -> int:
+    """``sweep report A B [...]``: the sweeps side by side (see orchestrator.report.many)."""
+    from .report import build_many_report, load_sweep
+
+    if args.by:
+        raise SweepError("--by colours one sweep's curves; with several sweeps, leave it out")
+    uri = args.tracking_uri or paths.default_tracking_uri()
+    with console.status("reading the studies and their runs..."):
+        datas = [load_sweep(s, uri, args.storage) for s in (args.spec, *args.others)]
+    out = Path(args.out or "report-" + "-vs-".join(d.study_name for d in datas))
+    with console.status("building the report..."):
+        report = build_many_report(datas, out)
+    for line in report.many.sentences():
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+    console.print(report.many.results.to_string(index=False, float_format=lambda v: f"{v:.4g}"),
+                  soft_wrap=True, markup=False, highlight=False)
+    if len(report.many.unmatched):
+        console.print(f"{len(report.many.unmatched)} trial(s) without a match: see "
+                      f"{out / 'unmatched.csv'}", soft_wrap=True)
+    console.print(f"report: {out / 'report.html'}", soft_wrap=True)
     return 0
 
 

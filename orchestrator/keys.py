@@ -160,6 +160,13 @@ EXPORT_METRIC = _key("export_<format>_<figure>", TRIAL_METRIC,
                      "an export's parity, size and latency figures")
 TEST_METRIC = _key("test_<metric>", (TRIAL_METRIC, PARENT_METRIC),
                    "the held-out test split (on the parent: the mean, and `_std` over repeats)")
+SYSTEM_CPU = _key("system/cpu_percent", TRIAL_METRIC,
+                  "CPU of the worker's processes while it trained, 100 = one core (step: "
+                  "sample, every few seconds)")
+SYSTEM_RSS = _key("system/rss_mb", TRIAL_METRIC, "resident memory of the worker's processes, MiB")
+SYSTEM_GPU = _key("system/gpu_<id>_<figure>", TRIAL_METRIC,
+                  "on CUDA, each of the trial's GPUs (`<id>` as in `CUDA_VISIBLE_DEVICES`): "
+                  "`utilization_percent` (NVML, the whole device) and `memory_mb` (the worker's)")
 SETTINGS_FILE = _key("settings.yaml", TRIAL_ARTIFACT, "every resolved setting of the trial")
 PACKAGES_FILE = _key("environment/packages.txt", TRIAL_ARTIFACT, "the installed packages")
 WEIGHTS_DIR, WEIGHTS_FILE = "model", "weights.pt"
@@ -175,6 +182,11 @@ REPRODUCES = _key("sweep.reproduces", REPRODUCTION_TAG, "the trial run it traine
 def export_tag(fmt: str, method: bool = False) -> str:
     """The tag of export format ``fmt`` (:data:`EXPORT_FORMAT`), or of how it was made."""
     return f"sweep.export.{fmt}" + (".method" if method else "")
+
+
+def gpu_metric(gpu: str, figure: str) -> str:
+    """The metric of ``figure`` of GPU ``gpu`` (:data:`SYSTEM_GPU`)."""
+    return f"system/gpu_{gpu}_{figure}"
 
 
 def markdown() -> str:

@@ -98,6 +98,9 @@ class Epoch(Message):
     lr_steps: list  # (global step, lr) pairs
     resumed: bool  # restored from a checkpoint: it already passed the pruner
     warnings: tuple[str, ...] = ()  # distinct warnings new since the last message
+    # the worker's use of the machine sampled since the last message: (number, unix ms,
+    # {system/* metric: value}) (see orchestrator.usage)
+    system: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,7 @@ class Done(Message):
     export: Exported | None = None  # with export_for: all
     warnings: tuple[str, ...] = ()
     discarded_checkpoint: str = ""  # why a damaged checkpoint made it start over, if one did
+    system: tuple = ()  # samples since the last epoch, as in Epoch
 
     @classmethod
     def from_fields(cls, values: dict[str, Any]) -> Done:
@@ -150,6 +154,7 @@ class Failed(Message):
     reason: str
     retryable: bool
     warnings: tuple[str, ...] = ()
+    system: tuple = ()  # samples since the last epoch, as in Epoch
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,21 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def epoch_metrics(epochs: list[tuple]) -> list[Metric]:
+    """Epochs' metrics (step = epoch), the lr of each optimizer step (step = global step) and
+    the worker's ``system/*`` samples (step = the sample's number, at the time it was taken),
+    given as ``(epoch, metrics, lr_steps[, samples])``."""
+    ts = _now_ms()
+    batch = []
+    for epoch, metrics, lr_steps, *samples in epochs:
+        batch += [Metric(k, float(v), ts, epoch) for k, v in metrics.items()]
+        batch += [Metric(keys.LR, float(lr), ts, step) for step, lr in lr_steps]
+        batch += [Metric(k, float(v), int(at), int(number))
+                  for number, at, figures in (samples[0] if samples else ())
+                  for k, v in figures.items()]
+    return batch
+
+
 def git_diff_hash(directory: str | os.PathLike = ".") -> str | None:
     """SHA-256 of ``git diff HEAD`` (tracked files): which uncommitted changes a run saw."""
     import hashlib
@@ -212,15 +227,10 @@ class Tracker:
             self.client.log_text(run_id, packages, keys.PACKAGES_FILE)
         return run_id
 
-    def log_epochs(self, run_id: str, epochs: list[tuple[int, dict[str, float], list]]) -> None:
-        """Epochs' metrics (step = epoch) and the lr of each optimizer step (step = global step),
-        given as ``(epoch, metrics, lr_steps)``, in one call (more only past MLflow's
+    def log_epochs(self, run_id: str, epochs: list[tuple]) -> None:
+        """The :func:`epoch_metrics` of ``epochs``, in one call (more only past MLflow's
         1000-metric limit)."""
-        ts = _now_ms()
-        batch = []
-        for epoch, metrics, lr_steps in epochs:
-            batch += [Metric(k, float(v), ts, epoch) for k, v in metrics.items()]
-            batch += [Metric(keys.LR, float(lr), ts, step) for step, lr in lr_steps]
+        batch = epoch_metrics(epochs)
         for i in range(0, len(batch), MAX_BATCH):
             self.client.log_batch(run_id, metrics=batch[i:i + MAX_BATCH])
 

@@ -19,6 +19,7 @@ from multiprocessing.connection import Connection
 
 from trainers.system import die_with_parent  # imports no torch
 
+from . import usage
 from .protocol import (
     REQUESTS,
     Checked,
@@ -131,16 +132,33 @@ class _Warnings:
 
 
 def run_trial(conn: Connection, request: Train, trainers) -> Done | Failed:
-    """Train one trial, streaming each epoch to the parent; return the final message."""
-    with _Warnings() as caught:
+    """Train one trial, streaming each epoch (and the use of the machine sampled meanwhile)
+    to the parent; return the final message."""
+    with _Warnings() as caught, usage.Sampler(gpus=_gpu_probe(request.settings)) as sampler:
         def on_epoch_end(report) -> bool:
             send(conn, Epoch(epoch=report.epoch, metrics=report.metrics,
                              lr_steps=report.lr_steps, resumed=report.resumed,
-                             warnings=tuple(caught.new())))
+                             warnings=tuple(caught.new()), system=sampler.drain()))
             return receive(conn, Decision).stop
 
         end = _train(request, trainers, on_epoch_end)
-        return replace(end, warnings=tuple(caught.new()))
+        return replace(end, warnings=tuple(caught.new()), system=sampler.drain(last=True))
+
+
+_GPUS: list = []  # the worker's GpuProbe, made by the first trial on CUDA
+
+
+def _gpu_probe(settings: dict) -> usage.GpuProbe | None:
+    """The probe of this worker's GPUs when the trial trains on CUDA (None on the CPU: a probe
+    would start CUDA in a worker that does not use it)."""
+    import torch
+
+    if not str(settings.get("device", "auto")).startswith(("auto", "cuda")) or \
+            not torch.cuda.is_available():
+        return None
+    if not _GPUS:
+        _GPUS.append(usage.GpuProbe(torch))
+    return _GPUS[0]
 
 
 def _train(request: Train, trainers, on_epoch_end) -> Done | Failed:
@@ -171,7 +189,6 @@ def _train(request: Train, trainers, on_epoch_end) -> Done | Failed:
 def run_export(settings: dict, model, formats, folder: str, trainers) -> Exported:
     """Export ``model`` (a module, or the path of saved weights) into ``folder`` in
     ``formats``; a failed export never fails the trial."""
-    t0 = time.perf_counter()
     try:
         from trainers.export import export, summary_metrics
 
@@ -179,8 +196,6 @@ def run_export(settings: dict, model, formats, folder: str, trainers) -> Exporte
                         tuple(formats)).to_dict()
     except Exception as e:  # reported on the run; the trial's result stands
         return Exported.failed(f"{type(e).__name__}: {e}", folder)
-    sys.stderr.write(f"exported {', '.join(formats)} into {folder}: "
-                     f"{time.perf_counter() - t0:.1f} s\n")
     return Exported(report=report, metrics=summary_metrics(report), error=None, dir=folder)
 
 

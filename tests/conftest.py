@@ -255,6 +255,25 @@ def quickstart(quickstart_once, tmp_path):
     return Stores(copy), out
 
 
+@pytest.fixture(scope="session")
+def two_sweeps(tmp_path_factory, mlflow_template):
+    """Two grid sweeps of one question in one store: ``short`` (batch 32, 64, 128; 1 epoch) and
+    ``long`` (the same and an added level 256; 2 epochs), seed 0: three configurations and
+    seeds in common, one of ``long`` alone. Their trial runs also carry system metrics."""
+    d = tmp_path_factory.mktemp("two-sweeps")
+    shutil.copyfile(mlflow_template, d / "mlflow.db")
+    for name, epochs, sizes in (("short", 1, [32, 64, 128]), ("long", 2, [32, 64, 128, 256])):
+        spec = tiny_spec(name=name, sampler={"name": "grid"},
+                         train={"dataset": "digits", "model": "small_cnn", "epochs": epochs,
+                                "lr": 3e-3},
+                         space={"batch_size": sizes})
+        spec.pop("trials")
+        (d / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+        out = run_cli("run", f"{name}.yaml", cwd=d)
+        assert out.returncode == 0, out.stderr
+    return Stores(d)
+
+
 # PostgreSQL on this machine (trust authentication): each test makes its own databases
 PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 

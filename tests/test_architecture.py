@@ -28,7 +28,8 @@ LAYERS: list[set[str]] = [
     {"trainers"},
     # orchestrator: pure pieces, the stores, the coordinator's rooms, the loop, the commands
     {"orchestrator.errors", "orchestrator.paths", "orchestrator.keys", "orchestrator.protocol"},
-    {"orchestrator.space", "orchestrator.slots", "orchestrator.locks", "orchestrator.decide"},
+    {"orchestrator.space", "orchestrator.slots", "orchestrator.locks", "orchestrator.decide",
+     "orchestrator.usage"},
     {"orchestrator.spec"},
     {"orchestrator.compare"},
     {"orchestrator.schema", "orchestrator.study", "orchestrator.tracking",

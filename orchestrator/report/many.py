@@ -1,0 +1,344 @@
+"""Several sweeps of the same question side by side (``sweep report A B [...]``): another
+dataset, an added level, a new version of the code.
+
+Rules the numbers follow:
+
+- *matching*: a complete trial is matched with the complete trials of the other sweeps that ran
+  the same configuration (the same values of every setting any of the sweeps searched) with the
+  same seed. What the sweeps fixed differently (``train.epochs``, the dataset, the code) is what
+  is compared. Within a sweep, a second trial of a configuration and seed is left out (listed).
+- *all matched trials*: every two sweeps, b minus a over the configurations and seeds both ran,
+  by :func:`orchestrator.decide.compare_levels` (paired t-test and its interval, or a bootstrap
+  interval for a bounded metric; Wilcoxon signed-rank; Holm over the pairs of sweeps), the
+  verdict turned the way of the objective. Fewer than :data:`~orchestrator.report.stats.MIN_PAIRS`
+  pairs: insufficient evidence.
+- *per configuration*: the same over that configuration's seeds (each configuration on its own:
+  Holm over its pairs of sweeps, not across configurations).
+- a trial of one sweep that no other sweep matched is listed with why.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from .. import decide, keys
+from ..errors import SweepError
+from .load import SweepData
+from .plots import Figure, png_bytes
+from .render import Document, Table, markdown, number, p_value, to_html
+from .stats import MIN_PAIRS
+
+COLUMNS = ["scope", "a", "b", "pairs", "diff_b_minus_a", "ci95_low", "ci95_high", "t_test_p",
+           "wilcoxon_p", "p_holm", "verdict"]
+ALL = "all matched trials"
+
+
+@dataclass
+class Many:
+    """Several sweeps compared: ``pairs`` holds a row per configuration and seed (a value and a
+    trial column per sweep), ``results`` a row per scope (:data:`ALL`, then each configuration)
+    and pair of sweeps, ``unmatched`` the trials left out and why."""
+
+    names: list[str]
+    metric: str
+    direction: str
+    factors: list[str]
+    pairs: pd.DataFrame
+    results: pd.DataFrame
+    unmatched: pd.DataFrame
+    differences: list[str]
+    overall: list[decide.PairResult] = field(default_factory=list)
+
+    def sentences(self) -> list[str]:
+        """A sentence per pair of sweeps over all their matched trials (the headline first)."""
+        return [pair_sentence(self, r) for r in self.overall] or [
+            f"No configuration and seed was run by two of {', '.join(self.names)}: nothing to "
+            f"compare."]
+
+
+def check_same_question(datas: list[SweepData]) -> None:
+    """Refuse sweeps that cannot be compared (one line each: what differs, and what to do).
+
+    Raises:
+        SweepError: a sweep named twice, another objective, or a comparison sweep.
+    """
+    names = [d.study_name for d in datas]
+    if len(set(names)) < len(names):
+        raise SweepError(f"sweep report {' '.join(names)}: a sweep is named twice; name each "
+                         f"sweep once")
+    first = datas[0].spec.objective
+    for d in datas[1:]:
+        o = d.spec.objective
+        if (o.metric, o.direction) != (first.metric, first.direction):
+            raise SweepError(f"sweep report: {d.study_name}'s objective is {o.metric} "
+                             f"({o.direction}), {names[0]}'s {first.metric} ({first.direction}); "
+                             f"only sweeps of the same objective compare")
+    for d in datas:
+        if d.compare:
+            raise SweepError(f"sweep report: {d.study_name} is a comparison (compare:), which "
+                             f"is not compared with other sweeps; report it alone")
+
+
+def compare_sweeps(datas: list[SweepData]) -> Many:
+    """The sweeps in ``datas`` (the first is the baseline a) compared trial by trial."""
+    check_same_question(datas)
+    names = [d.study_name for d in datas]
+    objective = datas[0].spec.objective
+    factors = list(dict.fromkeys(f for d in datas for f in d.factors))
+    values, unmatched = _values(datas, factors)
+    pairs = _pairs_table(values, names)
+    bounds = decide.METRIC_BOUNDS.get(objective.metric, (None, None))
+    label = {str(i): name for i, name in enumerate(names)}  # "0" < "1" < ...: the given order
+
+    def by_sweep(frame: pd.DataFrame, key) -> dict[str, dict]:
+        return {str(i): {k: v for k, v in zip(key(frame), frame[f"value:{n}"]) if not
+                         pd.isna(v)} for i, n in enumerate(names)}
+
+    overall = decide.compare_levels(
+        by_sweep(pairs, lambda f: zip(f["configuration"], f["seed"])), factor="sweep",
+        direction=objective.direction, bounds=bounds, min_pairs=MIN_PAIRS)
+    rows = [_row(ALL, r, label) for r in overall]
+    for config, group in pairs.groupby("configuration", sort=False):
+        if group[[f"value:{n}" for n in names]].notna().sum(axis=1).max() < 2:
+            continue  # one sweep alone ran it: listed as unmatched
+        found = decide.compare_levels(by_sweep(group, lambda f: f["seed"]), factor="sweep",
+                                      direction=objective.direction, bounds=bounds,
+                                      min_pairs=MIN_PAIRS)
+        rows += [_row(config, r, label) for r in found if r.pairs]
+    unmatched += _alone(pairs, names)
+    overall = [_named(r, label) for r in overall]
+    return Many(names, objective.metric, objective.direction, factors, pairs,
+                pd.DataFrame(rows, columns=COLUMNS),
+                pd.DataFrame(unmatched, columns=["sweep", "trial", "configuration", "seed",
+                                                 "why"]),
+                differences(datas, factors), overall)
+
+
+def configuration_text(row: pd.Series, factors: list[str]) -> str:
+    """A trial's configuration in the union of the sweeps' searched settings."""
+    return ", ".join(f"{f}={_text(row.get(f'params.{f}'))}" for f in factors)
+
+
+def _text(value) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else str(value)
+
+
+def _values(datas: list[SweepData], factors: list[str]) -> tuple[dict, list[dict]]:
+    """(configuration, seed) -> {sweep: (trial, value)} over complete trials, and the trials
+    left out (not complete; a second trial of a configuration and seed)."""
+    values: dict[tuple[str, int], dict[str, tuple[int, float]]] = {}
+    unmatched = []
+    for d in datas:
+        for _, t in d.trials.sort_values("trial").iterrows():
+            config = configuration_text(t, factors)
+            seed = t["seed"] if not pd.isna(t.get("seed")) else t.get("repeat")
+            seed = int(seed) if not pd.isna(seed) else -1
+            row = {"sweep": d.study_name, "trial": int(t["trial"]), "configuration": config,
+                   "seed": seed}
+            if t["state"] != "COMPLETE":
+                unmatched.append({**row, "why": f"not complete ({t['state'].lower()})"})
+                continue
+            cell = values.setdefault((config, seed), {})
+            if d.study_name in cell:
+                unmatched.append({**row, "why": f"the same configuration and seed as trial "
+                                                f"{cell[d.study_name][0]}"})
+                continue
+            cell[d.study_name] = (int(t["trial"]), float(t["value"]))
+    return values, unmatched
+
+
+def _pairs_table(values: dict, names: list[str]) -> pd.DataFrame:
+    rows = []
+    for (config, seed), cell in values.items():
+        row = {"configuration": config, "seed": seed}
+        for n in names:
+            trial, value = cell.get(n, (None, math.nan))
+            row[f"trial:{n}"], row[f"value:{n}"] = trial, value
+        row["matched"] = sum(n in cell for n in names) >= 2
+        rows.append(row)
+    columns = ["configuration", "seed", *[f"{k}:{n}" for n in names for k in ("trial", "value")],
+               "matched"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _alone(pairs: pd.DataFrame, names: list[str]) -> list[dict]:
+    """The complete trials no other sweep matched."""
+    out = []
+    for _, row in pairs[~pairs["matched"]].iterrows():
+        for n in names:
+            if not pd.isna(row[f"value:{n}"]):
+                others = ", ".join(m for m in names if m != n)
+                out.append({"sweep": n, "trial": int(row[f"trial:{n}"]),
+                            "configuration": row["configuration"], "seed": int(row["seed"]),
+                            "why": f"no trial of {others} ran this configuration with seed "
+                                   f"{int(row['seed'])}"})
+    return out
+
+
+def _named(r: decide.PairResult, label: dict[str, str]) -> decide.PairResult:
+    """A result with the sweeps' names for its level labels."""
+    from dataclasses import replace
+
+    better = label.get(r.better) if r.better is not None else None
+    worse = label[r.a] if better == label[r.b] else label[r.b]
+    return replace(r, a=label[r.a], b=label[r.b], better=better,
+                   verdict=f"{better} better than {worse}" if better else r.verdict)
+
+
+def _row(scope: str, r: decide.PairResult, label: dict[str, str]) -> dict:
+    r = _named(r, label)
+    if r.pairs < MIN_PAIRS:
+        verdict = f"insufficient evidence ({r.pairs} pairs, need {MIN_PAIRS})"
+    elif math.isnan(r.p):
+        verdict = "every pair differs by the same amount"
+    else:
+        verdict = r.verdict
+    return {"scope": scope, "a": r.a, "b": r.b, "pairs": r.pairs, "diff_b_minus_a": r.diff,
+            "ci95_low": r.ci_low, "ci95_high": r.ci_high, "t_test_p": r.p,
+            "wilcoxon_p": r.p_wilcoxon, "p_holm": r.p_holm, "verdict": verdict}
+
+
+def differences(datas: list[SweepData], factors: list[str]) -> list[str]:
+    """What the sweeps fixed differently: each setting none of them searched whose one value
+    differs between them, and the commit of the code when it differs."""
+    out = []
+    columns = sorted({c for d in datas for c in d.trials.columns if c.startswith("params.")}
+                     - {f"params.{f}" for f in factors})
+    for col in columns:
+        values = [d.trials[col].dropna().map(str).unique() if col in d.trials else [] for d in
+                  datas]
+        if all(len(v) == 1 for v in values) and len({v[0] for v in values}) > 1:
+            out.append(f"{col.removeprefix('params.')}: " + ", ".join(
+                f"{v[0]} ({d.study_name})" for v, d in zip(values, datas)))
+    commits = [d.parent_tags.get(keys.GIT_COMMIT, "?")[:12] for d in datas]
+    if len(set(commits)) > 1:
+        out.append("code: commit " + ", ".join(f"{c} ({d.study_name})"
+                                                for c, d in zip(commits, datas)))
+    return out
+
+
+def amount(metric: str, value: float) -> str:
+    """A difference in the metric's words: points for a [0, 1] metric, else its units."""
+    if decide.METRIC_BOUNDS.get(metric) == (0.0, 1.0):
+        return f"{100 * value:.2g} points of {metric}"
+    return f"{value:.3g} {metric}"
+
+
+def pair_sentence(m: Many, r: decide.PairResult) -> str:
+    """One pair of sweeps over all their matched trials, said the way of the objective."""
+    over = f"over {r.pairs} matched trials (same configuration and seed"
+    if r.pairs < MIN_PAIRS:
+        return (f"{r.b} against {r.a}: insufficient evidence {over}; need {MIN_PAIRS}).")
+    over += f"; Holm p = {r.p_holm:.2g})" if not math.isnan(r.p_holm) else ")"
+    interval = f"[{number(r.ci_low)}, {number(r.ci_high)}]"
+    if r.better is None:
+        return (f"No clear difference between {r.a} and {r.b}: {r.b} minus {r.a} = "
+                f"{amount(m.metric, r.diff)} {interval} {over}.")
+    worse = r.a if r.better == r.b else r.b
+    sign = 1.0 if (r.better == r.b) == (m.direction == "maximize") else -1.0
+    low, high = sorted((sign * r.ci_low, sign * r.ci_high))
+    return (f"{r.better} beats {worse} by {amount(m.metric, sign * r.diff)} "
+            f"[{number(low)}, {number(high)}] {over}.")
+
+
+# ------------------------------------------------------------------------------ the files
+
+@dataclass
+class ManyReport:
+    """What :func:`build_many_report` computed, and the files it wrote into ``out_dir``."""
+
+    out_dir: Path
+    many: Many
+    files: list[Path]
+
+
+def build_many_report(datas: list[SweepData], out_dir: str | os.PathLike) -> ManyReport:
+    """Write report.html, report.md, comparison.csv (:data:`COLUMNS`), pairs.csv (a row per
+    configuration and seed, a trial and value per sweep), unmatched.csv and the plot."""
+    many = compare_sweeps(datas)
+    out = Path(out_dir)
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    files = [out / "comparison.csv", out / "pairs.csv", out / "unmatched.csv"]
+    many.results.to_csv(files[0], index=False)
+    many.pairs.to_csv(files[1], index=False)
+    many.unmatched.to_csv(files[2], index=False)
+    figures = {"matched.png": _plot_matched(many)} if many.overall else {}
+    for name, figure in figures.items():
+        (out / "plots" / name).write_bytes(figure.png)
+        files.append(out / "plots" / name)
+    doc = _document(many, datas, figures)
+    (out / "report.md").write_text(markdown(doc))
+    (out / "report.html").write_text(to_html(doc))
+    return ManyReport(out, many, [*files, out / "report.md", out / "report.html"])
+
+
+def _document(m: Many, datas: list[SweepData], figures: dict[str, Figure]) -> Document:
+    doc = Document(f"Sweeps side by side: {', '.join(m.names)}", m.sentences())
+    for d in datas:
+        counts = d.trials["state"].value_counts() if len(d.trials) else pd.Series(dtype=int)
+        doc.say(f"{d.study_name}: " + (", ".join(f"{v} {k.lower()}" for k, v in counts.items())
+                                       or "no trials") + ".")
+    doc.say(f"Objective {m.metric} ({m.direction}); trials matched by "
+            f"{', '.join(m.factors) or 'nothing searched'} and seed.")
+    if m.differences:
+        doc.say("What the sweeps fixed differently: " + "; ".join(m.differences) + ".")
+    doc.heading("Paired differences")
+    doc.blocks.append(Table(
+        f"b minus a in {m.metric} over the configurations and seeds both sweeps ran (first row "
+        f"per pair: all of them; then each configuration over its seeds): paired t-test and its "
+        f"95% interval (bootstrap for a bounded metric), Wilcoxon signed-rank, Holm over the "
+        f"pairs of sweeps within a row's scope; fewer than {MIN_PAIRS} pairs is insufficient "
+        f"evidence. Also in comparison.csv.",
+        ["scope", "a", "b", "pairs", "b - a", "95% CI low", "95% CI high", "t-test p",
+         "Wilcoxon p", "Holm p", "verdict"],
+        [[r.scope, r.a, r.b, str(r.pairs), number(r.diff_b_minus_a), number(r.ci95_low),
+          number(r.ci95_high), p_value(r.t_test_p), p_value(r.wilcoxon_p), p_value(r.p_holm),
+          r.verdict] for r in m.results.itertuples()]))
+    doc.heading("Matched trials")
+    value_cols = [f"value:{n}" for n in m.names]
+    doc.blocks.append(Table(
+        f"Every configuration and seed a sweep completed: its {m.metric} in each sweep (a dash: "
+        f"that sweep did not run it). Also in pairs.csv.",
+        ["configuration", "seed", *m.names],
+        [[r["configuration"], str(r["seed"]), *[number(r[c]) for c in value_cols]]
+         for _, r in m.pairs.iterrows()]))
+    if len(m.unmatched):
+        doc.heading("Left out")
+        doc.blocks.append(Table(
+            "Trials without a match, and why. Also in unmatched.csv.",
+            ["sweep", "trial", "configuration", "seed", "why"],
+            [[r.sweep, str(r.trial), r.configuration, str(r.seed), r.why]
+             for r in m.unmatched.itertuples()]))
+    if figures:
+        doc.heading("Plots")
+        doc.blocks += list(figures.items())
+    return doc
+
+
+def _plot_matched(m: Many) -> Figure:
+    """Each matched trial's objective in the first sweep (x) against each other sweep (y)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    base = f"value:{m.names[0]}"
+    for i, n in enumerate(m.names[1:]):
+        both = m.pairs[[base, f"value:{n}"]].dropna()
+        ax.scatter(both[base], both[f"value:{n}"], color=plt.cm.tab10(i % 10), label=n, s=25)
+    values = m.pairs[[f"value:{n}" for n in m.names]].stack()
+    if len(values):
+        low, high = float(values.min()), float(values.max())
+        ax.plot([low, high], [low, high], color="black", lw=0.8)
+    ax.set_xlabel(f"{m.metric} in {m.names[0]}")
+    ax.set_ylabel(f"{m.metric} in the other sweep")
+    ax.legend()
+    return Figure(png_bytes(fig), (
+        f"Each configuration and seed: {m.metric} in {m.names[0]} (x) and in the other sweep "
+        f"(y); above the line the other sweep scored higher."))

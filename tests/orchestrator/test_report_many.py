@@ -1,0 +1,133 @@
+"""`sweep report A B`: two real sweeps of one question (1 against 2 epochs, an added batch size)
+side by side, their paired figures checked against a hand computation in both directions."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from tests.conftest import run_cli
+
+
+def _by_hand(stores, metric: str) -> dict[str, dict[int, float]]:
+    """sweep -> {batch size: the metric's last value}, read from the trial runs."""
+    return {name: {int(r.data.params["batch_size"]): r.data.metrics[metric]
+                   for r in stores.runs(name, "trial")} for name in ("short", "long")}
+
+
+def _bootstrap(diff: np.ndarray, limits: tuple[float, float]) -> tuple[float, float]:
+    """decide.bootstrap_ci's documented recipe, written out: 10000 resamples, seed 0."""
+    rng = np.random.default_rng(0)
+    means = diff[rng.integers(0, len(diff), size=(10_000, len(diff)))].mean(axis=1)
+    low, high = np.quantile(means, [0.025, 0.975])
+    return float(np.clip(low, *limits)), float(np.clip(high, *limits))
+
+
+def _verdict(p: float, low: float, high: float, diff: float, maximize: bool) -> str:
+    if not p < 0.05 or low <= 0 <= high:
+        return "no clear difference"
+    return "long better than short" if (diff > 0) == maximize else "short better than long"
+
+
+@pytest.fixture(scope="module")
+def reported(two_sweeps):
+    rep = run_cli("report", "short", "long", "--out", "rep", cwd=two_sweeps.dir)
+    assert rep.returncode == 0, rep.stderr
+    return two_sweeps, two_sweeps.dir / "rep", rep.stdout
+
+
+def test_matched_trials_and_their_paired_difference_match_a_hand_computation(reported):
+    stores, out, stdout = reported
+    acc = _by_hand(stores, "val_acc")
+    sizes = [32, 64, 128]
+    diff = np.array([acc["long"][b] - acc["short"][b] for b in sizes])
+    table = pd.read_csv(out / "comparison.csv")
+    row = table[table["scope"] == "all matched trials"].iloc[0]
+    assert (row["a"], row["b"], row["pairs"]) == ("short", "long", 3)
+    assert row["diff_b_minus_a"] == pytest.approx(diff.mean())
+    low, high = _bootstrap(diff, (-1.0, 1.0))  # val_acc lives in [0, 1]: bootstrap interval
+    assert (row["ci95_low"], row["ci95_high"]) == pytest.approx((low, high))
+    p = stats.ttest_rel([acc["long"][b] for b in sizes], [acc["short"][b] for b in sizes]).pvalue
+    assert row["t_test_p"] == pytest.approx(p) and row["p_holm"] == pytest.approx(p)
+    assert row["wilcoxon_p"] == pytest.approx(stats.wilcoxon(diff).pvalue)
+    assert row["verdict"] == _verdict(p, low, high, diff.mean(), maximize=True)
+    # each configuration on its own: one seed, so no test
+    per = table[table["scope"] != "all matched trials"].set_index("scope")
+    assert sorted(per.index) == sorted(f"batch_size={b}" for b in sizes)
+    for b, d in zip(sizes, diff):
+        assert per.loc[f"batch_size={b}", "diff_b_minus_a"] == pytest.approx(d)
+        assert per.loc[f"batch_size={b}", "verdict"].startswith("insufficient evidence (1 pairs")
+    pairs = pd.read_csv(out / "pairs.csv").set_index("configuration")
+    assert pairs.loc["batch_size=256", "value:long"] == pytest.approx(acc["long"][256])
+    assert math.isnan(pairs.loc["batch_size=256", "value:short"])
+    unmatched = pd.read_csv(out / "unmatched.csv")
+    assert unmatched[["sweep", "configuration", "seed"]].values.tolist() == \
+        [["long", "batch_size=256", 0]]
+    assert "no trial of short ran this configuration with seed 0" in unmatched["why"][0]
+    html = (out / "report.html").read_text()
+    headline = stdout.splitlines()[0]
+    assert headline.startswith(("long beats short", "short beats long", "No clear difference"))
+    assert headline in (out / "report.md").read_text()
+    assert "epochs: 1 (short), 2 (long)" in html and "data:image/png;base64," in html
+
+
+def _as_minimized(data, metric: str):
+    """The same sweep read with ``metric`` as a minimized objective (its last value)."""
+    objective = data.spec.objective.model_copy(update={"metric": metric,
+                                                       "direction": "minimize"})
+    trials = data.trials.assign(value=data.trials[f"metrics.{metric}"])
+    return replace(data, spec=data.spec.model_copy(update={"objective": objective}),
+                   trials=trials)
+
+
+def test_a_minimized_objective_is_compared_the_other_way(two_sweeps):
+    from orchestrator.report import compare_sweeps, load_sweep
+
+    datas = [_as_minimized(load_sweep(n, two_sweeps.tracking_uri, str(two_sweeps.journal)),
+                           "val_loss") for n in ("short", "long")]
+    many = compare_sweeps(datas)
+    loss = _by_hand(two_sweeps, "val_loss")
+    diff = np.array([loss["long"][b] - loss["short"][b] for b in (32, 64, 128)])
+    row = many.results.iloc[0]
+    # val_loss has no upper bound: Student's t interval
+    half = stats.t.ppf(0.975, 2) * diff.std(ddof=1) / math.sqrt(3)
+    assert row["diff_b_minus_a"] == pytest.approx(diff.mean())
+    assert (row["ci95_low"], row["ci95_high"]) == pytest.approx((diff.mean() - half,
+                                                                 diff.mean() + half))
+    p = stats.ttest_1samp(diff, 0.0).pvalue
+    verdict = _verdict(p, diff.mean() - half, diff.mean() + half, diff.mean(), maximize=False)
+    assert row["verdict"] == verdict
+    sentence = many.sentences()[0]
+    if verdict == "no clear difference":
+        assert sentence.startswith("No clear difference between short and long")
+    else:  # the lower loss wins, by a positive amount
+        winner, loser = verdict.split(" better than ")
+        assert sentence.startswith(f"{winner} beats {loser} by {abs(diff.mean()):.3g} val_loss")
+
+
+def test_sweeps_that_ask_another_question_are_refused_with_one_line(two_sweeps, capsys):
+    from orchestrator.errors import SweepError
+    from orchestrator.report import compare_sweeps, load_sweep
+
+    short, long = (load_sweep(n, two_sweeps.tracking_uri, str(two_sweeps.journal))
+                   for n in ("short", "long"))
+    cases = {
+        "a sweep is named twice": [short, short],
+        "long's objective is val_loss (minimize), short's val_acc (maximize)":
+            [short, _as_minimized(long, "val_loss")],
+        "long is a comparison (compare:)": [short, replace(long, compare={"factor": "x"})],
+    }
+    for words, datas in cases.items():
+        with pytest.raises(SweepError) as e:
+            compare_sweeps(datas)
+        assert words in str(e.value) and "\n" not in str(e.value)
+    from orchestrator.cli import main
+
+    assert main(["report", "short", "long", "--by", "batch_size", "--tracking-uri",
+                 two_sweeps.tracking_uri]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--by" in err and "leave it out" in err
