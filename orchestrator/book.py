@@ -473,7 +473,8 @@ class TrialBook:
     def report_epoch(self, slot: int, epoch: Epoch) -> bool:
         """Report an epoch's objective to the study; True when the pruner says stop."""
         active = self.active[slot]
-        value = epoch.metrics[self.spec.objective.metric]
+        # nan (the trial then fails) where a user's metrics did not return the objective
+        value = epoch.metrics.get(self.spec.objective.metric, math.nan)
         active.curve.append(value)
         if not math.isfinite(value):
             return False
