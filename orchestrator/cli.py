@@ -7,6 +7,7 @@ Exit codes (:data:`EXIT_CODES`): 0 done, 1 done with a negative answer (trials f
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import textwrap
@@ -132,6 +133,9 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
     _set_flag(p, ", e.g. --set train.epochs=1")
     p.add_argument("--force", action="store_true",
                    help="start the trials even when a preflight check FAILs")
+    p.add_argument("--slurm", action="store_true",
+                   help="workers and GPUs from this Slurm job's allocation (SLURM_CPUS_PER_TASK, "
+                        "CUDA_VISIBLE_DEVICES), as the job script of sweep submit --slurm runs it")
     _store_flags(p)
 
 
@@ -214,6 +218,30 @@ def _server_arguments(p: argparse.ArgumentParser) -> None:
                         "(or mysql://, sqlite:///FILE); a journal file cannot be proxied")
     p.add_argument("--proxy-port", type=_port, default=13000,
                    help="with --storage-proxy: its port (default 13000), on --host")
+
+
+def _submit_arguments(p: argparse.ArgumentParser) -> None:
+    _spec_arg(p)
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--slurm", action="store_true", help="submit a Slurm job array")
+    where.add_argument("--k8s", action="store_true",
+                       help="write a Kubernetes Indexed Job manifest (never applied)")
+    p.add_argument("--jobs", type=int, required=True, metavar="N",
+                   help="array tasks (pods), each a sweep run joining the study")
+    p.add_argument("--gpus-per-job", type=int, default=0, metavar="G", help="GPUs per task")
+    p.add_argument("--cpus-per-job", type=int, metavar="C",
+                   help="CPUs per task (default 4 per GPU, else 2)")
+    p.add_argument("--partition", metavar="P", help="Slurm partition")
+    p.add_argument("--time", metavar="T", help="Slurm time limit per task, e.g. 2-00:00:00")
+    p.add_argument("--image", help="--k8s: the container image with this project installed")
+    p.add_argument("--volume-claim", metavar="PVC",
+                   help="--k8s: a ReadWriteMany volume claim, each pod's working folder")
+    p.add_argument("--secret", help="--k8s: the Secret holding SWEEP_STORAGE and "
+                                    "MLFLOW_TRACKING_URI (default sweep-NAME-stores)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="write and print the job file; create and submit nothing")
+    _set_flag(p, ", e.g. --set train.epochs=3")
+    _store_flags(p)
 
 
 def _completion_arguments(p: argparse.ArgumentParser) -> None:
@@ -310,8 +338,9 @@ def cmd_validate(args, console: Console) -> int:
 def cmd_run(args, console: Console) -> int:
     _positive("--trials", args.trials)
     _positive("--workers", args.workers)
+    workers, gpus = _slurm_slots(args) if args.slurm else (args.workers, args.gpus)
     try:
-        result = api.run(args.spec, trials=args.trials, workers=args.workers, gpus=args.gpus,
+        result = api.run(args.spec, trials=args.trials, workers=workers, gpus=gpus,
                          new=args.new, force=args.force, set=args.overrides,
                          tracking_uri=args.tracking_uri, storage=args.storage,
                          max_grid=args.max_grid, console=console)
@@ -319,6 +348,18 @@ def cmd_run(args, console: Console) -> int:
         result = e.result
     print_summary(console, result.spec, result.outcome)
     return result.outcome.exit_code
+
+
+def _slurm_slots(args) -> tuple[int, list]:
+    """``sweep run --slurm``: the worker slots of this Slurm task's allocation."""
+    from .submit import task_slots
+
+    if args.workers or args.gpus is not None:
+        raise SweepError("--slurm takes the workers and GPUs from the Slurm allocation; drop "
+                         "--workers and --gpus (or --slurm)")
+    spec = load_spec(args.spec, args.overrides, args.max_grid)
+    slots = task_slots(os.environ, spec.workers_per_gpu, spec.train.get("devices_per_trial", 1))
+    return slots.workers, slots.gpus
 
 
 def print_summary(console: Console, spec, outcome) -> None:
@@ -421,6 +462,35 @@ def cmd_schema(args, console: Console) -> int:
         raise SweepError(f"--out {args.out}: folder {out.parent} does not exist; create it first")
     out.write_text(text)
     console.print(f"wrote {out} (editors: see README, The sweep YAML)", soft_wrap=True)
+    return 0
+
+
+def cmd_submit(args, console: Console) -> int:
+    from .submit import Job, secret_command, secret_name, submit
+
+    spec = load_spec(args.spec, args.overrides, args.max_grid)
+    kind = "slurm" if args.slurm else "k8s"
+    job = Job(args.jobs, args.gpus_per_job, args.cpus_per_job, args.partition, args.time,
+              args.image, args.secret, args.volume_claim)
+    tracking = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    folder = paths.work_dir(tracking or paths.default_tracking_uri(), spec.name) / "submit"
+    done = submit(spec, kind, job, args.storage, tracking, args.overrides, folder,
+                  args.dry_run)
+    say = lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False)  # noqa: E731
+    if args.dry_run:
+        sys.stdout.write(done.text)
+        say(f"(dry run: wrote {done.file}; nothing created or submitted)")
+        return 0
+    follow = f"sweep status {spec.name} --storage {paths.mask(args.storage)}"
+    say(f"study {done.study!r} and its parent run {done.parent_run_id} are ready")
+    if kind == "slurm":
+        say(f"submitted job {done.job_id}: {args.jobs} array tasks ({done.file})")
+        say(f"follow it: {follow}   (and squeue -j {done.job_id}; task logs "
+            f"{done.file.parent}/slurm-{done.job_id}_*.log)")
+    else:
+        say(f"wrote {done.file} ({args.jobs} pods; not applied)")
+        say(f"once: {secret_command(secret_name(spec.name, job), args.storage, tracking)}")
+        say(f"then: kubectl apply -f {done.file}; follow it: {follow}")
     return 0
 
 
@@ -651,6 +721,19 @@ COMMANDS: dict[str, Command] = {
         ("sweep server --backend-store-uri postgresql://mlflow@db/mlflow --host 0.0.0.0 "
          "--allowed-hosts 'box1:5000,box2:5000'",),
         _server_arguments, cmd_server),
+    "submit": Command(
+        "run a sweep as a Slurm job array or a Kubernetes Indexed Job",
+        "Check that the study storage and the MLflow server are shared and answer, create the "
+        "study and its parent run once, then write a job file into .sweep/NAME/submit/: a "
+        "Slurm array script, submitted, whose every task runs sweep run --slurm joining the "
+        "study with its allocation's CPUs and GPUs; or (--k8s) an Indexed Job manifest, "
+        "never applied. --dry-run writes and prints the file only.",
+        ("sweep submit sweeps/quickstart.yaml --slurm --jobs 4 --cpus-per-job 2 "
+         "--storage postgresql://postgres@db/sweeps --tracking-uri http://db:5000",
+         "sweep submit sweeps/cifar10_resnet18.yaml --k8s --jobs 8 --gpus-per-job 1 "
+         "--image registry.example.com/sweep:1.0 --volume-claim sweeps --storage "
+         "postgresql://postgres@db/sweeps --tracking-uri http://db:5000 --dry-run"),
+        _submit_arguments, cmd_submit),
     "completion": Command(
         "print a shell completion script (bash or zsh)",
         "Print a tab-completion script for bash or zsh, generated from this command line "

@@ -37,7 +37,7 @@ LAYERS: list[set[str]] = [
      "orchestrator.server", "orchestrator.proxy"},
     {"orchestrator.worker", "orchestrator.book", "orchestrator.status",
      "orchestrator.reproduce", "orchestrator.report"},
-    {"orchestrator.phases"},
+    {"orchestrator.phases", "orchestrator.submit"},
     {"orchestrator.runner"},
     {"orchestrator.api"},
     {"orchestrator.cli"},

@@ -31,7 +31,7 @@ def examples(help_text: str) -> list[str]:
 
 def test_the_parser_knows_the_commands_the_readme_lists():
     assert set(subcommands()) == {"run", "status", "doctor", "validate", "schema", "export",
-                                  "report", "reproduce", "ui", "server", "completion"}
+                                  "report", "reproduce", "ui", "server", "submit", "completion"}
 
 
 @pytest.mark.parametrize("command", [None, *subcommands()])
