@@ -119,7 +119,8 @@ class SweepResult:
         Read from the stores at each call."""
         from .report import load_sweep, trial_table
 
-        return trial_table(load_sweep(self.name, self.tracking_uri, self.storage))
+        return trial_table(load_sweep(self.name, self.tracking_uri, self.storage,
+                                      curves=False))
 
     def _sweep_study(self):
         from .study import SweepStudy
@@ -272,7 +273,7 @@ def load(name: str, *, tracking_uri: str | None = None,
     tracking_uri = tracking_uri or paths.default_tracking_uri()
     storage = storage or default_storage(tracking_uri)
     study = load_named(name, storage)
-    data = load_sweep(name, tracking_uri, storage)
+    data = load_sweep(name, tracking_uri, storage, curves=False)
     experiment_id = data.tracker.experiment_id(data.spec.name) if data.tracker else None
     return SweepResult(data.spec, study, data.parent_id, experiment_id, tracking_uri, storage)
 

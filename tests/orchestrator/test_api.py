@@ -24,6 +24,7 @@ RUN_ID = "sweep.mlflow_run_id"
 # process, one worker start per run, every answer printed as JSON for the tests below
 SCRIPT = """
 import json, signal, sys, threading
+import yaml
 from orchestrator import load, report, run
 stores = dict(tracking_uri=sys.argv[1], storage=sys.argv[2])
 r = run("s.yaml", trials=2, workers=2, set={"train.epochs": 1}, **stores)
@@ -39,10 +40,11 @@ out["loaded"] = {"parent": loaded.parent_run_id, "best": loaded.best_trial.numbe
                  "outcome": loaded.outcome, "experiment": loaded.experiment_id,
                  "run_experiment": r.experiment_id}
 box = {}
-def resume():
+def resume():  # the same sweep given as a mapping, one more trial
     try:
-        box["counts"] = run("s.yaml", trials=3, workers=1, set={"train.epochs": 1}, progress=False,
-                           **stores).counts
+        mapping = yaml.safe_load(open("s.yaml"))
+        box["counts"] = run(mapping, trials=3, workers=1, set={"train.epochs": 1},
+                            progress=False, **stores).counts
     except BaseException as e:
         box["error"] = f"{type(e).__name__}: {e}"
 thread = threading.Thread(target=resume)
@@ -122,6 +124,7 @@ def test_load_of_a_finished_sweep_gives_its_parent_best_trial_and_trials_frame(a
 
 
 def test_run_from_a_thread_other_than_the_main_one_sets_no_signal_handler_and_resumes(api_run):
+    """...given the same sweep as a mapping: it is the same sweep, so it resumes."""
     stores, out, _ = api_run
     assert out["thread"] == {"counts": out["thread"].get("counts")}, out["thread"]
     assert (out["thread"]["counts"]["complete"], out["thread"]["counts"]["running"]) == (3, 0)
@@ -129,6 +132,28 @@ def test_run_from_a_thread_other_than_the_main_one_sets_no_signal_handler_and_re
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3
     runs = stores.runs("tiny", role="trial")
     assert sorted(r.info.status for r in runs) == ["FINISHED"] * 3
+
+
+def test_bad_input_raises_spec_error_or_sweep_error_not_system_exit(tmp_path):
+    from orchestrator import SpecError, SweepError, load, run
+
+    with pytest.raises(SpecError, match=r"train\.epochs"):
+        run(tiny_spec(), set={"train.epochs": 0}, tracking_uri=f"sqlite:///{tmp_path}/m.db")
+    with pytest.raises(SweepError, match="trials must be >= 1, got 0"):
+        run(tiny_spec(), trials=0)
+    with pytest.raises(SweepError, match="no sweep named 'tiny'"):
+        load("tiny", storage=str(tmp_path / "optuna.journal"))
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
+
+
+def test_set_overrides_read_back_as_the_python_values_given():
+    from orchestrator.api import override_lines
+    from orchestrator.spec import apply_overrides
+
+    given = {"a.b": 1e-5, "c": "1e-5", "d": [16, 32], "e": None, "f": "yes", "g": True}
+    assert apply_overrides({}, override_lines(given), "x") == \
+        {"a": {"b": 1e-5}, "c": "1e-5", "d": [16, 32], "e": None, "f": "yes", "g": True}
+    assert override_lines(["train.epochs=2"]) == ["train.epochs=2"]  # as --set takes them
 
 
 # ----------------------------------------------------------------------------- in Jupyter
