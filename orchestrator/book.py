@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from . import keys, paths
+from . import keys, objectives, paths
 from . import space as sp
 from .display import config_name
 from .errors import SweepError, disk_full
@@ -43,7 +43,9 @@ class Active:
     tags: dict[str, str]
     run_id: str | None = None  # None until MLflow is attached (see TrialBook.attach_tracking)
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
-    curve: list[float] = field(default_factory=list)
+    curve: list[float] = field(default_factory=list)  # the (first) objective's metric
+    history: list[dict[str, float]] = field(default_factory=list)  # every epoch's metrics
+    stopped_early: str | None = None  # why patience stopped it
     unlogged: list[tuple] = field(default_factory=list)  # (epoch, metrics, lr_steps, samples)
     flushed: float = 0.0
     warnings: list[str] = field(default_factory=list)  # from the trainer, shown on the run
@@ -99,7 +101,8 @@ def open_tracking(tracking_uri: str, spec: SweepSpec, study: SweepStudy, spec_te
         return Tracking(tracker, experiment_id, shared, env_tags, packages)
     parent_id, _ = tracker.parent_run(
         experiment_id, study.name, spec_text, spec.raw,
-        {**env_tags, keys.STORAGE: mask(storage), keys.FINGERPRINT: spec.fingerprint()})
+        {**spec.tags, **env_tags, keys.STORAGE: mask(storage),
+         keys.FINGERPRINT: spec.fingerprint()})
     study.set_shared_parent(parent_id)
     return Tracking(tracker, experiment_id, parent_id, env_tags, packages)
 
@@ -381,7 +384,7 @@ class TrialBook:
         self.active: dict[int, Active] = {}  # by worker slot index
         self.runs = Runs(tracking_uri, spec, study, spec_text, storage, self.active)
         self.folders = Folders(paths.work_dir(tracking_uri, study.name), spec.keep_checkpoints)
-        self.best_value: float | None = None
+        self.best_value: int | str | None = None  # the best trial, or the Pareto front, logged
         self._next_stale_check = 0.0
         self._heartbeat = Heartbeat(study, self.active, spec.heartbeat_seconds) \
             if study.heartbeat else None
@@ -454,7 +457,7 @@ class TrialBook:
     def _start(self, slot: int, pending: PendingTrial, worker: Ready) -> Active | None:
         from trainers import SettingsError, TrainSettings  # settings only: no torch import here
 
-        tags = run_tags(self.study.name, slot, pending, worker)
+        tags = {**self.spec.tags, **run_tags(self.study.name, slot, pending, worker)}
         tags[keys.CONFIG] = config_name(sp.settings_for(self.spec.space, pending.trial.params))
         try:
             resolved = TrainSettings.from_dict(pending.settings)
@@ -471,16 +474,20 @@ class TrialBook:
         return active
 
     def report_epoch(self, slot: int, epoch: Epoch) -> bool:
-        """Report an epoch's objective to the study; True when the pruner says stop."""
+        """Report an epoch's objective to the study; True when the pruner says stop, or when
+        ``patience`` epochs passed without improvement (the trial then completes)."""
         active = self.active[slot]
         # nan (the trial then fails) where a user's metrics did not return the objective
         value = epoch.metrics.get(self.spec.objective.metric, math.nan)
         active.curve.append(value)
+        active.history.append(dict(epoch.metrics))
         if not math.isfinite(value):
             return False
         # an epoch restored from a checkpoint already passed the pruner: report it only
-        return bool(self.study.report(active.pending, epoch.epoch, value,
-                                      ask_pruner=not epoch.resumed))
+        if self.study.report(active.pending, epoch.epoch, value, ask_pruner=not epoch.resumed):
+            return True
+        active.stopped_early = patience_stop(self.spec, active.curve)
+        return active.stopped_early is not None
 
     def log_epoch(self, slot: int, epoch: Epoch) -> None:
         """Queue an epoch for the trial's run, logged every :data:`FLUSH_SECONDS` at most."""
@@ -494,6 +501,8 @@ class TrialBook:
         (a complete trial with a non-finite objective fails) or failed."""
         active = self.active[slot]  # until it ended: if a store fails first, abort() retries it
         active.take(end)
+        if isinstance(end, Done) and end.state == "pruned" and active.stopped_early:
+            end = replace(end, state="complete")  # stopped by patience: done, not pruned
         self.runs.complete(active)
         if isinstance(end, Done):
             if end.weights:  # the final state dict, for export and test evaluation
@@ -503,7 +512,8 @@ class TrialBook:
         shutil.rmtree(self.folders.output(active.pending), ignore_errors=True)
         if isinstance(end, Failed):
             self._fail(active, end.reason, "crash" if end.retryable else "deterministic")
-        elif end.state == "complete" and not all(math.isfinite(v) for v in active.curve):
+        elif end.state == "complete" and not all(
+                math.isfinite(v) for v in [*active.curve, *self.study.values(active.history)]):
             self._fail(active, f"objective {self.spec.objective.metric} is not finite: "
                                f"{active.curve[-1]}", "deterministic")
         else:
@@ -516,16 +526,19 @@ class TrialBook:
         tags = {keys.RESUMED_FROM: str(done.resumed_from), **active.warning_tags()}
         if done.discarded_checkpoint:
             tags[keys.CHECKPOINT_DISCARDED] = done.discarded_checkpoint
+        tags.update(end_tags(self.spec, active))
         number = active.pending.number
         if done.state == "complete":  # Optuna last: see _fail
-            value = self.study.objective_value(active.curve)
             self.tracker.end_trial(active.run_id, "complete", metrics, tags)
-            self.study.complete(active.pending, active.curve)
-            self._record_if_best(value)
-            self.say(f"trial {number} complete: {value:.4f}")
+            values = self.study.complete(active.pending, active.history)
+            record_best(self)
+            notes = [f"stopped early: {active.stopped_early}"] if active.stopped_early else []
+            notes += ["infeasible"] if tags.get(keys.FEASIBLE) == "false" else []
+            note = f" ({'; '.join(notes)})" if notes else ""
+            self.say(f"trial {number} complete: {objectives.values_text(values)}{note}")
         else:
             self.tracker.end_trial(active.run_id, "pruned", metrics, tags)
-            self.study.prune(active.pending)
+            self.study.prune(active.pending, active.history)
             self.say(f"trial {number} pruned at epoch {len(active.curve)}")
 
     def fail(self, slot: int, reason: str, kind: str) -> None:
@@ -582,17 +595,6 @@ class TrialBook:
             with contextlib.suppress(Exception):
                 self.end_parent("KILLED" if kind == "interrupt" else "FAILED")
 
-    def _record_if_best(self, value: float) -> None:  # called once the trial's run exists
-        better = (self.best_value is None or
-                  (value > self.best_value if self.spec.objective.direction == "maximize"
-                   else value < self.best_value))
-        if better:
-            best = self.study.best(1)[0]
-            self.best_value = best.value
-            self.tracker.record_best(self.parent_id, best.value,
-                                     best.user_attrs.get(keys.RUN_ID, ""), best.number,
-                                     self.study.counts()["finished"])
-
     # ---------------------------------------------------------------- what others left behind
 
     def fail_stale_trials(self) -> None:
@@ -612,6 +614,70 @@ class TrialBook:
             self.say(f"trial {t.number} failed: {reason}{' (queued for retry)' if retry else ''}")
             closing.append((t.number, t.user_attrs.get(keys.RUN_ID), reason))
         self.runs.fail_runs(closing)
+
+
+def patience_stop(spec: SweepSpec, curve: list[float]) -> str | None:
+    """Why ``patience`` stops a trial whose (first) objective's metric went ``curve``; None
+    while it goes on (or without patience, or at its last epoch anyway)."""
+    if spec.patience is None or len(curve) >= spec.epochs:
+        return None
+    maximize = spec.objective.direction == "maximize"
+    if not objectives.patience_spent(curve, spec.patience, maximize):
+        return None
+    best = (max if maximize else min)(v for v in curve if math.isfinite(v))
+    return (f"patience: {spec.objective.metric} did not improve on {best:.4g} (epoch "
+            f"{curve.index(best) + 1}) for {spec.patience} epochs")
+
+
+def end_tags(spec: SweepSpec, active: Active) -> dict[str, str]:
+    """The tags a finished trial's run gets from the study's rules: its constraint values and
+    feasibility, and why patience stopped it."""
+    tags = {}
+    if spec.constraints:
+        values = objectives.violations(spec.constraints,
+                                       active.history[-1] if active.history else {})
+        tags[keys.CONSTRAINTS] = ", ".join(f"{k}: {v:.4g}" for k, v in values.items())
+        tags[keys.FEASIBLE] = str(all(v <= 0 for v in values.values())).lower()
+    if active.stopped_early:
+        tags[keys.STOPPED_EARLY] = active.stopped_early
+        active.pending.trial.set_user_attr(keys.STOPPED_EARLY, active.stopped_early)
+    return tags
+
+
+def stop_sweep(book: TrialBook, reason: str) -> None:
+    """``stop_when`` holds: say why, and tag the parent run with it."""
+    book.say(reason)
+    book.attach_tracking()
+    book.tracker.log_final(book.parent_id, {}, tags={keys.STOP_REASON: reason})
+
+
+def record_best(book: TrialBook) -> None:
+    """After a trial completed (its run exists): the parent run's best so far, when it
+    changed: a single objective's best value, trial and run; several objectives' Pareto front
+    as the numbers of its trials."""
+    best = book.study.best(1 if not book.spec.is_multi_objective else 10_000)
+    if not best:
+        return
+    if book.spec.is_multi_objective:
+        front = ",".join(str(t.number) for t in sorted(best, key=lambda t: t.number))
+        if front != book.best_value:
+            book.best_value = front
+            book.tracker.log_final(book.parent_id, {}, tags={keys.PARETO_FRONT: front})
+        return
+    if best[0].number != book.best_value:
+        book.best_value = best[0].number
+        book.tracker.record_best(book.parent_id, best[0].value,
+                                 best[0].user_attrs.get(keys.RUN_ID, ""), best[0].number,
+                                 book.study.counts()["finished"])
+
+
+def others_running(study: SweepStudy) -> bool:
+    """Whether trials still run once this machine failed its own: other machines' (a Slurm task
+    cancelled while the others train must not end their shared parent run)."""
+    try:
+        return study.running() > 0
+    except Exception:  # noqa: BLE001 - a store that fails: nothing known to wait for
+        return False
 
 
 def recover_orphans(book: TrialBook) -> None:

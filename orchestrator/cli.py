@@ -23,9 +23,10 @@ from trainers import DEFAULT_EXPORT_FORMATS, EXPORT_FORMATS
 from . import api, paths
 from .display import params_text
 from .errors import SweepError, disk_full
+from .objectives import values_text
 from .server import check_address, serve, server_command, storage_proxy, ui_command
 from .space import grid_size
-from .spec import MAX_GRID, data_downloads, data_problems, load_spec
+from .spec import MAX_GRID, data_downloads, data_problems, load_spec, tag_overrides
 
 # 0, 1 and 130 are also what a sweep run ends with (orchestrator.runner: a test ties them)
 EXIT_OK, EXIT_FAILED_TRIALS, EXIT_BAD_INPUT, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -131,6 +132,9 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
                    help="start a fresh study and parent run (NAME-2, NAME-3...) instead of "
                         "resuming")
     _set_flag(p, ", e.g. --set train.epochs=1")
+    p.add_argument("--tag", dest="tags", action="append", default=[], metavar="KEY=VALUE",
+                   help="an MLflow tag of the parent run and every trial run, added to the "
+                        "YAML's tags (repeatable)")
     p.add_argument("--force", action="store_true",
                    help="start the trials even when a preflight check FAILs")
     p.add_argument("--slurm", action="store_true",
@@ -341,7 +345,8 @@ def cmd_run(args, console: Console) -> int:
     workers, gpus = _slurm_slots(args) if args.slurm else (args.workers, args.gpus)
     try:
         result = api.run(args.spec, trials=args.trials, workers=workers, gpus=gpus,
-                         new=args.new, force=args.force, set=args.overrides,
+                         new=args.new, force=args.force,
+                         set=args.overrides + tag_overrides(args.spec, args.tags),
                          tracking_uri=args.tracking_uri, storage=args.storage,
                          max_grid=args.max_grid, console=console)
     except api.SweepInterrupted as e:  # stopped by Ctrl-C: what it got so far
@@ -370,7 +375,7 @@ def print_summary(console: Console, spec, outcome) -> None:
     state = "interrupted" if outcome.exit_code == EXIT_INTERRUPTED else "finished"
     console.print(f"sweep {spec.name!r} {state} in {outcome.elapsed:.1f} s: {c['complete']} "
                   f"complete, {c['pruned']} pruned, {c['fail']} failed", soft_wrap=True)
-    objective = f"{spec.objective.metric}, {spec.objective.direction}"
+    objective = "; ".join(f"{o.label}, {o.goal}" for o in spec.objectives)
     if outcome.configurations:
         table = Table(title=f"best configurations ({objective}; mean ± std over seeds)")
         for col in ("configuration", "mean", "± std", "n", "trials"):
@@ -382,11 +387,14 @@ def print_summary(console: Console, spec, outcome) -> None:
         ids = [(n, run) for conf in outcome.configurations[:SUMMARY_ROWS]
                for n, run in zip(conf["trials"], conf["run_ids"])]
     elif outcome.best:
-        table = Table(title=f"best trials ({objective})")
-        for col in ("trial", "value", "settings"):
+        several = spec.is_multi_objective
+        table = Table(title=f"Pareto front: {len(outcome.best)} trials ({objective})" if several
+                      else f"best trials ({objective})")
+        for col in ("trial", "values" if several else "value", "settings"):
             table.add_column(col, overflow="fold")
         for b in outcome.best:
-            table.add_row(str(b["number"]), f"{b['value']:.4f}", params_text(b["settings"]))
+            table.add_row(str(b["number"]), values_text(b.get("values") or [b["value"]]),
+                          params_text(b["settings"]))
         console.print(table)
         ids = [(b["number"], b["run_id"]) for b in outcome.best]
     else:

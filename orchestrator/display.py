@@ -95,6 +95,7 @@ class Snapshot:
     epoch_seconds: tuple[float, ...] = ()  # the last WINDOW measured epochs, wall seconds
     measured: int = 0  # epochs measured in all
     tracking: bool = True  # the MLflow store is open
+    front: int | None = None  # several objectives: the Pareto front's size (best is None)
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,8 @@ def header_line(name: str, s: Snapshot) -> str:
     if s.best is not None:
         value, number, config = s.best
         line += f"   best {s.metric} {value:.4f} (trial {number}: {escape(config)})"
+    elif s.front:
+        line += f"   Pareto front: {s.front} trial{'s' if s.front > 1 else ''}"
     return line
 
 

@@ -82,6 +82,18 @@ RETRY_OF = _key("sweep.retry_of", (TRIAL_ATTR, TRIAL_TAG), "the failed trial thi
 RETRY_ROOT = _key("sweep.retry_root", TRIAL_ATTR,
                   "the first trial of a chain of retries: owns the checkpoints and counts the "
                   "crashes")
+ENQUEUED = _key("sweep.enqueued", TRIAL_ATTR, "true for a configuration the YAML's `enqueue` "
+                "lists (tried before any sampled one)")
+COPIED_FROM = _key("sweep.copied_from", TRIAL_ATTR,
+                   "`NAME#N`: a trial copied from sweep NAME by `warm_start` (sampler history, "
+                   "not counted among this sweep's trials, never its best)")
+CONSTRAINTS = _key("sweep.constraints", (TRIAL_ATTR, TRIAL_TAG),
+                   "each constraint's value at the last epoch (`metric<=max`: metric - max), "
+                   "<= 0 when met (Optuna's own copy: the trial's `constraints`)")
+FEASIBLE = _key("sweep.feasible", TRIAL_TAG, "true when every constraint is met")
+STOPPED_EARLY = _key("sweep.stopped_early", (TRIAL_ATTR, TRIAL_TAG),
+                     "why `patience` stopped the trial before its last epoch (it completes "
+                     "with the epochs it ran)")
 
 # --- the MLflow experiment -------------------------------------------------------------------
 EXPERIMENT_KIND = _key("mlflow.experimentKind", EXPERIMENT_TAG,
@@ -107,6 +119,10 @@ PREFLIGHT = _key("sweep.preflight", PARENT_TAG, "PASS, WARN, ERROR (a check itse
                  "sweep goes on), FAIL or FAIL (forced)")
 BEST_RUN_ID = _key("sweep.best_run_id", PARENT_TAG, "the best trial's run so far")
 BEST_TRIAL = _key("sweep.best_trial", PARENT_TAG, "the best trial's number so far")
+PARETO_FRONT = _key("sweep.pareto_front", PARENT_TAG,
+                    "several objectives: the numbers of the Pareto front's trials so far")
+STOP_REASON = _key("sweep.stop_reason", PARENT_TAG,
+                   "why `stop_when` ended the sweep before `trials`")
 TEST_TRIALS = _key("sweep.test_trials", PARENT_TAG,
                    "the trials whose weights saw the held-out test split")
 VERDICT = _key("sweep.verdict", PARENT_TAG,

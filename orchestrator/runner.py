@@ -21,11 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from optuna.trial import TrialState
-
-from . import compare, keys, paths, phases
+from . import compare, keys, objectives, paths, phases
 from . import space as sp
-from .book import TrialBook
+from .book import TrialBook, stop_sweep
 from .display import WINDOW, Snapshot, TrialRow, config_name
 from .errors import SweepError
 from .protocol import (
@@ -233,6 +231,9 @@ class _Loop:
                 if w.ready and not w.warming and w.slot.index not in self.book.active]
         if not idle:
             return False
+        if self.study.stop_reason():  # stop_when: no new trial; the running ones finish
+            stop_sweep(self.book, self.study.stop_reason())
+            return True
         # once per pass, not once per worker; trials running on other machines count too
         finished = self.study.counts()["finished"]
         running = max(self.study.running(), len(self.book.active))
@@ -323,9 +324,10 @@ class _Loop:
     def _outcome(self, started: float, interrupted: bool) -> Outcome:
         self.book.attach_tracking()
         counts = self.study.counts()
-        best = [{"number": t.number, "value": t.value,
+        best = [{"number": t.number, "value": t.values[0], "values": t.values,
                  "settings": sp.settings_for(self.spec.space, t.params),
-                 "run_id": t.user_attrs.get(keys.RUN_ID)} for t in self.study.best(5)]
+                 "run_id": t.user_attrs.get(keys.RUN_ID)}  # several objectives: the front
+                for t in self.study.best(None if self.spec.is_multi_objective else 5)]
         code = (EXIT_INTERRUPTED if interrupted else
                 EXIT_FAILED_TRIALS if counts["fail"] else EXIT_OK)
         return Outcome(code, counts, best, self.book.experiment_id, self.book.parent_id,
@@ -445,6 +447,7 @@ class _View:
         self._key: tuple = ()
         self._read_at = 0.0
         self._cached: tuple = ({}, 0, None)
+        self._front: int | None = None  # several objectives: the Pareto front's size
 
     def started(self, slot: int, active) -> None:
         config = active.tags.get(keys.CONFIG, "")
@@ -479,13 +482,15 @@ class _View:
         rows = [r for s, r in sorted(self.rows.items())]
         return Snapshot(counts, total, started, self.book.spec.objective.metric, best, rows,
                         self.workers, tuple(self.times), self.measured,
-                        tracking=self.book.runs.opened is not None)
+                        tracking=self.book.runs.opened is not None, front=self._front)
 
     def _read(self) -> tuple:
         study, spec = self.book.study, self.book.spec
-        best = study.best(1)
+        best = study.best(None if spec.is_multi_objective else 1)
         plan = study.plan()
         shown = None
+        if spec.is_multi_objective:
+            self._front, best = len(best), []
         if best:
             shown = (best[0].value, best[0].number,
                      config_name(sp.settings_for(spec.space, best[0].params)))
@@ -496,7 +501,7 @@ def configurations(study) -> list[dict[str, Any]]:
     """With repeats (or a comparison's confirmation trials): the complete trials grouped by
     configuration, each with its mean and standard deviation over seeds, best mean first.
     Empty otherwise."""
-    trials = [t for t in study.trials(states=(TrialState.COMPLETE,)) if t.value is not None]
+    trials = objectives.candidates(study.trials())  # this sweep's, complete and feasible
     if study.comparison is not None:
         trials = [t for t in trials if t.user_attrs.get(keys.PHASE) == compare.CONFIRM]
     elif study.spec.repeats < 2:
@@ -512,7 +517,7 @@ def configurations(study) -> list[dict[str, Any]]:
                      "std": statistics.stdev(values) if len(values) > 1 else 0.0,
                      "run_ids": [t.user_attrs.get(keys.RUN_ID) or "" for t in group],
                      "trials": [t.number for t in group]})
-    sign = -1 if study.spec.objective.direction == "maximize" else 1
+    sign = -1 if study.spec.objective.goal == "maximize" else 1
     return sorted(rows, key=lambda r: (sign * r["mean"], min(r["trials"])))
 
 

@@ -13,6 +13,7 @@ import itertools
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,14 +37,16 @@ from . import space as sp
 from .errors import SpecError, SweepError, did_you_mean, key_text
 from .slots import plan_slots
 
-SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp", "qmc")
+SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp", "qmc", "nsga2", "nsga3")
 NUMERIC_ONLY_SAMPLERS = ("cmaes", "gp", "qmc")
+SINGLE_OBJECTIVE_SAMPLERS = ("cmaes",)  # Optuna's CMA-ES refuses a study of several objectives
+CONSTRAINED_SAMPLERS = ("tpe", "gp", "nsga2", "nsga3")  # those that read trial.constraints
 PRUNERS = ("none", "median", "successive_halving", "hyperband")
 RESUMABLE_KEYS = ("trials", "workers", "retries", "timeout_min", "trial_timeout_min",
                   "start_timeout_s",
                   "description", "keep_checkpoints", "gpus", "workers_per_gpu", "export",
                   "export_for", "export_timeout_s", "test_timeout_s", "preflight",
-                  "heartbeat_seconds")
+                  "heartbeat_seconds", "tags")
 MINIMIZE_HINT = {"val_loss": "minimize", "train_loss": "minimize", "val_acc": "maximize"}
 MAX_SEED = 2**32 - 1  # numpy's seeds: every trial seed (seed + repeat index) must be one
 # Bounds on what a sweep file may be, so that any input is read or refused in bounded time and
@@ -59,9 +62,46 @@ class _Strict(BaseModel):
 
 
 class Objective(_Strict):
-    metric: str = "val_acc"
-    direction: Literal["maximize", "minimize"] = "maximize"
-    reduce: Literal["last", "best"] = "last"
+    """One objective: a metric the trainer logs each epoch, its direction, and how a trial's
+    epochs become its value (see :func:`orchestrator.objectives.reduce_curve`)."""
+
+    metric: str = Field("val_acc", description="an epoch metric the trainer logs")
+    direction: Literal["maximize", "minimize"] = Field("maximize", description="which way the "
+                                                       "metric is better")
+    reduce: Literal["last", "best", "mean_last_k"] = Field(
+        "last", description="a trial's value: its last epoch, its best epoch, or the mean of "
+        "its last k epochs (mean_last_k)")
+    k: int | None = Field(None, ge=1, description="the epochs mean_last_k averages")
+    target: float | None = Field(None, description="time to target: the trial's value is the "
+                                 "epochs the metric takes to first reach this value (epochs + 1 "
+                                 "if never), minimized")
+
+    @property
+    def goal(self) -> Literal["maximize", "minimize"]:
+        """The study's direction for this objective (a time to target is minimized)."""
+        return "minimize" if self.target is not None else self.direction
+
+    @property
+    def label(self) -> str:
+        """``val_acc``, or ``epochs to val_acc 0.9`` with a target."""
+        return self.metric if self.target is None else f"epochs to {self.metric} {self.target:g}"
+
+
+class Constraint(_Strict):
+    """``constraints:`` entry: a metric's value at a trial's last epoch kept within bounds."""
+
+    metric: str = Field(description="an epoch metric the trainer logs")
+    max: float | None = Field(None, description="the most the metric may be")
+    min: float | None = Field(None, description="the least the metric may be")
+
+
+class StopWhen(_Strict):
+    """``stop_when:``: the sweep starts no new trial once either rule holds."""
+
+    value: float | None = Field(None, description="a complete feasible trial's objective "
+                                "reached this value")
+    trials_without_improvement: int | None = Field(None, ge=1, description="this many trials "
+                                                   "finished since the best one")
 
 
 class SamplerSpec(BaseModel):
@@ -134,14 +174,31 @@ class SweepSpec(_Strict):
     checks the rules across keys and resolves five fields: ``space`` becomes the parsed search
     space (:mod:`orchestrator.space` nodes), ``trials`` is counted for a grid that leaves it out,
     ``preflight`` becomes its options (None for ``preflight: false``), and ``gpus`` and
-    ``export`` become tuples.
+    ``export`` become tuples; ``objective`` becomes the first objective (:attr:`objectives`
+    holds them all) and ``tags`` strings.
     """
 
     # the descriptions are the hover texts of editors reading `sweep schema`
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$",
                       description="Optuna study name and MLflow experiment name")
     description: str = Field("", description="shown as the experiment's description")
-    objective: Objective = Field(Objective(), description="what the sampler optimizes")
+    objective: Objective | list[Objective] = Field(
+        Objective(), description="what the sampler optimizes: one objective, or a list of "
+        "them (several objectives: the study's best trials are its Pareto front)")
+    constraints: list[Constraint] = Field([], description="bounds on metrics of a trial's "
+                                          "last epoch: the best trials are the feasible ones")
+    enqueue: list[dict[str, Any]] = Field([], description="configurations tried first, each a "
+                                          "mapping of every searched parameter to a value")
+    warm_start: str | None = Field(None, description="a sweep in the same study storage with "
+                                   "the same space: its finished trials are copied into this "
+                                   "study's history for the sampler")
+    patience: int | None = Field(None, ge=1, description="stop a trial after this many epochs "
+                                 "without improvement of its (first) objective's metric")
+    stop_when: StopWhen | None = Field(None, description="start no new trial once value is "
+                                       "reached or trials_without_improvement trials finished "
+                                       "without a better one")
+    tags: dict[str, str | int | float | bool] = Field({}, description="MLflow tags of the "
+                                                      "parent run and every trial run")
     trials: int | None = Field(None, ge=1, description="finished trials the study must hold; "
                                "required unless the sampler is grid")
     timeout_min: float | None = Field(None, gt=0, description="stop starting trials after this "
@@ -190,6 +247,7 @@ class SweepSpec(_Strict):
     _source: str = PrivateAttr("<sweep>")
     _text: str = PrivateAttr("")
     _warnings: tuple[str, ...] = PrivateAttr(())
+    _objectives: tuple[Objective, ...] = PrivateAttr(())
 
     @property
     def raw(self) -> dict[str, Any]:
@@ -211,6 +269,20 @@ class SweepSpec(_Strict):
     def warnings(self) -> tuple[str, ...]:
         """What validation found doubtful but not wrong, one line each."""
         return self._warnings
+
+    @property
+    def objectives(self) -> tuple[Objective, ...]:
+        """Every objective, in YAML order (``objective`` is the first of them)."""
+        return self._objectives or (self.objective,)
+
+    @property
+    def directions(self) -> list[str]:
+        """The study's direction per objective."""
+        return [o.goal for o in self.objectives]
+
+    @property
+    def is_multi_objective(self) -> bool:
+        return len(self.objectives) > 1
 
     @property
     def is_grid(self) -> bool:
@@ -242,10 +314,16 @@ class SweepSpec(_Strict):
                   warnings: list[str]) -> SweepSpec:
         """This spec as :func:`validate` returns it (see the class docstring)."""
         preflight = PreflightSpec() if self.preflight is True else self.preflight or None
+        objectives = tuple(self.objective) if isinstance(self.objective, list) else \
+            (self.objective,)
         spec = self.model_copy(update={
             "space": space, "trials": trials, "preflight": preflight, "export": tuple(self.export),
-            "gpus": tuple(self.gpus) if self.gpus is not None else None})
+            "gpus": tuple(self.gpus) if self.gpus is not None else None,
+            "objective": objectives[0],
+            "tags": {k: str(v).lower() if isinstance(v, bool) else str(v)
+                     for k, v in self.tags.items()}})
         spec._raw, spec._source, spec._warnings = raw, source, tuple(warnings)
+        spec._objectives = objectives
         return spec
 
 
@@ -466,6 +544,24 @@ def apply_overrides(raw: dict, overrides, source: str) -> dict:
     return out
 
 
+def tag_overrides(path: str | os.PathLike, tags: list[str]) -> list[str]:
+    """``--tag KEY=VALUE`` (the value a string as written), as one ``--set`` override of
+    ``tags``: the YAML file's tags with these added (a tag name may hold dots, which a dotted
+    ``--set`` key cannot name). The spec validates the names."""
+    if not tags:
+        return []
+    raw = read_yaml(Path(path))
+    given = raw.get("tags") if isinstance(raw, dict) else None
+    merged = dict(given) if isinstance(given, dict) else {}
+    for item in tags:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SpecError(_one_line(f"--tag {item!r}: expected KEY=VALUE, e.g. --tag "
+                                      f"team=vision"))
+        merged[key] = value
+    return ["tags=" + json.dumps(merged)]
+
+
 def validate(raw: dict, source: str = "<sweep>", max_grid: int | None = MAX_GRID) -> SweepSpec:
     """Validate a sweep mapping: its size, each key against :class:`SweepSpec`'s fields, then the
     rules across keys (settings together, sampler, pruner, objective, trials, seeds, GPU slots).
@@ -485,7 +581,7 @@ def validate(raw: dict, source: str = "<sweep>", max_grid: int | None = MAX_GRID
         top = SweepSpec.model_validate(raw)
     except ValidationError as e:
         raise SpecError(*[f"{source}: {_one_line(_pydantic_line(err))}"
-                          for err in e.errors()]) from None
+                          for err in _one_branch(e.errors(), raw)]) from None
     problems: list[str] = []
     warnings: list[str] = []
     space = _check_settings(top, problems)
@@ -497,6 +593,7 @@ def validate(raw: dict, source: str = "<sweep>", max_grid: int | None = MAX_GRID
         n_configs = _check_sampler(top, space, problems, warnings, max_grid)
         _check_pruner(top, problems, warnings)
         _check_objective(top, problems, warnings)
+        _check_study_rules(top, space, problems, warnings)
     if not problems and top.compare is None:
         trials = _count_trials(top, n_configs, problems)
     last_seed = top.seed + (top.compare.most_seeds if top.compare else top.repeats - 1)
@@ -667,8 +764,27 @@ def _pydantic_line(err: dict) -> str:
     return f"{loc} {msg}, got {err['input']!r}"
 
 
+def _one_branch(errors: list[dict], raw: dict) -> list[dict]:
+    """``objective`` is a mapping or a list of them: keep the errors of the form the YAML
+    wrote, without the union's branch in their path (``objective.reduce``, ``objective.1.k``)."""
+    given = raw.get("objective") if isinstance(raw, dict) else None
+    wrote = "list[Objective]" if isinstance(given, list) else "Objective"
+    out = []
+    for err in errors:
+        loc = tuple(err["loc"])
+        if loc[:1] == ("objective",) and len(loc) > 1 and loc[1] in ("Objective",
+                                                                       "list[Objective]"):
+            if loc[1] != wrote:
+                continue
+            err = {**err, "loc": loc[:1] + loc[2:]}
+        out.append(err)
+    return out
+
+
 def _known_keys(parent: tuple) -> tuple[str, ...]:
-    models = {(): SweepSpec, ("objective",): Objective, ("compare",): CompareSpec}
+    parent = tuple(p for p in parent if not isinstance(p, int))  # an entry of a list
+    models = {(): SweepSpec, ("objective",): Objective, ("compare",): CompareSpec,
+              ("constraints",): Constraint, ("stop_when",): StopWhen}
     model = models.get(tuple(parent))
     return tuple(model.model_fields) if model else ()
 
@@ -762,14 +878,200 @@ def _check_pruner(top: SweepSpec, problems, warnings) -> None:
 
 
 def _check_objective(top: SweepSpec, problems, warnings) -> None:
-    metric = top.objective.metric
-    if metric not in EPOCH_METRICS:
-        problems.append(f"objective.metric: the trainer logs no metric {metric!r}"
-                        f"{did_you_mean(metric, EPOCH_METRICS)}; it logs "
-                        f"{', '.join(EPOCH_METRICS)}")
-    elif metric in MINIMIZE_HINT and MINIMIZE_HINT[metric] != top.objective.direction:
-        warnings.append(f"objective: {metric} is usually {MINIMIZE_HINT[metric]}d, but direction "
-                        f"is {top.objective.direction}")
+    several = isinstance(top.objective, list)
+    objectives = top.objective if several else [top.objective]
+    if several and not objectives:
+        problems.append("objective: the list is empty; name at least one, e.g. objective: "
+                        "[{metric: val_acc, direction: maximize}]")
+    for i, objective in enumerate(objectives):
+        where = f"objective.{i}" if several else "objective"
+        metric = objective.metric
+        if metric not in EPOCH_METRICS and not top.train.get("metrics"):  # a user's metric
+            problems.append(f"{where}.metric: the trainer logs no metric {metric!r}"
+                            f"{did_you_mean(metric, EPOCH_METRICS)}; it logs "
+                            f"{', '.join(EPOCH_METRICS)}")
+        elif metric in MINIMIZE_HINT and MINIMIZE_HINT[metric] != objective.direction:
+            warnings.append(f"{where}: {metric} is usually {MINIMIZE_HINT[metric]}d, but "
+                            f"direction is {objective.direction}")
+        if objective.reduce == "mean_last_k" and objective.k is None:
+            problems.append(f"{where}.k is required with reduce: mean_last_k (the last k epochs "
+                            f"averaged), e.g. k: 3")
+        elif objective.k is not None and objective.reduce != "mean_last_k":
+            problems.append(f"{where}.k: {objective.k} applies to reduce: mean_last_k only, got "
+                            f"reduce: {objective.reduce}; remove k or set reduce: mean_last_k")
+        elif objective.k is not None and objective.k > top.epochs:
+            warnings.append(f"{where}.k ({objective.k}) is past train.epochs ({top.epochs}): "
+                            f"every epoch is averaged")
+        if objective.target is not None and objective.reduce != "last":
+            problems.append(f"{where}.target: a time to target counts epochs until the metric "
+                            f"reaches {objective.target:g}, so reduce ({objective.reduce}) does "
+                            f"not apply; remove one of them")
+
+
+def _check_study_rules(top: SweepSpec, space: sp.Space, problems, warnings) -> None:
+    """The rules of the study's keys across the spec: several objectives, constraints,
+    enqueue, warm_start, patience, stop_when and tags."""
+    if isinstance(top.objective, list) and len(top.objective) > 1:
+        _check_several_objectives(top, problems)
+    elif top.compare is not None and any(o.target is not None for o in _objectives_of(top)):
+        problems.append("objective.target: a comparison measures time to target itself "
+                        "(compare.target); remove objective.target")
+    _check_constraints(top, problems, warnings)
+    _check_enqueue(top, space, problems)
+    if top.warm_start is not None and top.compare is not None:
+        problems.append(f"warm_start: {top.warm_start}: a comparison tunes each level from "
+                        f"scratch; remove warm_start")
+    elif top.warm_start == top.name:
+        problems.append(f"warm_start names this sweep itself ({top.name}); name another sweep "
+                        f"of the same study storage")
+    if top.patience is not None and top.patience >= top.epochs:
+        warnings.append(f"patience ({top.patience}) is not below train.epochs ({top.epochs}): "
+                        f"no trial will be stopped by it")
+    if top.stop_when is not None:
+        if top.stop_when.value is None and top.stop_when.trials_without_improvement is None:
+            problems.append("stop_when: give value, trials_without_improvement or both, e.g. "
+                            "stop_when: {trials_without_improvement: 10}")
+        elif top.compare is not None:
+            problems.append("stop_when: a comparison runs its own plan to a verdict; remove "
+                            "stop_when")
+    for key, value in top.tags.items():
+        problem = tag_problem(key, str(value))
+        if problem:
+            problems.append(f"tags.{key_text(key)}: {problem}")
+
+
+def _objectives_of(top: SweepSpec) -> list[Objective]:
+    return list(top.objective) if isinstance(top.objective, list) else [top.objective]
+
+
+def _check_several_objectives(top: SweepSpec, problems: list[str]) -> None:
+    n = len(top.objective)
+    if top.sampler.name in SINGLE_OBJECTIVE_SAMPLERS:
+        problems.append(f"sampler.name: {top.sampler.name} optimizes one objective, got {n}; "
+                        f"with several use tpe, nsga2, nsga3, gp, qmc, random or grid")
+    if top.pruner.name != "none":
+        problems.append(f"pruner.name: {top.pruner.name}: Optuna cannot prune a study of "
+                        f"several objectives (Trial.report takes one value); use pruner: none, "
+                        f"or patience: N to stop a trial whose first objective stops improving")
+    if top.compare is not None:
+        problems.append(f"objective: a comparison decides on one objective, got {n}; give "
+                        f"objective as one mapping")
+    if top.repeats > 1:
+        problems.append(f"repeats: {top.repeats}: the Pareto front of several objectives is "
+                        f"made of single trials, not of means over seeds; use repeats: 1")
+    if top.stop_when is not None:
+        problems.append("stop_when: several objectives have no single best value to stop on "
+                        "(their best trials are a Pareto front); remove stop_when")
+
+
+def _check_constraints(top: SweepSpec, problems: list[str], warnings: list[str]) -> None:
+    for i, c in enumerate(top.constraints):
+        where = f"constraints.{i}"
+        if c.metric not in EPOCH_METRICS:
+            problems.append(f"{where}.metric: the trainer logs no metric {c.metric!r}"
+                            f"{did_you_mean(c.metric, EPOCH_METRICS)}; it logs "
+                            f"{', '.join(EPOCH_METRICS)}")
+        if c.max is None and c.min is None:
+            problems.append(f"{where}: give max, min or both, e.g. {{metric: {c.metric}, "
+                            f"max: 4000}}")
+        elif c.max is not None and c.min is not None and c.min > c.max:
+            problems.append(f"{where}: min ({c.min:g}) is above max ({c.max:g}); swap them")
+    if not top.constraints:
+        return
+    if top.compare is not None:
+        problems.append("constraints: a comparison ranks each level's trials on its objective "
+                        "alone; remove constraints")
+    elif top.sampler.name not in CONSTRAINED_SAMPLERS:
+        warnings.append(f"sampler {top.sampler.name} samples without the constraints (tpe, gp, "
+                        f"nsga2 and nsga3 use them); the best trials are still the feasible "
+                        f"ones")
+
+
+def _check_enqueue(top: SweepSpec, space: sp.Space, problems: list[str]) -> None:
+    if not top.enqueue:
+        return
+    if top.is_grid or top.compare is not None:
+        what = "the grid sampler tries every configuration" if top.is_grid else \
+            "a comparison plans its own trials"
+        problems.append(f"enqueue: {what}; remove enqueue")
+        return
+    for i, point in enumerate(top.enqueue):
+        problem = point_problem(space, point, top.train)
+        if problem:
+            problems.append(f"enqueue.{i}: {problem}")
+
+
+def point_problem(space: sp.Space, point: dict[str, Any], train: dict[str, Any]) -> str | None:
+    """Why ``point`` (Optuna parameter names to values) is not a configuration of ``space``:
+    a name the space does not search, a value outside its node, a parameter missing for the
+    options it picks, or settings the trainer refuses; None when it is one."""
+    nodes = {n.name: n for _, n in sp.walk(space) if not isinstance(n, sp.Fixed)}
+    for key, value in point.items():
+        node = nodes.get(key)
+        if node is None:
+            return (f"{key_text(key)} is not a searched parameter{did_you_mean(key, nodes)}; "
+                    f"the space searches {', '.join(nodes) or 'nothing'}")
+        problem = _value_problem(node, value)
+        if problem:
+            return f"{key}: {problem}"
+    needed = _active_names(space, point)
+    missing, extra = [n for n in needed if n not in point], [n for n in point if n not in needed]
+    if missing:
+        return f"gives no value for {', '.join(missing)}; a configuration sets every searched " \
+               f"parameter it uses"
+    if extra:
+        return f"{', '.join(extra)} is not used by the options it picks; remove it"
+    try:
+        TrainSettings.from_dict({**train, **sp.settings_for(space, point)})
+    except SettingsError as e:
+        return f"the trainer refuses it: {e}"
+    return None
+
+
+def _value_problem(node: sp.Node, value: Any) -> str | None:
+    if isinstance(node, (sp.Choice, sp.Options)):
+        allowed = node.choices if isinstance(node, sp.Choice) else [o for o, _ in node.options]
+        if not any(type(value) is type(a) and value == a for a in allowed):
+            return f"{value!r} is not one of {list(allowed)}"
+        return None
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if node.kind == "int" and not (number and float(value).is_integer()):
+        return f"must be an integer in [{node.low:g}, {node.high:g}], got {value!r}"
+    if not number or not math.isfinite(value) or not node.low <= value <= node.high:
+        return f"must be a number in [{node.low:g}, {node.high:g}], got {value!r}"
+    if node.step and abs(round((value - node.low) / node.step) * node.step + node.low - value) \
+            > 1e-9 * max(1.0, abs(value)):
+        return f"must be {node.low:g} plus a multiple of step {node.step:g}, got {value!r}"
+    return None
+
+
+def _active_names(space: sp.Space, point: dict[str, Any]) -> list[str]:
+    """The parameter names a configuration picking ``point``'s options must give."""
+    out = []
+    for node in space:
+        if isinstance(node, sp.Fixed):
+            continue
+        out.append(node.name)
+        if isinstance(node, sp.Options) and point.get(node.name) in dict(node.options):
+            out += _active_names(dict(node.options)[point[node.name]], point)
+    return out
+
+
+TAG_KEY = re.compile(r"^[\w./\- ]+$")  # MLflow's rule for tag names
+RESERVED_TAGS = ("sweep.", "mlflow.")
+
+
+def tag_problem(key: str, value: str) -> str | None:
+    """Why MLflow (or this project) would refuse the user tag ``key: value``; None if fine."""
+    if not TAG_KEY.match(key) or len(key) > 250 or key.startswith("/") or \
+            ".." in key.split("/"):
+        return ("a tag name is 1 to 250 letters, digits, '_', '-', '.', ' ' or '/' (not "
+                "starting with '/', no '..')")
+    if key.lower().startswith(RESERVED_TAGS):
+        return f"names starting with {' or '.join(RESERVED_TAGS)} are reserved; rename it"
+    if len(value) > 8000:
+        return f"the value is {len(value)} characters, over MLflow's 8000"
+    return None
 
 
 def _check_kwargs(label, key, cls, options: dict, problems, reserved=()) -> bool:
@@ -882,7 +1184,9 @@ def _sampler_class(name):
 
     return {"tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler,
             "grid": optuna.samplers.RandomSampler, "cmaes": optuna.samplers.CmaEsSampler,
-            "gp": optuna.samplers.GPSampler, "qmc": optuna.samplers.QMCSampler}[name]
+            "gp": optuna.samplers.GPSampler, "qmc": optuna.samplers.QMCSampler,
+            "nsga2": optuna.samplers.NSGAIISampler,
+            "nsga3": optuna.samplers.NSGAIIISampler}[name]
 
 
 def _pruner_class(name):

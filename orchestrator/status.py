@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import keys, paths
+from . import keys, objectives, paths
 from .display import clock, params_text
 from .errors import SweepError, did_you_mean
 from .paths import mask
@@ -97,11 +97,12 @@ def sweep_row(study: optuna.Study, now: datetime) -> dict[str, str]:
     starts = [t.datetime_start for t in trials if t.datetime_start]
     activity = [d for t in trials for d in (t.datetime_start, t.datetime_complete) if d]
     best = _best(study, trials)
+    front = best_trials(study, trials)
     return {"sweep": study.study_name, "trials": str(len(trials)),
             "complete": str(c["complete"]), "running": str(c["running"]),
             "pruned": str(c["pruned"]), "failed": str(c["fail"]),
             "best": f"{_metric(study)} {best.value:.4f} ({_direction(study)[:3]})" if best
-            else "-",
+            else f"Pareto front: {len(front)} trials" if front else "-",
             "started": _age(min(starts), now) if starts else "-",
             "last activity": _age(max(activity), now) if activity else "-"}
 
@@ -111,11 +112,15 @@ def trial_rows(study: optuna.Study, now: datetime) -> list[dict[str, str]]:
     trials = study.get_trials(deepcopy=False)
     retried = retried_numbers(trials)
     best = _best(study, trials)
+    front = {t.number for t in best_trials(study, trials)} if best is None else set()
     rows = []
     for t in trials:
         notes = []
         if best is not None and t.number == best.number:
             notes.append("best")
+        if t.number in front:
+            notes.append("Pareto front")
+        notes += _study_notes(t)
         if t.user_attrs.get(keys.RETRY_OF) is not None:
             notes.append(f"retry of {t.user_attrs[keys.RETRY_OF]}")
         if t.number in retried:
@@ -123,7 +128,7 @@ def trial_rows(study: optuna.Study, now: datetime) -> list[dict[str, str]]:
         if t.state == TrialState.FAIL and t.user_attrs.get(keys.FAIL_REASON):
             notes.append(_first_line(t.user_attrs[keys.FAIL_REASON]))
         rows.append({"#": str(t.number), "state": t.state.name,
-                     "value": f"{t.value:.4f}" if t.value is not None else "",
+                     "value": objectives.values_text(t.values),
                      "epochs": str(len(t.intermediate_values)) if t.intermediate_values else "",
                      "params": params_text(t.params), "duration": _duration(t, now),
                      "MLflow run": t.user_attrs.get(keys.RUN_ID, ""), "note": "; ".join(notes)})
@@ -140,27 +145,68 @@ def summary_line(study: optuna.Study) -> str:
         parts.append(f"{c['retried']} retried")
     if c["waiting"]:
         parts.append(f"{c['waiting']} queued")
+    if c["copied"]:
+        parts.append(f"{c['copied']} copied by warm_start")
     best = _best(study, trials)
-    tail = (f"; best {_metric(study)} {best.value:.4f} ({_direction(study)}) at trial "
-            f"{best.number}" if best else "; no complete trial yet")
+    front = best_trials(study, trials) if len(study.directions) > 1 else []
+    feasible = " feasible" if objectives.is_constrained(trials) else ""
+    tail = (f"; best{feasible} {_metric(study)} {best.value:.4f} ({_direction(study)}) at trial "
+            f"{best.number}" if best else
+            f"; Pareto front ({_objectives_text(study)}): {len(front)} trials: "
+            f"{', '.join(f'#{t.number}' for t in sorted(front, key=lambda t: t.number))}"
+            if front else f"; no complete{feasible} trial yet")
     return f"sweep {study.study_name!r}: {len(trials)} trials: {', '.join(parts)}{tail}"
 
 
+def best_trials(study: optuna.Study, trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The sweep's best trials (:func:`objectives.best_trials`): its own complete feasible
+    trials, best first; with several objectives, the Pareto front."""
+    return objectives.best_trials(trials, [d.name.lower() for d in study.directions])
+
+
 def _best(study: optuna.Study, trials: list[FrozenTrial]) -> FrozenTrial | None:
+    """A single objective's best trial; None with several (their best is a front)."""
     if len(study.directions) != 1:
-        return None  # a multi-objective study (not made by sweep run) has no one best
-    done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
-    if not done:
         return None
-    sign = -1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1
-    return min(done, key=lambda t: (sign * t.value, t.number))
+    best = best_trials(study, trials)
+    return best[0] if best else None
+
+
+def _study_notes(t: FrozenTrial) -> list[str]:
+    """What a trial's row says of the study's rules: copied, enqueued, infeasible, stopped."""
+    notes = []
+    if objectives.is_copied(t):
+        notes.append(f"copied from {t.user_attrs[keys.COPIED_FROM]}")
+    if t.user_attrs.get(keys.ENQUEUED):
+        notes.append("enqueued")
+    if not objectives.is_feasible(t):
+        notes.append("infeasible: " + ", ".join(f"{k} {v:+.4g}" for k, v in t.constraints.items()
+                                                if v > 0))
+    if t.user_attrs.get(keys.STOPPED_EARLY):
+        notes.append(f"stopped early ({t.user_attrs[keys.STOPPED_EARLY]})")
+    return notes
+
+
+def _identity_objectives(study: optuna.Study) -> list[dict]:
+    identity = json.loads(study.user_attrs.get(keys.IDENTITY) or "{}")
+    return objectives.stored_objectives(identity) if identity else []
 
 
 def _metric(study: optuna.Study) -> str:
-    identity = json.loads(study.user_attrs.get(keys.IDENTITY) or "{}")
-    if not identity:
+    found = _identity_objectives(study)
+    if not found:
         return "value"  # a study not made by sweep run
-    return (identity.get("objective") or {}).get("metric", "val_acc")
+    first = found[0]
+    metric = first.get("metric", "val_acc")
+    return metric if first.get("target") is None else f"epochs to {metric} {first['target']:g}"
+
+
+def _objectives_text(study: optuna.Study) -> str:
+    """``val_acc max, train_loss min``: each objective's metric and the study's direction."""
+    found = _identity_objectives(study)
+    names = [o.get("metric", "val_acc") for o in found] if len(found) == \
+        len(study.directions) else [f"value {i}" for i in range(len(study.directions))]
+    return ", ".join(f"{n} {d.name.lower()[:3]}" for n, d in zip(names, study.directions))
 
 
 def _direction(study: optuna.Study) -> str:

@@ -26,7 +26,7 @@ from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import TrialState
 
-from . import compare, keys, paths, proxy
+from . import compare, keys, objectives, paths, proxy, readcache
 from . import space as sp
 from .errors import SweepError
 from .locks import store_lock
@@ -164,7 +164,8 @@ def _one_sampler(spec: SweepSpec, seed_offset: int):
         "tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler,
         # every grid point is enqueued, so the sampler is never asked for a value
         "grid": optuna.samplers.RandomSampler, "cmaes": optuna.samplers.CmaEsSampler,
-        "gp": optuna.samplers.GPSampler, "qmc": optuna.samplers.QMCSampler}
+        "gp": optuna.samplers.GPSampler, "qmc": optuna.samplers.QMCSampler,
+        "nsga2": optuna.samplers.NSGAIISampler, "nsga3": optuna.samplers.NSGAIIISampler}
     return factories[s.name](seed=seed, **s.options)
 
 
@@ -262,15 +263,16 @@ class SweepStudy:
             SweepError: the study exists but was started from a different sweep.
         """
         stale: list[optuna.trial.FrozenTrial] = []
-        storage = open_storage(storage_url, spec.heartbeat_seconds,
-                               on_stale=lambda _study, trial: stale.append(trial))
+        storage = readcache.around(open_storage(
+            storage_url, spec.heartbeat_seconds,
+            on_stale=lambda _study, trial: stale.append(trial)))
         name = study_name or spec.name
         if new:
             taken = set(optuna.get_all_study_names(storage))
             name = next(f"{name}-{i}" for i in itertools.count(2) if f"{name}-{i}" not in taken)
-        direction = spec.objective.direction
         try:
-            study = optuna.create_study(study_name=name, storage=storage, direction=direction,
+            study = optuna.create_study(study_name=name, storage=storage,
+                                        directions=spec.directions,
                                         sampler=make_sampler(spec), pruner=make_pruner(spec))
             created = True
         except optuna.exceptions.DuplicatedStudyError:
@@ -284,12 +286,7 @@ class SweepStudy:
                                       pruner=make_pruner(spec))
         self = cls(spec, study, created, stale, storage_url)
         if created:
-            study.set_user_attr(keys.CREATOR, self.owner.as_dict())
-            if spec.compare is not None:
-                study.set_user_attr(keys.COMPARE, spec.compare.model_dump_json())
-            study.set_user_attr(keys.IDENTITY,
-                                json.dumps(spec.identity(), sort_keys=True, default=str))
-            study.set_user_attr(keys.FINGERPRINT, spec.fingerprint())  # last: joiners wait for it
+            _initialise(self, storage)
         elif spec.is_grid:  # the creator enqueues the grid; a joiner waits for it to be done
             _wait_for(lambda: keys.GRID_DONE in study.user_attrs)
         if spec.is_grid and not study.user_attrs.get(keys.GRID_DONE):
@@ -315,6 +312,7 @@ class SweepStudy:
     def next_trial(self) -> PendingTrial | compare.Wait | None:
         """Ask for the next trial; None when a grid or a comparison has nothing left to run;
         :class:`compare.Wait` when a comparison must wait for running trials to end first."""
+        fresh(self)  # what to run next: from the storage as it is, not as it was
         if self.comparison is not None:
             trial = ask_compared(self)
             if trial is None or isinstance(trial, compare.Wait):
@@ -349,16 +347,23 @@ class SweepStudy:
 
     def report(self, pending: PendingTrial, epoch: int, value: float,
                ask_pruner: bool = True) -> bool:
-        """Report the objective at ``epoch``; True when the pruner says stop."""
+        """Report the (first) objective's metric at ``epoch``; True when the pruner says stop.
+        A study of several objectives is not told epochs: Optuna prunes one objective only."""
+        if self.spec.is_multi_objective:
+            return False
         pending.trial.report(value, epoch)
         return ask_pruner and pending.trial.should_prune()
 
-    def complete(self, pending: PendingTrial, curve: list[float]) -> float:
-        value = self.objective_value(curve)
-        self.study.tell(pending.trial, value)
-        return value
+    def complete(self, pending: PendingTrial, history: list[dict[str, float]]) -> list[float]:
+        """Tell COMPLETE with each objective's value of the epochs' metrics ``history``, after
+        recording its constraint values (samplers read them when told)."""
+        values = self.values(history)
+        constrain(self.spec, pending.trial, history)
+        self.study.tell(pending.trial, values)
+        return values
 
-    def prune(self, pending: PendingTrial) -> None:
+    def prune(self, pending: PendingTrial, history: list[dict[str, float]] = ()) -> None:
+        constrain(self.spec, pending.trial, history)
         self.study.tell(pending.trial, state=TrialState.PRUNED)
 
     def fail(self, trial: PendingTrial | optuna.trial.FrozenTrial, reason: str, kind: str,
@@ -444,10 +449,10 @@ class SweepStudy:
     def set_attr(self, pending: PendingTrial, key: str, value: Any) -> None:
         pending.trial.set_user_attr(key, value)
 
-    def objective_value(self, curve: list[float]) -> float:
-        if self.spec.objective.reduce == "last":
-            return curve[-1]
-        return max(curve) if self.spec.objective.direction == "maximize" else min(curve)
+    def values(self, history: list[dict[str, float]]) -> list[float]:
+        """Each objective's value of a trial whose epochs logged ``history``."""
+        return [objectives.reduce_curve(o, [m[o.metric] for m in history], self.spec.epochs)
+                for o in self.spec.objectives]
 
     def orphans(self) -> list[optuna.trial.FrozenTrial]:
         """RUNNING trials whose owning ``sweep run`` process on this host is gone."""
@@ -464,22 +469,100 @@ class SweepStudy:
                 "seed": trial.user_attrs[keys.SEED]}
 
     def best_configuration(self) -> list[optuna.trial.FrozenTrial]:
-        """The complete trials of the configuration with the best mean objective over its
-        repeats (one trial without repeats); ties go to the earliest."""
-        groups: dict[tuple, list[optuna.trial.FrozenTrial]] = {}
-        for t in self.trials(states=(TrialState.COMPLETE,)):
-            if t.value is not None:
-                groups.setdefault(_key(t.params), []).append(t)
-        if not groups:
-            return []
-        sign = -1 if self.spec.objective.direction == "maximize" else 1
-        return min(groups.values(), key=lambda g: (sign * sum(t.value for t in g) / len(g),
-                                                   min(t.number for t in g)))
+        """See :func:`best_configuration`."""
+        return best_configuration(self.spec, self.trials())
 
     def best(self, n: int = 5) -> list[optuna.trial.FrozenTrial]:
-        done = [t for t in self.trials(states=(TrialState.COMPLETE,)) if t.value is not None]
-        sign = -1 if self.spec.objective.direction == "maximize" else 1
-        return sorted(done, key=lambda t: (sign * t.value, t.number))[:n]
+        """The best ``n`` trials (several objectives: of the Pareto front, best on the first
+        objective first); see :func:`objectives.best_trials`."""
+        return objectives.best_trials(self.trials(), self.spec.directions)[:n]
+
+    def stop_reason(self) -> str | None:
+        """Why ``stop_when`` ends the sweep now (:func:`objectives.stop_reason`), else None."""
+        if self.spec.stop_when is None:
+            return None
+        return objectives.stop_reason(self.spec.stop_when, self.trials(),
+                                      self.spec.objective.goal, self.spec.objective.label)
+
+
+def constrain(spec: SweepSpec, trial: optuna.Trial, history: list[dict[str, float]]) -> None:
+    """Record the constraint values of a trial's last epoch, as Optuna's own (which its
+    samplers and best trials read) and as a user attribute; without epochs, all violated."""
+    values = objectives.violations(spec.constraints, history[-1] if history else {})
+    for name, value in values.items():
+        trial.set_constraint(name, value)
+    if values:
+        trial.set_user_attr(keys.CONSTRAINTS, values)
+
+
+def best_configuration(spec: SweepSpec, trials) -> list[optuna.trial.FrozenTrial]:
+    """The complete feasible trials of this sweep of the configuration with the best mean
+    objective over its repeats (one trial without repeats; ties go to the earliest); with
+    several objectives, the Pareto front's trial best on the first objective."""
+    pool = objectives.candidates(trials)
+    if spec.is_multi_objective:
+        return objectives.best_trials(pool, spec.directions)[:1]
+    groups: dict[tuple, list[optuna.trial.FrozenTrial]] = {}
+    for t in pool:
+        groups.setdefault(_key(t.params), []).append(t)
+    if not groups:
+        return []
+    sign = -1 if spec.objective.goal == "maximize" else 1
+    return min(groups.values(), key=lambda g: (sign * sum(t.value for t in g) / len(g),
+                                               min(t.number for t in g)))
+
+
+def _initialise(study: SweepStudy, storage) -> None:
+    """What the process creating a study writes into it: who made it, the enqueued
+    configurations, the trials copied by ``warm_start``, then its identity (joiners wait for
+    the fingerprint, so it is written last)."""
+    spec, s = study.spec, study.study
+    s.set_user_attr(keys.CREATOR, study.owner.as_dict())
+    if spec.compare is not None:
+        s.set_user_attr(keys.COMPARE, spec.compare.model_dump_json())
+    for point in spec.enqueue:
+        s.enqueue_trial(point, user_attrs={keys.ENQUEUED: True})
+    if spec.warm_start is not None:
+        copy_trials(spec, s, storage)
+    s.set_user_attr(keys.IDENTITY, json.dumps(spec.identity(), sort_keys=True, default=str))
+    s.set_user_attr(keys.FINGERPRINT, spec.fingerprint())
+
+
+def copy_trials(spec: SweepSpec, study: optuna.Study, storage) -> int:
+    """``warm_start``: copy the finished (complete and pruned) trials of sweep
+    ``spec.warm_start`` in ``storage`` into ``study``, each marked with where it came from;
+    returns how many.
+
+    Raises:
+        SweepError: no such sweep, or one of another space, objectives or constraints.
+    """
+    name, where = spec.warm_start, f"{spec.source}: warm_start: {spec.warm_start}"
+    names = optuna.get_all_study_names(storage)
+    if name not in names:
+        from .errors import did_you_mean
+        raise SweepError(f"{where}: no sweep of that name in this study storage"
+                         f"{did_you_mean(name, names)}; name a sweep `sweep status` lists")
+    source = optuna.load_study(study_name=name, storage=storage)
+    theirs = json.loads(source.user_attrs.get(keys.IDENTITY) or "{}")
+    mine = json.loads(json.dumps(spec.identity(), sort_keys=True, default=str))
+    for key, what in (("space", "space"), ("objective", "objectives"),
+                      ("constraints", "constraints")):
+        if theirs.get(key) != mine.get(key):
+            raise SweepError(f"{where}: that sweep has another {what} ({key}: "
+                             f"{json.dumps(theirs.get(key))}, here {json.dumps(mine.get(key))}); "
+                             f"warm start only from a sweep with the same {what}")
+    copies = [optuna.trial.create_trial(
+        state=t.state, params=t.params, distributions=t.distributions,
+        values=t.values if t.state == TrialState.COMPLETE else None,
+        intermediate_values=t.intermediate_values,
+        system_attrs={k: v for k, v in t.system_attrs.items() if k.startswith("constraints")},
+        user_attrs={**{k: v for k, v in t.user_attrs.items()
+                       if k in (keys.SEED, keys.REPEAT, keys.CONSTRAINTS)},
+                    keys.COPIED_FROM: f"{name}#{t.number}"})
+        for t in source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
+                                                           TrialState.PRUNED))]
+    study.add_trials(copies)
+    return len(copies)
 
 
 def _enqueue_grid(study: SweepStudy) -> None:
@@ -510,6 +593,7 @@ def ask_compared(study: SweepStudy) -> optuna.Trial | compare.Wait | None:
     processes sharing the study never queue the same step twice."""
     lock = store_lock(study.storage_url) if study.storage_url else contextlib.nullcontext()
     with lock:
+        fresh(study)  # what another process queued while this one waited for the lock
         if not study.trials(states=(TrialState.WAITING,)):
             action = study.plan().action
             if isinstance(action, (compare.Wait, compare.Done)):
@@ -523,6 +607,11 @@ def ask_compared(study: SweepStudy) -> optuna.Trial | compare.Wait | None:
             study.study.enqueue_trial(params, user_attrs={
                 keys.REPEAT: 0, keys.LEVEL: action.level.label, **attrs})
         return study.study.ask()
+
+
+def fresh(study: SweepStudy) -> None:
+    """The next look at the study's trials reads the storage (see :mod:`readcache`)."""
+    getattr(study.study._storage, "forget", lambda: None)()
 
 
 def abandon(study: SweepStudy, trial: PendingTrial | optuna.Trial,
@@ -542,13 +631,15 @@ def abandon(study: SweepStudy, trial: PendingTrial | optuna.Trial,
 
 def state_counts(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
     """Trials by state, lower-case (``complete``, ``running``, ``fail``...); ``fail`` counts only
-    failures for good (a FAIL whose retry is queued counts as ``retried``), and ``finished`` is
-    what a sweep's ``trials`` target counts."""
+    failures for good (a FAIL whose retry is queued counts as ``retried``), trials copied from
+    another sweep by ``warm_start`` count as ``copied`` only, and ``finished`` is what a sweep's
+    ``trials`` target counts."""
     out = {s.name.lower(): 0 for s in TrialState}
-    out["retried"] = 0
+    out["retried"] = out["copied"] = 0
     retried = retried_numbers(trials)
     for t in trials:
-        out["retried" if t.number in retried else t.state.name.lower()] += 1
+        out["copied" if objectives.is_copied(t) else
+            "retried" if t.number in retried else t.state.name.lower()] += 1
     out["finished"] = out["complete"] + out["pruned"] + out["fail"]
     return out
 
@@ -583,9 +674,10 @@ def _wait_for(ready, timeout: float = JOIN_WAIT_S):
 
 
 def _check_same_sweep(spec: SweepSpec, name: str, study: optuna.Study) -> None:
-    if study.direction.name.lower() != spec.objective.direction:
+    directions = [d.name.lower() for d in study.directions]
+    if directions != spec.directions:
         raise SweepError(f"{spec.source}: study {name!r} was started to "
-                         f"{study.direction.name.lower()}, not {spec.objective.direction}; "
+                         f"{', '.join(directions)}, not {', '.join(spec.directions)}; "
                          f"rerun with --new to start a fresh study")
     stored = study.user_attrs.get(keys.IDENTITY)
     if stored is not None and study.user_attrs.get(keys.FINGERPRINT) != spec.fingerprint():

@@ -29,7 +29,7 @@ LAYERS: list[set[str]] = [
     # orchestrator: pure pieces, the stores, the coordinator's rooms, the loop, the commands
     {"orchestrator.errors", "orchestrator.paths", "orchestrator.keys", "orchestrator.protocol"},
     {"orchestrator.space", "orchestrator.slots", "orchestrator.locks", "orchestrator.decide",
-     "orchestrator.usage"},
+     "orchestrator.usage", "orchestrator.objectives"},
     {"orchestrator.spec"},
     {"orchestrator.compare"},
     {"orchestrator.schema", "orchestrator.study", "orchestrator.tracking",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import keys, paths
+from .. import keys, objectives, paths
 from .. import space as sp
 from ..errors import SweepError
 from ..spec import SweepSpec, load_spec, read_yaml, validate
@@ -104,13 +104,15 @@ def _trial_table(study, runs: pd.DataFrame, spec: SweepSpec) -> pd.DataFrame:
     rows = []
     by_run = runs.set_index("run_id") if len(runs) else None
     for t in study.get_trials(deepcopy=False):
-        row = {"trial": t.number, "state": t.state.name, "value": t.value,
+        row = {"trial": t.number, "state": "COPIED" if objectives.is_copied(t) else t.state.name,
+               "value": t.values[0] if t.values else None,
                "repeat": t.user_attrs.get(keys.REPEAT), "run_id": t.user_attrs.get(keys.RUN_ID),
                "retry_of": t.user_attrs.get(keys.RETRY_OF),
                "fail_reason": t.user_attrs.get(keys.FAIL_REASON),
                "phase": t.user_attrs.get(keys.PHASE), "level": t.user_attrs.get(keys.LEVEL),
                "seed": t.user_attrs.get(keys.SEED), "epochs": len(t.intermediate_values),
-               "searched": ",".join(setting.get(p, p) for p in t.params)}
+               "searched": ",".join(setting.get(p, p) for p in t.params),
+               **_study_columns(t, spec)}
         if by_run is not None and row["run_id"] in by_run.index:
             run = by_run.loc[row["run_id"]]
             for col, value in run.items():
@@ -122,6 +124,21 @@ def _trial_table(study, runs: pd.DataFrame, spec: SweepSpec) -> pd.DataFrame:
     for col in [c for c in table.columns if c.startswith("params.")]:
         table[col] = table[col].map(_typed)
     return table
+
+
+def _study_columns(t, spec: SweepSpec) -> dict:
+    """A trial's columns from the study's rules: each objective's value (``value_0``,
+    ``value_1``... with several), feasibility with constraints, where a copy came from, why
+    patience stopped it."""
+    out = {}
+    if spec.is_multi_objective:
+        for i in range(len(spec.objectives)):
+            out[f"value_{i}"] = t.values[i] if t.values else None
+    if spec.constraints:
+        out["feasible"] = objectives.is_feasible(t) if t.constraints else None
+    out["copied_from"] = t.user_attrs.get(keys.COPIED_FROM)
+    out["stopped_early"] = t.user_attrs.get(keys.STOPPED_EARLY)
+    return out
 
 
 def _typed(text):

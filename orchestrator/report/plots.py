@@ -196,7 +196,7 @@ def _plot_history(data: SweepData) -> bytes:
                        label=f"{state.lower()} ({len(rows)})")
     done = t[t["state"] == "COMPLETE"].sort_values("trial")
     if len(done):
-        best = (done["value"].cummax() if data.spec.objective.direction == "maximize"
+        best = (done["value"].cummax() if data.spec.objective.goal == "maximize"
                 else done["value"].cummin())
         ax.step(done["trial"], best, where="post", color="k", lw=1, label="best so far")
     ax.set_xlabel("trial")
@@ -214,7 +214,7 @@ def _complete_study(data: SweepData):
     done = data.trials[data.trials["state"] == "COMPLETE"]
     if len(done) < 2:
         return None
-    study = optuna.create_study(direction=data.spec.objective.direction)
+    study = optuna.create_study(direction=data.spec.objective.goal)
     for _, row in done.iterrows():
         params = {f: row[f"params.{f}"] for f in data.factors if f"params.{f}" in row}
         dists = {}

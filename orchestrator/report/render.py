@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import keys
+from .. import keys, objectives
 from .compare import Comparison, compare, settings_text, tolerance_words
 from .compare_plots import comparison_plots
+from .front import best_rows, value_columns
 from .load import SweepData
 from .plots import Figure, plots
 from .stats import (
@@ -102,7 +103,7 @@ def build_report(data: SweepData, out_dir: str | os.PathLike, by: str | None = N
     # tables of any sweep would mix tuning and confirmation trials
     trials = data.trials.iloc[0:0] if comparison is not None else data.trials
     ftable = factor_table(trials, factors)
-    paired = paired_differences(trials, factors, direction=data.spec.objective.direction,
+    paired = paired_differences(trials, factors, direction=data.spec.objective.goal,
                                 bounds=METRIC_BOUNDS.get(data.spec.objective.metric,
                                                          (None, None)))
     gaps = missing(data) if comparison is None else comparison_gaps(data, comparison)
@@ -155,10 +156,18 @@ def comparison_gaps(data: SweepData, c: Comparison) -> list[str]:
 def _summary_lines(data: SweepData) -> list[str]:
     t = data.trials
     counts = {s: int((t["state"] == s).sum()) for s in STATES if len(t)}
-    objective = data.spec.objective
     states = ", ".join(f"{v} {k.lower()}" for k, v in counts.items() if v)
-    lines = [f"Sweep {data.study_name}: {states or 'no trials'}; objective {objective.metric} "
-             f"({objective.direction}, {objective.reduce} epoch)."]
+    several = len(data.spec.objectives) > 1
+    lines = [f"Sweep {data.study_name}: {states or 'no trials'}; "
+             f"objective{'s' if several else ''} {_objectives_text(data)}."]
+    copied = int((t["state"] == "COPIED").sum()) if len(t) else 0
+    if copied:
+        lines.append(f"{copied} trials copied from {data.spec.warm_start} by warm_start are "
+                     f"the sampler's history only: no table or best here counts them.")
+    if data.spec.constraints:
+        bounds = ", ".join(objectives.constraint_name(c) for c in data.spec.constraints)
+        lines.append(f"Constraints at each trial's last epoch: {bounds}; only the trials "
+                     f"meeting them all can be best.")
     if "test_acc" in data.parent_metrics:
         std = data.parent_metrics.get("test_acc_std")
         lines.append(f"Held-out test split (never used for selection): test_acc "
@@ -175,14 +184,42 @@ def headline(data: SweepData) -> str:
     return comparison.headline if comparison is not None else _best_line(data)
 
 
+def _objectives_text(data: SweepData) -> str:
+    """``val_acc (maximize, last epoch)``, one such per objective."""
+    def one(o) -> str:
+        how = (f"epochs to reach {o.target:g}" if o.target is not None else
+               f"mean of the last {o.k} epochs" if o.reduce == "mean_last_k" else
+               f"{o.reduce} epoch")
+        return f"{o.metric} ({o.goal}, {how})"
+    return "; ".join(one(o) for o in data.spec.objectives)
+
+
 def _best_line(data: SweepData) -> str:
     t, objective = data.trials, data.spec.objective
-    done = t[t["state"] == "COMPLETE"] if len(t) else t
-    if not len(done):
-        return f"No trial of {data.study_name} has completed yet."
-    best = done.sort_values("value", ascending=objective.direction == "minimize").iloc[0]
-    return (f"Best trial {int(best['trial'])}: {objective.metric} {best['value']:.4f} "
-            f"({configuration(best, data.factors)}).")
+    best = best_rows(data)
+    feasible = " feasible" if data.spec.constraints else ""
+    if not len(best):
+        return f"No{feasible} trial of {data.study_name} has completed yet."
+    if len(data.spec.objectives) > 1:
+        names = ", ".join(o.label for o in data.spec.objectives)
+        return (f"Pareto front ({names}): {len(best)} trials, "
+                f"{', '.join(str(int(n)) for n in sorted(best['trial']))}"
+                f"{f' of {len(t)}' if len(t) else ''}.")
+    first = best.iloc[0]
+    return (f"Best{feasible} trial {int(first['trial'])}: {objective.label} "
+            f"{first['value']:.4f} ({configuration(first, data.factors)}).")
+
+
+def _front_section(doc: Document, data: SweepData) -> None:
+    """Several objectives: the Pareto front's trials, their values and settings."""
+    best, columns = best_rows(data), value_columns(data)
+    doc.heading("Pareto front")
+    doc.blocks.append(Table(
+        "The complete" + (" feasible" if data.spec.constraints else "") + " trials no other "
+        "trial beats in every objective, best on the first objective first.",
+        ["trial", *(o.label for o in data.spec.objectives), "settings"],
+        [[str(int(r["trial"])), *(number(r[c]) for c in columns),
+          configuration(r, data.factors)] for _, r in best.iterrows()]))
 
 
 def _document(data, ftable, paired, gaps, exports, comparison) -> Document:
@@ -192,6 +229,8 @@ def _document(data, ftable, paired, gaps, exports, comparison) -> Document:
         doc.say(line)
     if gaps:
         doc.say("Incomplete: " + "; ".join(gaps) + ".")
+    if len(data.spec.objectives) > 1:
+        _front_section(doc, data)
     if comparison is not None:
         _comparison_section(doc, comparison, data)
     metric = data.spec.objective.metric

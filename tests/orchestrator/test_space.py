@@ -148,7 +148,7 @@ def test_a_nested_sweep_runs_resumes_and_retries_on_a_real_study(tmp_path):
     for _ in range(8):
         pending = study.next_trial()
         seen.add(pending.settings["optimizer"])
-        study.complete(pending, [pending.settings["lr"]])
+        study.complete(pending, [{"val_acc": pending.settings["lr"]}])
     assert seen == {"sgd", "adam"}
     resumed = SweepStudy.open(spec, path)
     crashed = resumed.next_trial()

@@ -65,7 +65,7 @@ BAD = {
     "empty choice list": ({"space": {"batch_size": []}}, "space.batch_size is an empty list"),
     "setting both fixed and searched": ({"train": {"batch_size": 32}}, "space.batch_size: batch_size is also fixed in train"),
     "seed in train": ({"train": {"seed": 3}}, "train.seed: trial seeds come from the top-level `seed`"),
-    "unknown sampler": ({"sampler": {"name": "bayes"}}, "sampler.name must be 'tpe', 'random', 'grid', 'cmaes', 'gp' or 'qmc', got 'bayes'"),
+    "unknown sampler": ({"sampler": {"name": "bayes"}}, "sampler.name must be 'tpe', 'random', 'grid', 'cmaes', 'gp', 'qmc', 'nsga2' or 'nsga3', got 'bayes'"),
     "unknown sampler option": ({"sampler": {"name": "tpe", "n_startup": 3}}, "sampler.n_startup is not an option of the sampler (tpe) (did you mean `n_startup_trials`?)"),
     "unknown pruner option": ({"pruner": {"name": "median", "warmup": 1}}, "pruner.warmup is not an option of the pruner (median)"),
     "grid with a range": ({"sampler": {"name": "grid"}}, "space.lr: the grid sampler needs lists or options, not ranges"),

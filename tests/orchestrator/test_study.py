@@ -14,7 +14,7 @@ def test_trial_value_reduces_the_curve(direction, reduce, expected):
     spec = validate(tiny_spec(objective={"metric": "val_loss", "direction": direction,
                                          "reduce": reduce}))
     study = SweepStudy(spec, optuna.create_study(direction=direction))
-    assert study.objective_value([3.0, 1.0, 2.0]) == expected
+    assert study.values([{"val_loss": v} for v in (3.0, 1.0, 2.0)]) == [expected]
 
 
 def test_repeats_enqueue_copies_with_the_next_seeds(tmp_path):
@@ -74,7 +74,7 @@ def _journal_with_trials(tmp_path, n=2):
     study = SweepStudy.open(spec, str(path))
     for _ in range(n):
         pending = study.next_trial()
-        study.complete(pending, [0.5])
+        study.complete(pending, [{"val_acc": 0.5}])
     return spec, path
 
 
@@ -89,7 +89,8 @@ def test_a_torn_last_journal_line_is_cut_and_kept_aside(tmp_path, capsys):
     (backup,) = tmp_path.glob("j.journal.damaged-*")
     assert backup.read_bytes().endswith(b'torn-write')
     assert "cut a torn last entry" in capsys.readouterr().err
-    study.complete(study.next_trial(), [0.7])  # and the journal takes new entries again
+    # and the journal takes new entries again
+    study.complete(study.next_trial(), [{"val_acc": 0.7}])
     assert len(SweepStudy.open(spec, str(path)).trials()) == 3
 
 

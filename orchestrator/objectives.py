@@ -1,0 +1,177 @@
+"""What a trial's epochs are worth to a study, and which trials are the best: the objective's
+reduction of a curve (last, best, mean of the last k, epochs to a target), constraint values,
+the feasible trials, the Pareto front of several objectives, and the rules that stop a trial
+(``patience``) or a sweep (``stop_when``) early.
+
+Pure functions over numbers and Optuna's frozen trials, shared by the study, the trial book,
+``sweep status`` and the report, so that each names the same trials best.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from . import keys
+
+
+def reached_at(curve: Sequence[float], target: float, maximize: bool) -> int | None:
+    """The first epoch (1-based) whose value reaches ``target`` (``>=`` when maximizing,
+    ``<=`` when minimizing); None when none does. A comparison's time to target counts the same
+    way (:func:`orchestrator.report.compare.time_to_target`)."""
+    for epoch, value in enumerate(curve, start=1):
+        if math.isfinite(value) and (value >= target if maximize else value <= target):
+            return epoch
+    return None
+
+
+def reduce_curve(objective, curve: Sequence[float], epochs: int) -> float:
+    """One trial's value of ``objective`` (a :class:`orchestrator.spec.Objective`) from the
+    per-epoch values of its metric.
+
+    ``target`` set: the epochs the metric took to first reach it, ``epochs + 1`` when it never
+    did (finite, so that samplers learn from such trials; ranked behind every trial that reached
+    it). Else by ``reduce``: ``last`` epoch, ``best`` epoch in the metric's direction, or
+    ``mean_last_k``, the mean of the last ``k`` epochs (of all of them when fewer ran).
+    """
+    maximize = objective.direction == "maximize"
+    if objective.target is not None:
+        hit = reached_at(curve, objective.target, maximize)
+        return float(hit if hit is not None else epochs + 1)
+    if objective.reduce == "last":
+        return curve[-1]
+    if objective.reduce == "best":
+        return max(curve) if maximize else min(curve)
+    tail = list(curve[-objective.k:])
+    return sum(tail) / len(tail)
+
+
+def violations(constraints, last: dict[str, float]) -> dict[str, float]:
+    """Per constraint (named :func:`constraint_name`), Optuna's constraint value from the
+    metrics of the trial's last epoch: how far past its bound the metric is, <= 0 when met.
+    A metric that is missing or not finite violates its constraint (``inf``)."""
+    out = {}
+    for c in constraints:
+        value = last.get(c.metric, math.nan)
+        if not math.isfinite(value):
+            out[constraint_name(c)] = math.inf
+            continue
+        over = [value - c.max] if c.max is not None else []
+        under = [c.min - value] if c.min is not None else []
+        out[constraint_name(c)] = max(over + under)
+    return out
+
+
+def constraint_name(c) -> str:
+    """``peak_memory_mb<=4000``, ``val_acc>=0.9`` or ``0.1<=x<=0.3``."""
+    if c.min is not None and c.max is not None:
+        return f"{c.min:g}<={c.metric}<={c.max:g}"
+    return f"{c.metric}<={c.max:g}" if c.max is not None else f"{c.metric}>={c.min:g}"
+
+
+def is_feasible(trial: FrozenTrial) -> bool:
+    """Whether every constraint of ``trial`` is met (a trial without constraints is)."""
+    return all(v <= 0 for v in trial.constraints.values())
+
+
+def is_constrained(trials: Sequence[FrozenTrial]) -> bool:
+    """Whether any trial carries constraint values (a sweep with ``constraints``)."""
+    return any(t.constraints for t in trials)
+
+
+def is_copied(trial: FrozenTrial) -> bool:
+    """Whether ``trial`` was copied from another sweep by ``warm_start`` (history for the
+    sampler, not a trial of this sweep)."""
+    return keys.COPIED_FROM in trial.user_attrs
+
+
+def candidates(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials that may be named best: this sweep's own complete, feasible trials."""
+    return [t for t in trials if t.state == TrialState.COMPLETE and t.values is not None
+            and not is_copied(t) and is_feasible(t)
+            and all(math.isfinite(v) for v in t.values)]
+
+
+def _signs(directions: Sequence[str]) -> list[int]:
+    """+1 per minimized objective, -1 per maximized: smaller signed values are better."""
+    return [-1 if d == "maximize" else 1 for d in directions]
+
+
+def dominates(a: Sequence[float], b: Sequence[float], directions: Sequence[str]) -> bool:
+    """Whether values ``a`` are at least as good as ``b`` in every objective and better in one."""
+    pairs = [(s * x, s * y) for s, x, y in zip(_signs(directions), a, b)]
+    return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
+
+
+def pareto_front(trials: Sequence[FrozenTrial], directions: Sequence[str]) -> list[FrozenTrial]:
+    """The :func:`candidates` no other candidate dominates, best on the first objective first
+    (ties by number). Trials with equal values are all on the front."""
+    pool = candidates(trials)
+    front = [t for t in pool if not any(dominates(o.values, t.values, directions) for o in pool)]
+    return sorted(front, key=lambda t: (_signs(directions)[0] * t.values[0], t.number))
+
+
+def ranked(trials: Sequence[FrozenTrial], direction: str) -> list[FrozenTrial]:
+    """The :func:`candidates` of a single-objective study, best first (ties: earliest)."""
+    sign = _signs([direction])[0]
+    return sorted(candidates(trials), key=lambda t: (sign * t.values[0], t.number))
+
+
+def best_trials(trials: Sequence[FrozenTrial], directions: Sequence[str]) -> list[FrozenTrial]:
+    """The trials a sweep names best: ranked (one objective) or the Pareto front (several)."""
+    if len(directions) == 1:
+        return ranked(trials, directions[0])
+    return pareto_front(trials, directions)
+
+
+def patience_spent(curve: Sequence[float], patience: int, maximize: bool) -> bool:
+    """Whether the last ``patience`` epochs of ``curve`` brought no improvement on the best
+    value before them (equal is no improvement; a non-finite value never improves)."""
+    best, since = None, 0
+    for value in curve:
+        if math.isfinite(value) and (best is None or (value > best if maximize else value < best)):
+            best, since = value, 0
+        else:
+            since += 1
+    return best is not None and since >= patience
+
+
+def stop_reason(stop_when, trials: Sequence[FrozenTrial], direction: str,
+                metric: str) -> str | None:
+    """Why ``stop_when`` (value and/or trials_without_improvement) ends the sweep now, in one
+    line; None while it does not. Judged on this sweep's own finished trials in the order they
+    finished; only complete feasible trials can improve; failed trials are not counted."""
+    mine = sorted((t for t in trials if not is_copied(t) and
+                   t.state in (TrialState.COMPLETE, TrialState.PRUNED)),
+                  key=lambda t: (t.datetime_complete is None, t.datetime_complete, t.number))
+    sign = _signs([direction])[0]
+    best: FrozenTrial | None = None
+    since = 0
+    for t in mine:
+        if t in candidates([t]) and (best is None or sign * t.values[0] < sign * best.values[0]):
+            best, since = t, 0
+            if stop_when.value is not None and sign * t.values[0] <= sign * stop_when.value:
+                word = ">=" if direction == "maximize" else "<="
+                return (f"stop_when.value: trial {t.number} reached {metric} {t.values[0]:.4g} "
+                        f"({word} {stop_when.value:g}); no new trials start")
+        else:
+            since += 1
+    n = stop_when.trials_without_improvement
+    if n is not None and best is not None and since >= n:
+        return (f"stop_when.trials_without_improvement: {since} trials finished since the best, "
+                f"trial {best.number} ({metric} {best.values[0]:.4g}); no new trials start")
+    return None
+
+
+def values_text(values: Sequence[float] | None) -> str:
+    """A trial's objective values as a table cell: ``0.9123`` or ``0.9123, 0.4567``."""
+    return ", ".join(f"{v:.4f}" for v in values) if values else ""
+
+
+def stored_objectives(identity: dict[str, Any]) -> list[dict[str, Any]]:
+    """The objectives a study's stored identity (``sweep.spec``) names, as a list of mappings
+    (one objective may be written as a mapping)."""
+    objective = identity.get("objective") or {}
+    return list(objective) if isinstance(objective, list) else [objective]

@@ -1,0 +1,330 @@
+"""The study's rules end to end: several objectives and their Pareto front, constraints,
+reductions, enqueue, warm start, patience, stop_when and user tags. Two real sweeps (one of one
+objective under every rule, one of two objectives) serve most tests; the expected answers are
+computed here by hand from the stores (pandas over the trials, MLflow's metric histories)."""
+from __future__ import annotations
+
+import io
+import math
+
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from orchestrator.errors import SpecError, SweepError
+from orchestrator.spec import validate
+from tests.conftest import Stores, run_cli, tiny_spec
+
+# Sweep "rules": SGD with a gradient clipped to 1e-8 barely moves (val_acc stays at its first
+# value, so patience 1 stops it at epoch 2, and every clipped trial ties), while no clipping
+# trains; the constraint wants clipping, so the unconstrained best (trial 0, enqueued first)
+# is infeasible and the best is a clipped one.
+CLIPPED, FREE = 1.0e-8, 10.0
+CLIPPED_TEXT = "clip_grad_norm=1e-08"
+RULES = tiny_spec(
+    name="rules", trials=6, workers=2, sampler={"name": "random", "seed": 0},
+    train={"dataset": "digits", "model": "small_cnn", "epochs": 3, "optimizer": "sgd",
+           "batch_size": 32},
+    space={"clip_grad_norm": [CLIPPED, FREE], "lr": [0.02, 0.05]},
+    objective={"metric": "val_acc", "direction": "maximize", "reduce": "mean_last_k", "k": 2},
+    constraints=[{"metric": "clipped_fraction", "min": 0.5}],
+    enqueue=[{"clip_grad_norm": FREE, "lr": 0.05}, {"clip_grad_norm": CLIPPED, "lr": 0.05},
+             {"clip_grad_norm": CLIPPED, "lr": 0.02}],
+    patience=1, stop_when={"trials_without_improvement": 2}, tags={"team": "vision"})
+# Sweep "front": two objectives pulling apart (a small batch learns more per epoch, a large
+# one runs faster), one maximized and one minimized.
+FRONT = tiny_spec(
+    name="front", trials=4, workers=2, sampler={"name": "nsga2", "seed": 1,
+                                                "population_size": 4},
+    train={"dataset": "digits", "model": "small_cnn", "epochs": 1},
+    space={"lr": {"low": 1e-3, "high": 1e-2, "log": True}, "batch_size": [16, 256]},
+    objective=[{"metric": "val_acc", "direction": "maximize"},
+               {"metric": "epoch_seconds", "direction": "minimize"}])
+
+
+@pytest.fixture(scope="module")
+def rules(tmp_path_factory, mlflow_template):
+    stores = _stores(tmp_path_factory, mlflow_template, "rules")
+    out = _run(stores, RULES, "--tag", "run.kind=test")
+    return stores, out
+
+
+@pytest.fixture(scope="module")
+def front(tmp_path_factory, mlflow_template):
+    stores = _stores(tmp_path_factory, mlflow_template, "front")
+    return stores, _run(stores, FRONT)
+
+
+def _stores(factory, template, name: str) -> Stores:
+    import shutil
+
+    d = factory.mktemp(name)
+    shutil.copyfile(template, d / "mlflow.db")
+    return Stores(d)
+
+
+def _run(stores: Stores, spec: dict, *flags: str):
+    import yaml
+
+    path = stores.dir / "s.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = run_cli("run", str(path), *flags, cwd=stores.dir)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out
+
+
+def _history(stores: Stores, run_id: str, metric: str) -> list[float]:
+    return [m.value for m in sorted(stores.client().get_metric_history(run_id, metric),
+                                    key=lambda m: m.step)]
+
+
+def _status(stores: Stores, name: str) -> str:
+    from orchestrator.status import show
+
+    buffer = io.StringIO()
+    show(Console(file=buffer, width=300, color_system=None), name, str(stores.journal))
+    return buffer.getvalue()
+
+
+def _pareto_by_hand(frame: pd.DataFrame, directions: list[str]) -> set[int]:
+    """Trials no other trial beats in every objective (columns v0, v1...), with pandas."""
+    signed = frame[[f"v{i}" for i in range(len(directions))]].copy()
+    for i, d in enumerate(directions):
+        if d == "maximize":
+            signed[f"v{i}"] = -signed[f"v{i}"]
+    out = set()
+    for n, row in signed.iterrows():
+        others = signed.drop(index=n)
+        beaten = ((others <= row).all(axis=1) & (others < row).any(axis=1)).any()
+        if not beaten:
+            out.add(int(frame.loc[n, "trial"]))
+    return out
+
+
+# ------------------------------------------------------------------------ one objective, rules
+
+def test_enqueued_configurations_are_the_first_trials(rules):
+    stores, _ = rules
+    trials = sorted(stores.study("rules").trials, key=lambda t: t.number)
+    assert [t.params for t in trials[:3]] == RULES["enqueue"]
+    assert all(t.user_attrs.get("sweep.enqueued") for t in trials[:3])
+
+
+def test_value_is_the_mean_of_the_last_k_epochs(rules):
+    stores, _ = rules
+    for t in stores.study("rules").trials:
+        if t.state.name == "COMPLETE":
+            curve = _history(stores, t.user_attrs["sweep.mlflow_run_id"], "val_acc")
+            assert t.value == pytest.approx(sum(curve[-2:]) / len(curve[-2:]), abs=1e-12)
+
+
+def test_best_trial_is_feasible_and_not_the_unconstrained_best(rules):
+    stores, out = rules
+    study = stores.study("rules")
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    # feasibility by hand: clipped_fraction at the last epoch, from MLflow
+    feasible = {t.number: _history(stores, t.user_attrs["sweep.mlflow_run_id"],
+                                   "clipped_fraction")[-1] >= 0.5 for t in done}
+    assert {t.number for t in done if t.constraints["clipped_fraction>=0.5"] <= 0} == \
+        {n for n, ok in feasible.items() if ok}
+    unconstrained = max(done, key=lambda t: (t.value, -t.number))
+    best = max((t for t in done if feasible[t.number]), key=lambda t: (t.value, -t.number))
+    assert unconstrained.number == 0 and not feasible[0]
+    assert best.number != unconstrained.number
+    assert best.params["clip_grad_norm"] == CLIPPED
+    # every place that names a best names it: status, the parent run, the run's summary
+    assert f"best feasible val_acc {best.value:.4f} (maximize) at trial {best.number}" in \
+        _status(stores, "rules")
+    parent = stores.runs("rules", "parent")[0]
+    assert parent.data.tags["sweep.best_trial"] == str(best.number)
+    assert parent.data.metrics["best_value"] == pytest.approx(best.value)
+    summary = out.stdout.split("best trials (val_acc, maximize)")[1]
+    first = next(line for line in summary.splitlines() if CLIPPED_TEXT in line)
+    assert first.replace("│", " ").split()[:2] == [str(best.number), f"{best.value:.4f}"]
+    assert "clip_grad_norm=10" not in summary  # the infeasible trials are not listed
+    runs = {r.data.tags["sweep.trial_number"]: r for r in stores.runs("rules", "trial")}
+    assert runs["0"].data.tags["sweep.feasible"] == "false"
+    assert runs[str(best.number)].data.tags["sweep.feasible"] == "true"
+
+
+def test_patience_completes_a_flat_trial_early_with_its_reason(rules):
+    stores, _ = rules
+    study = stores.study("rules")
+    clipped = [t for t in study.trials if t.params["clip_grad_norm"] == CLIPPED
+               and t.state.name == "COMPLETE"]
+    assert clipped
+    for t in clipped:
+        curve = _history(stores, t.user_attrs["sweep.mlflow_run_id"], "val_acc")
+        assert len(curve) == 2 < RULES["train"]["epochs"]
+        assert curve[1] <= curve[0]  # no improvement in the last `patience` epoch
+        assert t.user_attrs["sweep.stopped_early"].startswith(
+            "patience: val_acc did not improve")
+    runs = {r.data.tags["sweep.trial_number"]: r for r in stores.runs("rules", "trial")}
+    t = clipped[0]
+    assert runs[str(t.number)].data.tags["sweep.stopped_early"] == \
+        t.user_attrs["sweep.stopped_early"]
+    assert runs[str(t.number)].info.status == "FINISHED"
+    assert len(_history(stores, t0 := study.trials[0].user_attrs["sweep.mlflow_run_id"],
+                        "val_acc")) == 3, t0  # the training trial ran every epoch
+
+
+def test_stop_when_ends_the_sweep_before_its_trials(rules):
+    stores, out = rules
+    study = stores.study("rules")
+    finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(finished) < RULES["trials"]
+    # by hand: in finishing order, trials since the last strictly better feasible one
+    ordered = sorted(finished, key=lambda t: t.datetime_complete)
+    best, since = None, 0
+    for t in ordered:
+        ok = t.state.name == "COMPLETE" and all(v <= 0 for v in t.constraints.values())
+        if ok and (best is None or t.value > best):
+            best, since = t.value, 0
+        else:
+            since += 1
+    assert since >= 2
+    reason = stores.runs("rules", "parent")[0].data.tags["sweep.stop_reason"]
+    assert reason.startswith("stop_when.trials_without_improvement")
+    assert "stop_when.trials_without_improvement" in out.stdout
+
+
+def test_tags_reach_the_parent_and_every_trial_run(rules):
+    stores, _ = rules
+    runs = stores.runs("rules")
+    assert {r.data.tags["sweep.role"] for r in runs} == {"parent", "trial"}
+    for run in runs:
+        assert run.data.tags["team"] == "vision"
+        assert run.data.tags["run.kind"] == "test"
+
+
+def test_warm_start_copies_the_finished_trials_of_a_sweep_with_the_same_space(rules):
+    from orchestrator.study import SweepStudy
+
+    stores, _ = rules
+    source = stores.study("rules").trials
+    finished = {t.number: t for t in source if t.state.name in ("COMPLETE", "PRUNED")}
+    raw = {**RULES, "name": "warm", "warm_start": "rules", "enqueue": []}
+    study = SweepStudy.open(validate(raw), str(stores.journal))
+    copies = study.trials()
+    assert sorted(t.user_attrs["sweep.copied_from"] for t in copies) == \
+        sorted(f"rules#{n}" for n in finished)
+    for t in copies:
+        original = finished[int(t.user_attrs["sweep.copied_from"].split("#")[1])]
+        assert (t.params, t.state, t.values, t.constraints) == \
+            (original.params, original.state, original.values, original.constraints)
+    counts = study.counts()
+    assert (counts["copied"], counts["finished"], counts["complete"]) == (len(finished), 0, 0)
+    assert study.best() == []  # copies are history, never this sweep's best
+    other = {**raw, "name": "warm-other", "space": {**RULES["space"], "lr": [0.02, 0.1]}}
+    with pytest.raises(SweepError) as e:
+        SweepStudy.open(validate(other), str(stores.journal))
+    assert len(e.value.lines) == 1 and "warm_start: rules: that sweep has another space" in \
+        e.value.lines[0]
+
+
+# ------------------------------------------------------------------------- two objectives
+
+def test_pareto_front_in_status_and_report_is_the_front_by_hand(front, tmp_path):
+    from orchestrator.report import build_report, load_sweep
+
+    stores, out = front
+    study = stores.study("front")
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert len(done) == FRONT["trials"]
+    # the values are the trials' logged metrics (last epoch), from MLflow
+    for t in done:
+        run = t.user_attrs["sweep.mlflow_run_id"]
+        assert t.values == [_history(stores, run, "val_acc")[-1],
+                            _history(stores, run, "epoch_seconds")[-1]]
+    frame = pd.DataFrame([{"trial": t.number, "v0": t.values[0], "v1": t.values[1]}
+                          for t in done])
+    expected = _pareto_by_hand(frame, ["maximize", "minimize"])
+    # both directions matter: flipping either one gives another front here, or the same
+    # front is then no test of that direction (asserted, not assumed)
+    flipped = [_pareto_by_hand(frame, d) for d in (["minimize", "minimize"],
+                                                   ["maximize", "maximize"])]
+    assert any(f != expected for f in flipped)
+    text = _status(stores, "front")
+    line = text.splitlines()[0]
+    assert f"Pareto front (val_acc max, epoch_seconds min): {len(expected)} trials: " \
+        f"{', '.join(f'#{n}' for n in sorted(expected))}" in line
+    rows = {int(r.split()[0]): r for r in text.splitlines()
+            if r.strip() and r.split()[0].isdigit()}
+    assert {n for n, r in rows.items() if "Pareto front" in r} == expected
+    assert f"Pareto front: {len(expected)} trials" in out.stdout
+    report = build_report(load_sweep("front", stores.tracking_uri, str(stores.journal)),
+                          tmp_path / "report")
+    assert report.headline.startswith(
+        f"Pareto front (val_acc, epoch_seconds): {len(expected)} trials, "
+        f"{', '.join(str(n) for n in sorted(expected))} of {len(done)}")
+    md = (tmp_path / "report" / "report.md").read_text()
+    section = md.split("## Pareto front")[1].split("## ")[0]
+    assert {int(line.split("|")[1]) for line in section.splitlines()
+            if line.startswith("| ") and line.split("|")[1].strip().isdigit()} == expected
+    parent = stores.runs("front", "parent")[0]
+    assert set(map(int, parent.data.tags["sweep.pareto_front"].split(","))) == expected
+
+
+# ------------------------------------------------------------------------------- refusals
+
+@pytest.mark.parametrize("change,line", [
+    ({"objective": [{"metric": "val_acc"}, {"metric": "val_loss", "direction": "minimize"}],
+      "pruner": {"name": "median"}},
+     "pruner.name: median: Optuna cannot prune a study of several objectives"),
+    ({"objective": [{"metric": "val_acc"}, {"metric": "val_loss", "direction": "minimize"}],
+      "stop_when": {"value": 0.9}}, "stop_when: several objectives have no single best"),
+    ({"objective": {"metric": "val_acc", "reduce": "mean_last_k"}},
+     "objective.k is required with reduce: mean_last_k"),
+    ({"objective": [{"metric": "val_acc", "k": 2}]},
+     "objective.0.k: 2 applies to reduce: mean_last_k only"),
+    ({"objective": {"metric": "val_acc", "reduce": "bestt"}},
+     "objective.reduce must be 'last', 'best' or 'mean_last_k', got 'bestt'"),
+    ({"constraints": [{"metric": "peak_memory_mb", "max": 4000}]},
+     "constraints.0.metric: the trainer logs no metric 'peak_memory_mb'"),
+    ({"constraints": [{"metric": "val_loss"}]}, "constraints.0: give max, min or both"),
+    ({"enqueue": [{"lr": 0.5, "batch_size": 64}]},
+     "enqueue.0: lr: must be a number in [0.001, 0.01], got 0.5"),
+    ({"enqueue": [{"lr": 0.005}]}, "enqueue.0: gives no value for batch_size"),
+    ({"enqueue": [{"lr": 0.005, "batch_size": 64, "momentum": 0.9}]},
+     "enqueue.0: momentum is not a searched parameter"),
+    ({"stop_when": {}}, "stop_when: give value, trials_without_improvement or both"),
+    ({"tags": {"sweep.team": "x"}}, "tags.sweep.team: names starting with sweep. or mlflow. "
+                                    "are reserved"),
+    ({"warm_start": "tiny"}, "warm_start names this sweep itself"),
+])
+def test_spec_refuses_study_rules_with_one_line(change, line):
+    with pytest.raises(SpecError) as e:
+        validate(tiny_spec(**change))
+    assert len(e.value.lines) == 1 and line in e.value.lines[0], e.value.lines
+
+
+def test_cmaes_is_refused_for_several_objectives():
+    with pytest.raises(SpecError) as e:  # (a second line says when cmaes is not installed)
+        validate(tiny_spec(sampler={"name": "cmaes"}, objective=[
+            {"metric": "val_acc"}, {"metric": "val_loss", "direction": "minimize"}]))
+    assert any("sampler.name: cmaes optimizes one objective, got 2" in line
+               for line in e.value.lines)
+
+
+def test_a_bad_tag_flag_exits_2_before_anything_is_written(stores, write_spec):
+    out = run_cli("run", str(write_spec(tiny_spec())), "--tag", "mlflow.user=me",
+                  cwd=stores.dir)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        f"sweep: {stores.dir.parent / 's.yaml'}: tags.mlflow.user: names starting with sweep. "
+        f"or mlflow. are reserved; rename it"]
+    assert not stores.journal.exists()
+
+
+def test_time_to_target_is_the_first_epoch_reaching_it_else_epochs_plus_one():
+    from orchestrator.objectives import reduce_curve
+    from orchestrator.spec import Objective
+
+    up = Objective(metric="val_acc", target=0.5)
+    down = Objective(metric="val_loss", direction="minimize", target=0.5)
+    assert reduce_curve(up, [0.2, 0.5, 0.7], 3) == 2
+    assert reduce_curve(up, [0.2, 0.4, math.nan], 3) == 4
+    assert reduce_curve(down, [0.9, 0.6, 0.4], 3) == 3
+    assert reduce_curve(down, [0.4], 5) == 1
+    assert up.goal == down.goal == "minimize"
