@@ -90,7 +90,8 @@ class SweepResult:
 
     @property
     def best_trials(self) -> list[optuna.trial.FrozenTrial]:
-        """The complete trials, best objective first (ties: the earlier trial)."""
+        """The complete trials, best objective first (ties: the earlier trial); with several
+        objectives, the Pareto front, best on the first objective first."""
         return self._sweep_study().best(len(self.study.trials))
 
     @property
@@ -133,10 +134,12 @@ class SweepResult:
         c, best = self.counts, self.best_trial
         text = (f"SweepResult({self.name!r}: {c['complete']} complete, {c['pruned']} pruned, "
                 f"{c['fail']} failed")
-        if best is not None:
+        if best is not None:  # several objectives: the front's best on the first one
+            objective = self.spec.objective
+            first = objective[0] if isinstance(objective, list) else objective
             searched = config_name(sp.settings_for(self.spec.space, best.params))
-            text += (f"; best {self.spec.objective.metric} {best.value:.4g} (trial "
-                     f"{best.number}: {searched})")
+            text += (f"; best {first.metric} {best.values[0]:.4g} (trial {best.number}: "
+                     f"{searched})")
         return text + f"; parent run {self.parent_run_id})"
 
 
