@@ -27,11 +27,11 @@ from trainers import (
     SettingsError,
     TrainSettings,
     check_data_files,
-    pending_download,
     check_seams,
+    pending_download,
     setting_fields,
-)
     setting_kind,
+)
 
 from . import space as sp
 from .errors import SpecError, SweepError, did_you_mean, key_text
@@ -627,9 +627,21 @@ def _check_settings(top: SweepSpec, problems: list[str]) -> sp.Space:
                 # do not fit (a dataset's data_dir...): train's to fix, not a searched value's
                 problems.append(f"train.{e.field} {e.fix}, got its default {e.value!r}; set it "
                                 f"in train, or change {', '.join(f'train.{k}' for k in fixed)}")
+        else:
+            _check_fixed_seams(first, fixed, problems)
     if not problems:
         sp.check_values(space, fixed, problems)
     return space
+
+
+def _check_fixed_seams(first: TrainSettings, fixed: dict[str, Any], problems: list[str]) -> None:
+    """User code fixed in train (an optimizer, its keywords, metrics) imported and checked
+    against its signature; what space decides, check_values names by its path."""
+    try:
+        check_seams(first)
+    except SettingsError as e:
+        if e.field.partition(".")[0] in fixed or e.field.partition("_args")[0] in fixed:
+            problems.append(f"train.{e.field} {e.fix}, got {e.value!r}")
 
 
 def _count_trials(top: SweepSpec, n_configs: int | None, problems: list[str]) -> int | None:
@@ -724,22 +736,10 @@ def _check_slots(top: SweepSpec, problems: list[str]) -> None:
         problems.extend(e.lines)
 
 
-        else:
-            _check_fixed_seams(first, fixed, problems)
 def _one_line(text: str, limit: int = 400) -> str:
     """Messages quote user values: keep each on one line and of readable length."""
     text = text.replace("\r", "\\r").replace("\n", "\\n")
     return text if len(text) <= limit else text[:limit - 3] + "..."
-
-def _check_fixed_seams(first: TrainSettings, fixed: dict[str, Any], problems: list[str]) -> None:
-    """User code fixed in train (an optimizer, its keywords, metrics) imported and checked
-    against its signature; what space decides, check_values names by its path."""
-    try:
-        check_seams(first)
-    except SettingsError as e:
-        if e.field.partition(".")[0] in fixed or e.field.partition("_args")[0] in fixed:
-            problems.append(f"train.{e.field} {e.fix}, got {e.value!r}")
-
 
 
 def _pydantic_line(err: dict) -> str:
