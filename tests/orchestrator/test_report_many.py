@@ -87,26 +87,46 @@ def _as_minimized(data, metric: str):
 def test_a_minimized_objective_is_compared_the_other_way(two_sweeps):
     from orchestrator.report import compare_sweeps, load_sweep
 
-    datas = [_as_minimized(load_sweep(n, two_sweeps.tracking_uri, str(two_sweeps.journal)),
-                           "val_loss") for n in ("short", "long")]
-    many = compare_sweeps(datas)
-    loss = _by_hand(two_sweeps, "val_loss")
-    diff = np.array([loss["long"][b] - loss["short"][b] for b in (32, 64, 128)])
+    loaded = [load_sweep(n, two_sweeps.tracking_uri, str(two_sweeps.journal))
+              for n in ("short", "long")]
+    for metric in ("val_acc", "val_loss"):  # bounded: bootstrap interval; unbounded: t
+        many = compare_sweeps([_as_minimized(d, metric) for d in loaded])
+        values = _by_hand(two_sweeps, metric)
+        diff = np.array([values["long"][b] - values["short"][b] for b in (32, 64, 128)])
+        row = many.results.iloc[0]
+        assert row["diff_b_minus_a"] == pytest.approx(diff.mean())
+        if metric == "val_acc":
+            low, high = _bootstrap(diff, (-1.0, 1.0))
+        else:
+            half = stats.t.ppf(0.975, 2) * diff.std(ddof=1) / math.sqrt(3)
+            low, high = diff.mean() - half, diff.mean() + half
+        assert (row["ci95_low"], row["ci95_high"]) == pytest.approx((low, high))
+        p = stats.ttest_1samp(diff, 0.0).pvalue
+        verdict = _verdict(p, low, high, diff.mean(), maximize=False)
+        assert row["verdict"] == verdict
+        sentence = many.sentences()[0]
+        if verdict == "no clear difference":
+            assert sentence.startswith("No clear difference between short and long")
+        else:  # the lower value wins, by a positive amount
+            winner, loser = verdict.split(" better than ")
+            amount = f"{100 * abs(diff.mean()):.2g} points of val_acc" if metric == "val_acc" \
+                else f"{abs(diff.mean()):.3g} val_loss"
+            assert sentence.startswith(f"{winner} beats {loser} by {amount}")
+    # named the other way round (a = long): b - a changes sign, the winner's lead does not
+    acc = _by_hand(two_sweeps, "val_acc")
+    diff = np.array([acc["short"][b] - acc["long"][b] for b in (32, 64, 128)])
+    many = compare_sweeps(loaded[::-1])
     row = many.results.iloc[0]
-    # val_loss has no upper bound: Student's t interval
-    half = stats.t.ppf(0.975, 2) * diff.std(ddof=1) / math.sqrt(3)
+    assert (row["a"], row["b"]) == ("long", "short")
     assert row["diff_b_minus_a"] == pytest.approx(diff.mean())
-    assert (row["ci95_low"], row["ci95_high"]) == pytest.approx((diff.mean() - half,
-                                                                 diff.mean() + half))
-    p = stats.ttest_1samp(diff, 0.0).pvalue
-    verdict = _verdict(p, diff.mean() - half, diff.mean() + half, diff.mean(), maximize=False)
+    low, high = _bootstrap(diff, (-1.0, 1.0))
+    verdict = _verdict(stats.ttest_1samp(diff, 0.0).pvalue, low, high, -diff.mean(), True)
     assert row["verdict"] == verdict
-    sentence = many.sentences()[0]
-    if verdict == "no clear difference":
-        assert sentence.startswith("No clear difference between short and long")
-    else:  # the lower loss wins, by a positive amount
+    if verdict != "no clear difference":
         winner, loser = verdict.split(" better than ")
-        assert sentence.startswith(f"{winner} beats {loser} by {abs(diff.mean()):.3g} val_loss")
+        lead = -diff.mean() if winner == "long" else diff.mean()
+        assert many.sentences()[0].startswith(f"{winner} beats {loser} by "
+                                              f"{100 * lead:.2g} points of val_acc")
 
 
 def test_sweeps_that_ask_another_question_are_refused_with_one_line(two_sweeps, capsys):
