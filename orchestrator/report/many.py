@@ -222,11 +222,19 @@ def differences(datas: list[SweepData], factors: list[str]) -> list[str]:
     return out
 
 
+def _points(metric: str) -> bool:
+    return decide.METRIC_BOUNDS.get(metric) == (0.0, 1.0)
+
+
 def amount(metric: str, value: float) -> str:
     """A difference in the metric's words: points for a [0, 1] metric, else its units."""
-    if decide.METRIC_BOUNDS.get(metric) == (0.0, 1.0):
-        return f"{100 * value:.2g} points of {metric}"
-    return f"{value:.3g} {metric}"
+    return f"{100 * value:.2g} points of {metric}" if _points(metric) else f"{value:.3g} {metric}"
+
+
+def interval(metric: str, low: float, high: float) -> str:
+    """An interval in the units :func:`amount` uses."""
+    scale = 100.0 if _points(metric) else 1.0
+    return f"[{scale * low:.3g}, {scale * high:.3g}]"
 
 
 def pair_sentence(m: Many, r: decide.PairResult) -> str:
@@ -235,15 +243,14 @@ def pair_sentence(m: Many, r: decide.PairResult) -> str:
     if r.pairs < MIN_PAIRS:
         return (f"{r.b} against {r.a}: insufficient evidence {over}; need {MIN_PAIRS}).")
     over += f"; Holm p = {r.p_holm:.2g})" if not math.isnan(r.p_holm) else ")"
-    interval = f"[{number(r.ci_low)}, {number(r.ci_high)}]"
     if r.better is None:
         return (f"No clear difference between {r.a} and {r.b}: {r.b} minus {r.a} = "
-                f"{amount(m.metric, r.diff)} {interval} {over}.")
+                f"{amount(m.metric, r.diff)} {interval(m.metric, r.ci_low, r.ci_high)} {over}.")
     worse = r.a if r.better == r.b else r.b
     sign = 1.0 if (r.better == r.b) == (m.direction == "maximize") else -1.0
     low, high = sorted((sign * r.ci_low, sign * r.ci_high))
     return (f"{r.better} beats {worse} by {amount(m.metric, sign * r.diff)} "
-            f"[{number(low)}, {number(high)}] {over}.")
+            f"{interval(m.metric, low, high)} {over}.")
 
 
 # ------------------------------------------------------------------------------ the files

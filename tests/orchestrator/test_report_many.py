@@ -71,6 +71,10 @@ def test_matched_trials_and_their_paired_difference_match_a_hand_computation(rep
     html = (out / "report.html").read_text()
     headline = stdout.splitlines()[0]
     assert headline.startswith(("long beats short", "short beats long", "No clear difference"))
+    # the interval in the headline's units (points), turned with the lead
+    sign = -1 if row["verdict"] == "short better than long" else 1
+    low, high = sorted((100 * sign * low, 100 * sign * high))
+    assert f"[{low:.3g}, {high:.3g}] over 3 matched trials" in headline
     assert headline in (out / "report.md").read_text()
     assert "epochs: 1 (short), 2 (long)" in html and "data:image/png;base64," in html
 
