@@ -50,6 +50,8 @@ def config_name(settings: dict) -> str:
 
 
 def _word(key: str, value) -> str:
+    if isinstance(value, dict):  # a user optimizer's (schedule's...) keywords, each a word
+        return " ".join(_word(k, v) for k, v in value.items())
     if key == "clip_grad_norm":
         return "noclip" if value is None else f"clip{value:g}"
     if isinstance(value, bool):

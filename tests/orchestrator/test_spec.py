@@ -424,9 +424,19 @@ def test_cli_validate_refuses_unknown_keywords_of_a_user_optimizer_and_schedule(
         f"sweep: {path}: space.schedule.tests.trainers.test_seams:halved_after.bogus is "
         f"neither a keyword of schedule tests.trainers.test_seams:halved_after (it takes at, "
         f"factor) nor a trainer setting; remove it"]
-    fixed = write_spec(tiny_spec(train={"epochs": 1, "optimizer": LION,
-                                        "optimizer_args": {"beta3": 0.9}}), name="t.yaml")
-    out = run_cli("validate", str(fixed), cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
-    assert out.returncode == 2 and out.stderr.splitlines() == [
-        f"sweep: {fixed}: train.optimizer_args.beta3 is not a keyword of optimizer {LION} (it "
-        f"takes beta1, beta2): remove it, got 0.9"]
+    fixed = tiny_spec(train={"epochs": 1, "optimizer": LION, "optimizer_args": {"beta3": 0.9}})
+    assert problems(fixed) == [f"s.yaml: train.optimizer_args.beta3 is not a keyword of "
+                               f"optimizer {LION} (it takes beta1, beta2): remove it, got 0.9"]
+
+
+def test_a_users_metric_is_usable_as_the_objective_only_with_metrics():
+    objective = {"metric": "val_top2", "direction": "maximize"}
+    spec = validate(tiny_spec(objective=objective, train={
+        "epochs": 1, "metrics": ["tests.trainers.test_seams:top2"]}))
+    assert spec.train["metrics"] == ["tests.trainers.test_seams:top2"]
+    assert "objective.metric: the trainer logs no metric 'val_top2'" in problems(
+        tiny_spec(objective=objective))[0]
+    assert problems(tiny_spec(train={"epochs": 1, "metrics": ["tests.trainers.test_seams:nope"]})) \
+        == ["s.yaml: train.metrics cannot be imported (module 'tests.trainers.test_seams' has no "
+            "attribute 'nope'); the module must be importable from the working folder or "
+            "PYTHONPATH, got 'tests.trainers.test_seams:nope'"]

@@ -10,7 +10,7 @@ from trainers.optim import lr_at
 
 
 def test_a_sweep_searches_torch_radams_own_keywords_and_logs_them(stores, write_spec):
-    spec = tiny_spec(name="radam", trials=2, train={"epochs": 1, "batch_size": 128},
+    spec = tiny_spec(name="radam", trials=2, workers=1, train={"epochs": 1, "batch_size": 128},
                      space={"optimizer": {"torch:RAdam": {
                          "lr": {"low": 1e-3, "high": 1e-2, "log": True},
                          "eps": {"low": 1e-8, "high": 1e-6, "log": True},
@@ -29,6 +29,8 @@ def test_a_sweep_searches_torch_radams_own_keywords_and_logs_them(stores, write_
         p = by_number[t.number].data.params
         assert p["optimizer"] == "torch:RAdam" and float(p["lr"]) == t.params["RAdam.lr"]
         assert p["optimizer_args"] == str({"betas": [0.8, 0.95], "eps": t.params["RAdam.eps"]})
+        config = by_number[t.number].data.tags["sweep.config"]  # the run's name, each a word
+        assert f"eps={t.params['RAdam.eps']:.3g}" in config.split()
         # the optimizer trained at the searched lr, under the schedule's formula
         s = TrainSettings(lr=t.params["RAdam.lr"], epochs=1, batch_size=128,
                           schedule="warmup_linear")
