@@ -574,10 +574,10 @@ class TrialBook:
 
     def abort(self, reason: str, kind: str = "crash") -> None:
         """Fail every running trial (an interrupt is queued for retry: the next run resumes it
-        from its checkpoint) and end the parent run KILLED (interrupt) or FAILED. A store that
-        raises for one trial stops none of the others. When the MLflow store broke, the trials
-        are queued for retry in Optuna alone (kind ``store``): the store failing is never the
-        trials' fault."""
+        from its checkpoint) and end the parent run KILLED (interrupt) or FAILED, unless other
+        machines' trials still run (their last machine ends it). A store raising for one trial
+        stops none of the others. When the MLflow store broke, the trials are queued for retry in
+        Optuna alone (kind ``store``): the store failing is never the trials' fault."""
         for slot in list(self.active):
             active = self.active.pop(slot)
             try:
@@ -591,7 +591,7 @@ class TrialBook:
                 self.study.fail(active.pending, f"the MLflow store failed: {broken}" if broken
                                 else reason, "store" if broken else kind,
                                 broken is not None or self.will_retry(kind, active.pending.root))
-        if self.runs.broken is None:
+        if self.runs.broken is None and not others_running(self.study):
             with contextlib.suppress(Exception):
                 self.end_parent("KILLED" if kind == "interrupt" else "FAILED")
 
@@ -669,6 +669,15 @@ def record_best(book: TrialBook) -> None:
         book.tracker.record_best(book.parent_id, best[0].value,
                                  best[0].user_attrs.get(keys.RUN_ID, ""), best[0].number,
                                  book.study.counts()["finished"])
+
+
+def others_running(study: SweepStudy) -> bool:
+    """Whether trials still run once this machine failed its own: other machines' (a Slurm task
+    cancelled while the others train must not end their shared parent run)."""
+    try:
+        return study.running() > 0
+    except Exception:  # noqa: BLE001 - a store that fails: nothing known to wait for
+        return False
 
 
 def others_running(study: SweepStudy) -> bool:

@@ -375,6 +375,12 @@ def test_a_slurm_array_sweeps_together_and_a_cancelled_task_is_retried_by_the_ot
     owner = victim.user_attrs["sweep.owner"]["pid"]
     cancelled = _task_of(owner)
     assert slurm.run("scancel", cancelled).returncode == 0
+    survivor = ({f"{job}_0", f"{job}_1"} - {cancelled}).pop()
+    _wait(lambda: cancelled not in slurm.jobs(), pace.budget(epochs=1), "the task to end")
+    client = MlflowClient(tracking_uri=server)
+    shared = client.get_run(study().user_attrs["sweep.parent_run_id"])
+    assert survivor in slurm.jobs()  # it still trains: the parent run stays open for it
+    assert shared.info.status == "RUNNING"
     _wait(lambda: not slurm.jobs(), pace.budget(epochs=4 * 4, starts=2), "the job to end")
 
     trials = {t.number: t for t in study().trials}
@@ -389,7 +395,6 @@ def test_a_slurm_array_sweeps_together_and_a_cancelled_task_is_retried_by_the_ot
                        if t.user_attrs["sweep.owner"]["pid"] == pid)
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
 
-    client = MlflowClient(tracking_uri=server)
     runs = client.search_runs([client.get_experiment_by_name("slurm").experiment_id],
                               max_results=100)
     assert not [r for r in runs if r.info.status == "RUNNING"]
@@ -402,5 +407,4 @@ def test_a_slurm_array_sweeps_together_and_a_cancelled_task_is_retried_by_the_ot
     assert int(again.data.tags["sweep.resumed_from_epoch"]) >= 1  # its checkpoint was shared
     logs = tmp_path / ".sweep" / "slurm" / "submit"
     assert "CANCELLED" in (logs / f"slurm-{cancelled}.log").read_text()
-    survivor = ({f"{job}_0", f"{job}_1"} - {cancelled}).pop()
     assert "sweep 'slurm' finished" in (logs / f"slurm-{survivor}.log").read_text()
