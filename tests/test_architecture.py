@@ -34,7 +34,7 @@ LAYERS: list[set[str]] = [
     {"orchestrator.compare"},
     {"orchestrator.schema", "orchestrator.study", "orchestrator.tracking",
      "orchestrator.preflight", "orchestrator.workers", "orchestrator.display",
-     "orchestrator.server", "orchestrator.proxy"},
+     "orchestrator.server", "orchestrator.proxy", "orchestrator.readcache"},
     {"orchestrator.worker", "orchestrator.book", "orchestrator.status",
      "orchestrator.reproduce", "orchestrator.report"},
     {"orchestrator.phases", "orchestrator.submit"},
