@@ -680,15 +680,6 @@ def others_running(study: SweepStudy) -> bool:
         return False
 
 
-def others_running(study: SweepStudy) -> bool:
-    """Whether trials still run once this machine failed its own: other machines' (a Slurm task
-    cancelled while the others train must not end their shared parent run)."""
-    try:
-        return study.running() > 0
-    except Exception:  # noqa: BLE001 - a store that fails: nothing known to wait for
-        return False
-
-
 def recover_orphans(book: TrialBook) -> None:
     """Fail (and retry, within ``retries``) the trials a dead ``sweep run`` on this host left
     RUNNING; their runs are closed FAILED once MLflow is attached."""
