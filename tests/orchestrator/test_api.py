@@ -213,7 +213,7 @@ def test_a_kernel_interrupt_stops_a_notebook_sweep_and_leaves_nothing_running(
     from jupyter_client.manager import start_new_kernel
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    spec = long_spec()
+    spec = long_spec(workers=1)  # one worker's torch import is enough to stop
     del spec["trials"]
     path = write_spec(spec)
     km, kc = start_new_kernel(kernel_name="python3", cwd=str(stores.dir))
@@ -222,7 +222,7 @@ def test_a_kernel_interrupt_stops_a_notebook_sweep_and_leaves_nothing_running(
         kernel = km.provisioner.process.pid
         wait_for_an_epoch(stores, pace)
         workers = worker_pids(kernel)
-        assert len(workers) == 2
+        assert len(workers) == 1
         km.interrupt_kernel()
         reply = shell_reply(kc, sent, timeout=15 * SLACK)
         assert (reply["status"], reply.get("ename")) == ("error", "SweepInterrupted"), reply
