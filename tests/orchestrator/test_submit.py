@@ -28,6 +28,7 @@ from orchestrator.submit import (
     filesystem_of,
     k8s_manifest,
     sbatch_script,
+    secret_command,
     store_problems,
     task_slots,
     workdir_problem,
@@ -65,8 +66,9 @@ def test_the_sbatch_script_runs_sweep_run_with_slurm_slots_and_the_overrides_quo
 def test_the_k8s_manifest_is_a_config_map_and_an_indexed_job_reading_a_secret(tmp_path):
     spec_text = yaml.safe_dump(tiny_spec(name="Big_sweep.1"))
     job = Job(jobs=8, gpus=2, image="reg.example/sweep:1", volume_claim="sweeps")
-    config_map, indexed = yaml.safe_load_all(k8s_manifest("Big_sweep.1", spec_text, job,
-                                                          ["train.epochs=1"]))
+    text = k8s_manifest("Big_sweep.1", spec_text, job, ["train.epochs=1"])
+    assert "&id" not in text and "*id" not in text  # no YAML anchors: plain for any reader
+    config_map, indexed = yaml.safe_load_all(text)
     assert config_map["kind"] == "ConfigMap" and config_map["metadata"]["name"] == \
         "sweep-big-sweep-1"
     assert config_map["data"] == {"Big_sweep.1.yaml": spec_text}
@@ -186,13 +188,31 @@ def test_submit_refuses_local_stores_and_bad_flags_writing_nothing(tmp_path, wri
     assert out.returncode == 2 and len(lines) == 2, out.stderr
     assert lines[0].startswith("sweep: --storage optuna.journal: a local file")
     assert lines[1].startswith("sweep: --tracking-uri is required")
-    out = run_cli("run", str(spec), "--slurm", cwd=tmp_path, timeout=120,
-                  env={"SLURM_JOB_ID": ""})
-    assert out.returncode == 2
-    assert out.stderr.splitlines() == ["sweep: --slurm: not inside a Slurm job (SLURM_JOB_ID is "
-                                       "not set); sweep submit --slurm writes the job script "
-                                       "that runs sweep run --slurm"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # nothing written
+
+
+def test_sweep_run_slurm_outside_a_job_or_with_workers_is_one_line(write_spec, monkeypatch,
+                                                                     capsys):
+    from orchestrator.cli import main
+
+    spec = str(write_spec(tiny_spec()))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert main(["run", spec, "--slurm"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "sweep: --slurm: not inside a Slurm job (SLURM_JOB_ID is not set); sweep submit "
+        "--slurm writes the job script that runs sweep run --slurm"]
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    assert main(["run", spec, "--slurm", "--workers", "3"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "sweep: --slurm takes the workers and GPUs from the Slurm allocation; drop --workers "
+        "and --gpus (or --slurm)"]
+
+
+def test_the_secret_command_names_both_uris_with_passwords_masked():
+    line = secret_command("sweep-s-stores", "postgresql://ann:hunter2@db/s", SERVER)
+    assert shlex.split(line) == ["kubectl", "create", "secret", "generic", "sweep-s-stores",
+                                 "--from-literal=SWEEP_STORAGE=postgresql://ann:***@db/s",
+                                 f"--from-literal=MLFLOW_TRACKING_URI={SERVER}"]
 
 
 def test_submit_dry_run_prints_the_script_it_writes_and_creates_nothing(tmp_path, write_spec):
