@@ -134,6 +134,8 @@ def _values(datas: list[SweepData], factors: list[str]) -> tuple[dict, list[dict
     values: dict[tuple[str, int], dict[str, tuple[int, float]]] = {}
     unmatched = []
     for d in datas:
+        if d.trials.empty:  # a sweep without trials yet
+            continue
         for _, t in d.trials.sort_values("trial").iterrows():
             config = configuration_text(t, factors)
             seed = t["seed"] if not pd.isna(t.get("seed")) else t.get("repeat")

@@ -149,6 +149,10 @@ def test_sweeps_that_ask_another_question_are_refused_with_one_line(two_sweeps, 
         with pytest.raises(SweepError) as e:
             compare_sweeps(datas)
         assert words in str(e.value) and "\n" not in str(e.value)
+    # not a refusal: a sweep without trials yet leaves every trial of the other unmatched
+    many = compare_sweeps([replace(short, trials=pd.DataFrame()), long])
+    assert many.results.iloc[0]["pairs"] == 0 and len(many.unmatched) == 4
+    assert many.sentences()[0].startswith("long against short: insufficient evidence")
     from orchestrator.cli import main
 
     assert main(["report", "short", "long", "--by", "batch_size", "--tracking-uri",
