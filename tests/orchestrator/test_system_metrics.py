@@ -111,6 +111,24 @@ def test_gpu_figures_are_the_trials_own():
     assert keys.gpu_metric("3", "memory_mb") == "system/gpu_3_memory_mb"
 
 
+def test_the_gpu_probe_reads_the_visible_gpus_only():
+    import torch
+
+    probe = usage.GpuProbe(torch)
+    figures = probe.read({os.getpid()})
+    if not torch.cuda.is_available():  # nothing to read, and nothing made up
+        assert probe.ids == [] and figures == {}
+        return
+    assert probe.ids == usage.gpu_ids(os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                      torch.cuda.device_count())
+    torch.ones(2 ** 20, device="cuda:0")  # 4 MiB: this process now holds memory there
+    figures = probe.read({os.getpid()})
+    assert figures[keys.gpu_metric(probe.ids[0], "memory_mb")] >= 4
+    for gpu in probe.ids:
+        if probe.nvml is not None:
+            assert 0 <= figures[keys.gpu_metric(gpu, "utilization_percent")] <= 100
+
+
 def test_trial_runs_carry_system_metrics(two_sweeps):
     client = two_sweeps.client()
     runs = two_sweeps.runs("long", "trial") + two_sweeps.runs("short", "trial")
@@ -125,3 +143,7 @@ def test_trial_runs_carry_system_metrics(two_sweeps):
         # a worker has imported torch: far more than 50 MiB resident
         assert all(50 < m.value < 64 * 1024 for m in rss)
         assert all(run.info.start_time <= m.timestamp <= run.info.end_time for m in cpu)
+        if run.data.tags.get(keys.DEVICE) == "cuda":  # its own GPU's figures too
+            gpu = (run.data.tags.get(keys.CUDA_VISIBLE_DEVICES) or "0").split(",")[0]
+            assert client.get_metric_history(run.info.run_id,
+                                             keys.gpu_metric(gpu, "memory_mb"))
