@@ -1,6 +1,6 @@
 """The study's trials as ``sweep run`` reads them: one read serves every look until this process
-writes or :data:`READ_S` passes, so that the cost of a pass of the scheduling loop does not grow
-with the study.
+writes or the read interval passes, so that the cost of a pass of the scheduling loop does not
+grow with the study.
 
 Optuna's storages already keep finished trials (they never change) and fetch only what can
 change: the unfinished trials and the new ones (the journal replays only new entries; the RDB
@@ -19,20 +19,26 @@ from typing import Any
 from optuna.storages import BaseStorage
 from optuna.storages._heartbeat import BaseHeartbeat
 
-# how stale another machine's changes may look to this process; its own writes are seen at once
+# how stale another machine's changes may look to this process (its own writes are seen at once):
+# READ_S, and longer with many unfinished trials, which each read fetches again (at 1,000 running
+# trials, 10 s: a thousand machines then read the study 100 times a second, not 2,000)
 READ_S = 0.5
-# the storage calls that change nothing (any other call drops the cached trials)
-READS = ("get_", "_get_", "check_", "is_", "wait_server_ready", "close")
+READ_S_PER_UNFINISHED = 0.01
+# the storage calls that change no trial (any other call drops the cached trials); a heartbeat
+# changes only its own record
+READS = ("get_", "_get_", "check_", "is_", "wait_server_ready", "close", "record_heartbeat")
 
 
 class ReadCache:
     """A storage that serves ``get_all_trials`` from one fetch of every trial of a study until
-    any write through it, :meth:`forget`, or :data:`READ_S` seconds; every other call goes to
-    the storage it wraps (:func:`around`)."""
+    any write through it, :meth:`forget`, or ``max(read_s, per_unfinished_s x its unfinished
+    trials)`` seconds; every other call goes to the storage it wraps (:func:`around`)."""
 
-    def __init__(self, storage: BaseStorage, read_s: float = READ_S):
-        self._inner, self._read_s = storage, read_s
-        self._cached: dict[int, tuple[float, list]] = {}  # study id -> (when read, its trials)
+    def __init__(self, storage: BaseStorage, read_s: float = READ_S,
+                 per_unfinished_s: float = READ_S_PER_UNFINISHED):
+        self._inner, self._read_s, self._per_unfinished_s = storage, read_s, per_unfinished_s
+        # study id -> (until when the read serves, its trials)
+        self._cached: dict[int, tuple[float, list]] = {}
         self._lock = threading.Lock()  # the heartbeat thread writes too
 
     def forget(self) -> None:
@@ -42,10 +48,12 @@ class ReadCache:
 
     def get_all_trials(self, study_id: int, deepcopy: bool = True, states=None) -> list:
         with self._lock:
-            when, trials = self._cached.get(study_id, (None, None))
-            if when is None or time.monotonic() - when > self._read_s:
+            until, trials = self._cached.get(study_id, (None, None))
+            if until is None or time.monotonic() > until:
                 trials = self._inner.get_all_trials(study_id, deepcopy=False)
-                self._cached[study_id] = (time.monotonic(), trials)
+                unfinished = sum(not t.state.is_finished() for t in trials)
+                self._cached[study_id] = (time.monotonic() + max(
+                    self._read_s, self._per_unfinished_s * unfinished), trials)
         out = trials if states is None else [t for t in trials if t.state in states]
         return copy.deepcopy(out) if deepcopy else list(out)
 

@@ -55,7 +55,7 @@ def test_another_process_change_is_seen_after_the_read_interval_or_forget(tmp_pa
     here.forget()
     assert [t.value for t in study.trials] == [1.0, 3.0]
 
-    short = ReadCache(_journal(tmp_path), read_s=0.05)
+    short = ReadCache(_journal(tmp_path), read_s=0.05, per_unfinished_s=0)
     mine = optuna.load_study(study_name="s", storage=short)
     assert len(mine.trials) == 2
     other.tell(other.ask(), 4.0)
@@ -65,8 +65,37 @@ def test_another_process_change_is_seen_after_the_read_interval_or_forget(tmp_pa
         time.sleep(0.01)
 
 
-def test_a_storage_with_heartbeats_keeps_them_behind_the_cache(tmp_path):
-    rdb = RDBStorage(f"sqlite:///{tmp_path / 's.db'}", heartbeat_interval=1, grace_period=2)
+def test_the_read_interval_grows_with_the_unfinished_trials_each_read_fetches(tmp_path):
+    here = ReadCache(_journal(tmp_path), read_s=0, per_unfinished_s=3600)
+    study = optuna.create_study(study_name="s", storage=here)
+    other = optuna.load_study(study_name="s", storage=_journal(tmp_path))
+    other.tell(other.ask(), 1.0)
+    assert len(study.trials) == 1  # no unfinished trial: read_s, 0 s
+    other.tell(other.ask(), 2.0)
+    assert len(study.trials) == 2
+    running = other.ask()
+    assert len(study.trials) == 3  # read with one unfinished trial: an hour
+    other.tell(running, 3.0)
+    assert [t.state for t in study.trials][-1] == TrialState.RUNNING
+
+
+def test_a_storage_with_heartbeats_keeps_them_behind_the_cache_and_a_beat_reads_nothing(
+        tmp_path):
+    class CountingRDB(RDBStorage):
+        fetches = 0
+
+        def _get_trials(self, *args, **kwargs):  # what Optuna's cache in front of it fetches
+            self.fetches += 1
+            return super()._get_trials(*args, **kwargs)
+
+    rdb = CountingRDB(f"sqlite:///{tmp_path / 's.db'}", heartbeat_interval=1, grace_period=2)
     cached = around(rdb)
     assert isinstance(cached, BaseHeartbeat) and cached.get_heartbeat_interval() == 1
+    study = optuna.create_study(study_name="s", storage=cached)
+    trial = study.ask()
+    assert len(study.trials) == 1
+    fetches = rdb.fetches
+    assert fetches > 0
+    cached.record_heartbeat(trial._trial_id)
+    assert len(study.trials) == 1 and rdb.fetches == fetches
     assert not isinstance(around(_journal(tmp_path)), BaseHeartbeat)
