@@ -30,7 +30,8 @@ def json_schema() -> dict[str, Any]:
     # SweepSpec's own title and docstring are for Python readers; the schema has its own below
     del schema["title"], schema["description"]
     defs = schema["definitions"] = schema.pop("$defs")
-    defs["Objective"]["properties"]["metric"]["enum"] = list(EPOCH_METRICS)
+    for model in ("Objective", "Constraint"):
+        defs[model]["properties"]["metric"]["enum"] = list(EPOCH_METRICS)
     fields = {name: f for name, f in setting_fields().items() if name != "seed"}  # top-level seed
     defs["train"] = {"type": "object", "additionalProperties": False,
                      "description": "fixed trainer settings",

@@ -92,7 +92,7 @@ def _spec_from_study(name: str, study) -> SweepSpec:
         raise SweepError(f"study {name!r} was not made by sweep run; pass its YAML file instead")
     raw = {**identity, "name": identity.get("name", name)}
     if raw.get("sampler", {}).get("name") != "grid" and "compare" not in raw:
-        raw["trials"] = max(1, len(study.trials))
+        raw["trials"] = max(1, sum(not objectives.is_copied(t) for t in study.trials))
         raw["trials"] += (-raw["trials"]) % raw.get("repeats", 1)
     return validate(raw, f"study {name}", max_grid=None)
 

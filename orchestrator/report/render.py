@@ -107,6 +107,9 @@ def build_report(data: SweepData, out_dir: str | os.PathLike, by: str | None = N
                                 bounds=METRIC_BOUNDS.get(data.spec.objective.metric,
                                                          (None, None)))
     gaps = missing(data) if comparison is None else comparison_gaps(data, comparison)
+    if data.parent_tags.get(keys.STOP_REASON):  # stop_when ended it: nothing is missing
+        gaps = [f"ended early by {data.parent_tags[keys.STOP_REASON]}"] + \
+            [g for g in gaps if "trials finished" not in g]
     figures, notes = plots(data, by)
     if comparison is not None:
         figures = {**comparison_plots(comparison, data), **figures}
