@@ -328,3 +328,50 @@ def test_time_to_target_is_the_first_epoch_reaching_it_else_epochs_plus_one():
     assert reduce_curve(down, [0.9, 0.6, 0.4], 3) == 3
     assert reduce_curve(down, [0.4], 5) == 1
     assert up.goal == down.goal == "minimize"
+
+
+def _trial(number: int, value: float, constraint: float | None = None, seconds: int = 0):
+    import datetime
+
+    import optuna
+
+    when = datetime.datetime(2026, 1, 1) + datetime.timedelta(seconds=seconds or number)
+    trial = optuna.trial.create_trial(
+        value=value, system_attrs={"constraints:c": constraint} if constraint is not None
+        else {})
+    trial.number, trial.datetime_complete = number, when
+    return trial
+
+
+@pytest.mark.parametrize("direction, values, stop_at", [
+    ("maximize", [0.5, 0.7, 0.91, 0.95], 2), ("minimize", [0.5, 0.3, 0.09, 0.01], 2)])
+def test_stop_when_value_stops_at_the_first_trial_reaching_it_in_either_direction(
+        direction, values, stop_at):
+    from orchestrator.objectives import stop_reason
+    from orchestrator.spec import StopWhen
+
+    target = StopWhen(value=0.9 if direction == "maximize" else 0.1)
+    trials = [_trial(n, v) for n, v in enumerate(values)]
+    assert stop_reason(target, trials[:stop_at], direction, "m") is None
+    assert f"trial {stop_at} reached m {values[stop_at]:.4g}" in \
+        stop_reason(target, trials[:stop_at + 1], direction, "m")
+    # an infeasible trial reaching it does not stop the sweep
+    infeasible = [*trials[:stop_at], _trial(stop_at, values[stop_at], constraint=1.0)]
+    assert stop_reason(target, infeasible, direction, "m") is None
+
+
+@pytest.mark.parametrize("maximize, curve, spent", [
+    (True, [0.1, 0.2, 0.2], True), (True, [0.1, 0.2, 0.3], False),
+    (False, [0.5, 0.4, 0.4], True), (False, [0.5, 0.4, 0.3], False),
+    (True, [0.1, math.nan], True), (True, [0.3, 0.1, 0.2], True)])
+def test_patience_counts_epochs_without_a_strictly_better_value(maximize, curve, spent):
+    from orchestrator.objectives import patience_spent
+
+    assert patience_spent(curve, 1, maximize) is spent
+
+
+def test_the_live_view_names_the_pareto_front_size():
+    from orchestrator.display import Snapshot, header_line
+
+    line = header_line("front", Snapshot({"finished": 4}, 4, 0.0, "val_acc", None, front=3))
+    assert line.endswith("Pareto front: 3 trials")
