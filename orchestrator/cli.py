@@ -706,8 +706,11 @@ COMMANDS: dict[str, Command] = {
     "report": Command(
         "the sweep's answer: statistics per setting, plots",
         "Write an HTML report (plots embedded), a Markdown summary and the trial table (CSV, "
-        "Parquet) of a sweep, and log them on its parent run.",
-        ("sweep report sweeps/adam_vs_sgd.yaml --out report/", "sweep report quickstart"),
+        "Parquet) of a sweep, and log them on its parent run. Several sweeps of the same stores "
+        "and objective: one report comparing them trial by trial (same configuration and "
+        "seed), with paired tests.",
+        ("sweep report sweeps/adam_vs_sgd.yaml --out report/", "sweep report quickstart",
+         "sweep report quickstart quickstart-2   # two sweeps side by side"),
         _report_arguments, cmd_report),
     "reproduce": Command(
         "train a trial again from its run and compare curves",
