@@ -47,6 +47,9 @@ def _key(name: str, places: str | tuple[str, ...], meaning: str) -> str:
 # --- the Optuna study ------------------------------------------------------------------------
 CREATOR = _key("sweep.creator", STUDY_ATTR,
                "the `sweep run` process that created the study (host, pid, start time)")
+SUBMITTED = _key("sweep.submitted", STUDY_ATTR,
+                 "`sweep submit` created the study: its tasks join at once, so each draws "
+                 "trials from a seed of its own (host and pid)")
 IDENTITY = _key("sweep.spec", STUDY_ATTR,
                 "what makes the sweep the same sweep (space, objective, sampler...); a rerun "
                 "must match it")

@@ -652,13 +652,15 @@ def retried_numbers(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
 
 
 def _sampler_offset(existing: optuna.Study) -> int:
-    """The sampler seed offset of a process loading a study: the trials it already holds, or,
-    while it holds none and its creator is alive, a number drawn from this host and pid (machines
-    joining at the same moment each draw their own trials)."""
+    """The sampler seed offset of a process loading a study: the trials it already holds, plus,
+    while it holds none and its creator is alive, or always for a study ``sweep submit`` created
+    (its tasks start together), a number drawn from this host and pid (machines joining at the
+    same moment each draw their own trials)."""
     offset = len(existing.get_trials(deepcopy=False))
     creator = existing.user_attrs.get(keys.CREATOR)
-    if not offset and creator and Owner(**creator).is_alive():
-        offset = 1 + int.from_bytes(
+    if existing.user_attrs.get(keys.SUBMITTED) or (
+            not offset and creator and Owner(**creator).is_alive()):
+        offset += 1 + int.from_bytes(
             hashlib.sha256(f"{socket.gethostname()}:{os.getpid()}".encode()).digest()[:3], "big")
     return offset
 

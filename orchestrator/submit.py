@@ -363,10 +363,12 @@ def check_reachable(storage: str, tracking_uri: str, timeout: float = 10) -> Non
 def create_once(spec, storage: str, tracking_uri: str) -> tuple[str, str]:
     """Create the sweep's study and parent run (or find them: a submit again resumes), so the
     tasks only join; returns the study name and the parent run id."""
+    from . import keys
     from .book import open_tracking
     from .study import SweepStudy
 
     study = SweepStudy.open(spec, storage)
+    study.study.set_user_attr(keys.SUBMITTED, True)  # before any task joins: see _sampler_offset
     tracking = open_tracking(tracking_uri, spec, study, spec.text, storage)
     return study.name, tracking.parent_id
 

@@ -173,6 +173,48 @@ def test_a_slurm_task_takes_its_slots_from_its_allocation():
         task_slots({"SLURM_CPUS_PER_TASK": "2"})
 
 
+JOIN = """
+import sys, time
+from pathlib import Path
+from optuna.distributions import FloatDistribution
+from orchestrator.spec import load_spec
+from orchestrator.study import SweepStudy
+spec, storage, name, barrier = sys.argv[1:]
+study = SweepStudy.open(load_spec(spec).model_copy(update={"name": name}), storage).study
+Path(barrier, str(time.monotonic_ns())).touch()  # opened: now wait for the other joiner
+while len(list(Path(barrier).iterdir())) < 2:
+    time.sleep(0.05)
+print(study.ask({"x": FloatDistribution(0, 1)}).params["x"])
+"""
+
+
+def test_tasks_joining_a_submitted_study_at_once_draw_their_own_trials(tmp_path, write_spec):
+    """Two processes of this host open a study whose creator is gone, as the tasks of a sweep
+    submit do on the node it ran on, both before either asks: marked as submitted, their first
+    draws differ (unmarked, both would resume at offset 0 and draw the same trial)."""
+    from orchestrator import keys
+    from orchestrator.study import SweepStudy
+
+    spec = write_spec(tiny_spec(name="marked", sampler={"name": "random", "seed": 0}))
+    storage = f"sqlite:///{tmp_path / 'o.db'}"
+    made = SweepStudy.open(load_spec(spec), storage).study
+    made.set_user_attr(keys.CREATOR, {"host": socket.gethostname(), "pid": _dead_pid(),
+                                      "started": 1})
+    made.set_user_attr(keys.SUBMITTED, True)
+    (tmp_path / "barrier").mkdir()
+    joiners = [subprocess.Popen([sys.executable, "-c", JOIN, str(spec), storage, "marked",
+                                 str(tmp_path / "barrier")], stdout=subprocess.PIPE, text=True)
+               for _ in range(2)]
+    draws = [float(j.communicate(timeout=120)[0]) for j in joiners]
+    assert draws[0] != draws[1]
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
 # --------------------------------------------------------------------------------- the CLI
 
 def test_submit_refuses_local_stores_and_bad_flags_writing_nothing(tmp_path, write_spec):
@@ -408,6 +450,8 @@ def test_a_slurm_array_sweeps_together_and_a_cancelled_task_is_retried_by_the_ot
     assert trials[victim.number].state.name == "FAIL"
     (retry,) = [t for t in trials.values() if t.user_attrs.get("sweep.retry_of") == victim.number]
     assert retry.state.name == "COMPLETE" and retry.params == victim.params
+    drawn = [t.params for t in trials.values() if "sweep.retry_of" not in t.user_attrs]
+    assert len({tuple(sorted(p.items())) for p in drawn}) == 4  # the tasks drew their own
     owners = {t.user_attrs["sweep.owner"]["pid"] for t in trials.values()}
     assert len(owners) == 2 and retry.user_attrs["sweep.owner"]["pid"] != owner  # both trained
     for pid in owners:  # one worker per task: its one CPU, not the YAML's workers: 2
