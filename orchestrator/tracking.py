@@ -220,7 +220,11 @@ class Tracker:
             tags={keys.PARENT_RUN_ID: parent_id, keys.ROLE: "trial",
                   keys.TRIAL_NUMBER: str(number), **tags})
         run_id = run.info.run_id
-        params = [Param(k, param_text(v)) for k, v in {**settings, **extra_params}.items()]
+        # a user seam's keywords also one param each (optimizer_args.eps), as space names them
+        keywords = {f"{k}.{key}": v for k, mapping in settings.items()
+                    if isinstance(mapping, dict) for key, v in mapping.items()}
+        params = [Param(k, param_text(v))
+                  for k, v in {**settings, **keywords, **extra_params}.items()]
         self.client.log_batch(run_id, params=params)
         self.client.log_text(run_id, yaml.safe_dump(settings, sort_keys=False), keys.SETTINGS_FILE)
         if packages:

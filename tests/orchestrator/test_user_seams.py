@@ -29,6 +29,7 @@ def test_a_sweep_searches_torch_radams_own_keywords_and_logs_them(stores, write_
         p = by_number[t.number].data.params
         assert p["optimizer"] == "torch:RAdam" and float(p["lr"]) == t.params["RAdam.lr"]
         assert p["optimizer_args"] == str({"betas": [0.8, 0.95], "eps": t.params["RAdam.eps"]})
+        assert float(p["optimizer_args.eps"]) == t.params["RAdam.eps"]  # a param of its own
         config = by_number[t.number].data.tags["sweep.config"]  # the run's name, each a word
         assert f"eps={t.params['RAdam.eps']:.3g}" in config.split()
         # the optimizer trained at the searched lr, under the schedule's formula
