@@ -118,3 +118,18 @@ def test_the_ui_command_serves_the_runs_table_and_stops_on_ctrl_c(blocks, quicks
         with urllib.request.urlopen(ui.url, timeout=30) as r:
             assert r.status == 200 and "<html" in r.read().decode().lower()
         ui.stop()
+
+
+def test_every_image_the_readme_shows_is_a_small_png_its_script_makes():
+    from PIL import Image
+
+    text = (ROOT / "README.md").read_text()
+    images = re.findall(r"!\[[^\]]+\]\(([^)\s]+)\)", text)
+    assert images, "the README shows no image"
+    script = (ROOT / "docs" / "screenshots.py").read_text()
+    assert "docs/screenshots.py" in text  # how to make them again
+    for path in images:
+        with Image.open(ROOT / path) as image:
+            assert image.format == "PNG", path
+        assert (ROOT / path).stat().st_size < 300_000, path
+        assert f'"{os.path.basename(path)}"' in script, f"{path}: not made by docs/screenshots.py"
