@@ -74,8 +74,8 @@ def _tracking_flag(p: argparse.ArgumentParser) -> None:
 def _store_flags(p: argparse.ArgumentParser) -> None:
     _tracking_flag(p)
     p.add_argument("--storage", help="Optuna storage: a journal file path, sqlite:///..., "
-                                     "postgresql://... (default: optuna.journal next to "
-                                     "the MLflow database)")
+                                     "postgresql://..., grpc://HOST:PORT (a storage proxy) "
+                                     "(default: optuna.journal next to the MLflow database)")
 
 
 def _set_flag(p: argparse.ArgumentParser, example: str = "") -> None:
