@@ -57,6 +57,7 @@ SPEC = {
     "space": {"optimizer": {"adam": {"lr": 0.002}, "sgd": {"lr": 0.05, "momentum": 0.9}},
               "clip_grad_norm": [None, 1.0]},
 }
+CONFIGURATIONS = len(SPEC["space"]["optimizer"]) * len(SPEC["space"]["clip_grad_norm"])
 # a running trial's row: its number, configuration, then epoch k/E
 ROW = re.compile(r"^\s*\d+\s+\S.*\s(\d+)/(\d+)\s")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -188,7 +189,7 @@ def grouped_chart_png(page, work: Path, out: Path) -> None:
         page.get_by_role("menuitemcheckbox", name="sweep.config", exact=True).click()
         page.keyboard.press("Escape")
         groups = page.locator(".ag-row").filter(has_text="Group: ")
-        expect(groups).to_have_count(4)
+        expect(groups).to_have_count(CONFIGURATIONS)
         for i in range(groups.count()):
             # the swatch's colour input is styled invisible: set it as its picker would
             groups.nth(i).locator('input[type="color"]').fill(COLORS[i % len(COLORS)],
