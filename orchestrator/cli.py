@@ -483,7 +483,7 @@ def cmd_submit(args, console: Console) -> int:
     tracking = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     folder = paths.work_dir(tracking or paths.default_tracking_uri(), spec.name) / "submit"
     done = submit(spec, kind, job, args.storage, tracking, args.overrides, folder,
-                  args.dry_run)
+                  args.dry_run, args.max_grid)
     say = lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False)  # noqa: E731
     if args.dry_run:
         sys.stdout.write(done.text)

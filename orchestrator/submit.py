@@ -23,6 +23,7 @@ import yaml
 
 from .errors import SweepError
 from .paths import mask
+from .spec import MAX_GRID
 
 SHARED_STORAGES = ("postgresql", "mysql", "grpc")  # what tasks on other nodes can all reach
 DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "http": 80, "https": 443}
@@ -90,6 +91,11 @@ def check_job(job: Job, kind: str) -> None:
                         f"--time 2-00:00:00")
     if kind == "k8s":
         problems += _k8s_problems(job)
+    other = {"slurm": (("--image", job.image), ("--volume-claim", job.volume_claim),
+                       ("--secret", job.secret)),
+             "k8s": (("--partition", job.partition), ("--time", job.time))}[kind]
+    problems += [f"{flag} is not an option of --{kind}; leave it out" for flag, value in other
+                 if value is not None]
     if problems:
         raise SweepError(*problems)
 
@@ -203,7 +209,8 @@ def _gpu_ids(text: str | None) -> list[str]:
 # ---------------------------------------------------------------------------------- renderers
 
 def sbatch_script(name: str, spec_file: Path, workdir: Path, job: Job, storage: str,
-                  tracking_uri: str, overrides: list[str], python: str = sys.executable) -> str:
+                  tracking_uri: str, overrides: list[str], python: str = sys.executable,
+                  max_grid: int | None = MAX_GRID) -> str:
     """The job array script: ``job.jobs`` tasks, each ``sweep run SPEC --slurm`` in ``workdir``
     (where the checkpoints are), its output in ``slurm-JOB_TASK.log`` beside ``spec_file``."""
     directives = [f"--job-name=sweep-{name}", f"--array=0-{job.jobs - 1}",
@@ -217,7 +224,7 @@ def sbatch_script(name: str, spec_file: Path, workdir: Path, job: Job, storage: 
         directives.append(f"--time={job.time}")
     command = [python, "-m", "orchestrator.cli", "run", str(spec_file), "--slurm",
                "--storage", storage, "--tracking-uri", tracking_uri,
-               *(a for o in overrides for a in ("--set", o))]
+               *run_flags(overrides, max_grid)]
     lines = ["#!/bin/bash",
              f"# sweep {name}: {job.jobs} Slurm array tasks, each a sweep run joining the study "
              f"{name} (written by sweep submit)",
@@ -230,7 +237,7 @@ def sbatch_script(name: str, spec_file: Path, workdir: Path, job: Job, storage: 
 
 
 def k8s_manifest(name: str, spec_text: str, job: Job, overrides: list[str],
-                 devices_per_trial: int = 1) -> str:
+                 devices_per_trial: int = 1, max_grid: int | None = MAX_GRID) -> str:
     """A ConfigMap holding the sweep YAML and an Indexed Job of ``job.jobs`` pods, each
     ``sweep run`` with the storage and tracking URIs from the Secret ``job.secret``, its GPUs
     as resource limits and the volume claim as its working folder."""
@@ -239,7 +246,7 @@ def k8s_manifest(name: str, spec_text: str, job: Job, overrides: list[str],
     secret = secret_name(name, job)
     spec_name = f"{name}.yaml"
     command = ["sweep", "run", f"{SPEC_MOUNT}/{spec_name}", "--storage", "$(SWEEP_STORAGE)",
-               *(a for o in overrides for a in ("--set", o))]
+               *run_flags(overrides, max_grid)]
     if not job.gpus:  # a container sees every core of its node: its share is the limit
         command += ["--workers", str(max(1, job.cpus_per_task // devices_per_trial))]
     limits = {"cpu": str(job.cpus_per_task), **({"nvidia.com/gpu": job.gpus} if job.gpus else {})}
@@ -277,6 +284,15 @@ class _Manifest(yaml.SafeDumper):
 
 
 _Manifest.add_representer(str, _Manifest.represent_str)
+
+
+def run_flags(overrides: list[str], max_grid: int | None = MAX_GRID) -> list[str]:
+    """The flags of ``sweep submit`` each task's ``sweep run`` repeats: ``--set`` and a raised
+    grid cap (the task validates the YAML again)."""
+    flags = [a for o in overrides for a in ("--set", o)]
+    if max_grid is not None and max_grid != MAX_GRID:
+        flags += ["--max-grid", str(max_grid)]
+    return flags
 
 
 def k8s_name(name: str) -> str:
@@ -415,7 +431,8 @@ class Submitted:
 
 
 def submit(spec, kind: str, job: Job, storage: str | None, tracking_uri: str | None,
-           overrides: list[str], folder: Path, dry_run: bool = False) -> Submitted:
+           overrides: list[str], folder: Path, dry_run: bool = False,
+           max_grid: int | None = MAX_GRID) -> Submitted:
     """Check, create the study and parent run once, write the job file into ``folder``
     (``.sweep/NAME/submit``) and, for Slurm, submit it. With ``dry_run``: the checks that need
     no server, and the file, nothing created or submitted.
@@ -442,11 +459,12 @@ def submit(spec, kind: str, job: Job, storage: str | None, tracking_uri: str | N
     if kind == "k8s":
         file = folder / f"{spec.name}-k8s.yaml"
         text = k8s_manifest(spec.name, spec.text, job, overrides,
-                            spec.train.get("devices_per_trial", 1))
+                            spec.train.get("devices_per_trial", 1), max_grid)
         write_private(file, text)
         return Submitted(file, text, None, study, parent)
     spec_file, file = folder / f"{spec.name}.yaml", folder / f"{spec.name}.sbatch"
-    text = sbatch_script(spec.name, spec_file, workdir, job, storage, tracking_uri, overrides)
+    text = sbatch_script(spec.name, spec_file, workdir, job, storage, tracking_uri, overrides,
+                         max_grid=max_grid)
     write_private(spec_file, spec.text)
     write_private(file, text)
     os.chmod(file, 0o700)

@@ -25,6 +25,7 @@ from orchestrator.spec import load_spec
 from orchestrator.submit import (
     Job,
     TaskSlots,
+    check_job,
     filesystem_of,
     k8s_manifest,
     sbatch_script,
@@ -46,7 +47,8 @@ def test_the_sbatch_script_runs_sweep_run_with_slurm_slots_and_the_overrides_quo
     odd = "space.batch_size=[16, 32]"  # a space and brackets: one word for the shell
     text = sbatch_script("s", spec_file, tmp_path, Job(jobs=3, gpus=2, partition="gpu",
                                                       time="1-00:00:00"),
-                         PG, SERVER, [odd, "train.epochs=1"], python="/opt/venv/bin/python")
+                         PG, SERVER, [odd, "train.epochs=1"], python="/opt/venv/bin/python",
+                         max_grid=20000)
     lines = text.splitlines()
     assert lines[0] == "#!/bin/bash"
     directives = [line.split(" ", 1)[1] for line in lines if line.startswith("#SBATCH ")]
@@ -56,7 +58,7 @@ def test_the_sbatch_script_runs_sweep_run_with_slurm_slots_and_the_overrides_quo
     command = shlex.split(lines[-1])
     assert command == ["exec", "/opt/venv/bin/python", "-m", "orchestrator.cli", "run",
                        str(spec_file), "--slurm", "--storage", PG, "--tracking-uri", SERVER,
-                       "--set", odd, "--set", "train.epochs=1"]
+                       "--set", odd, "--set", "train.epochs=1", "--max-grid", "20000"]
     out = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     cpu = sbatch_script("s", spec_file, tmp_path, Job(jobs=1), PG, SERVER, [])
@@ -104,6 +106,25 @@ def test_the_k8s_manifest_is_a_config_map_and_an_indexed_job_reading_a_secret(tm
 
 
 # ------------------------------------------------------------------------------ pure checks
+
+def test_bad_counts_and_the_other_schedulers_flags_are_refused_one_line_each():
+    with pytest.raises(SweepError) as slurm:
+        check_job(Job(jobs=0, gpus=-1, cpus=0, partition="a b", image="i", secret="s"), "slurm")
+    assert slurm.value.lines == [
+        "--jobs must be from 1 to 10000, got 0", "--gpus-per-job must be >= 0, got -1",
+        "--cpus-per-job must be >= 1, got 0",
+        "--partition 'a b': a partition name is letters, digits, '_', '.' and '-'",
+        "--image is not an option of --slurm; leave it out",
+        "--secret is not an option of --slurm; leave it out"]
+    with pytest.raises(SweepError) as k8s:
+        check_job(Job(jobs=2, image="i", volume_claim="Big_Claim", time="10"), "k8s")
+    assert k8s.value.lines == [
+        "--volume-claim 'Big_Claim': a claim name is lower-case letters, digits and '-'",
+        "--time is not an option of --k8s; leave it out"]
+    for limit in ("30", "1:30", "12:00:00", "2-00", "2-12:30", "2-12:30:00"):
+        check_job(Job(jobs=1, time=limit), "slurm")  # Slurm's own formats pass
+
+
 
 @pytest.mark.parametrize("storage, tracking, words", [
     (None, SERVER, "--storage is required"),
