@@ -91,12 +91,12 @@ def _searched_schema(f) -> dict[str, Any]:
                       "properties": {"low": number, "high": number, "log": {"type": "boolean"},
                                      "step": {"type": "number", "exclusiveMinimum": 0},
                                      "type": {"enum": ["int", "float"]}}})
-    if f.metadata.get("choices"):
+    if f.metadata.get("choices") or f.metadata.get("user_code"):
         from trainers.settings import USER_CODE
 
         sub_space = {"allOf": [{"$ref": "#/definitions/space"}, {"not": {"required": [f.name]}}]}
         options = {"type": "object", "minProperties": 1,
-                   "propertyNames": {"enum": list(f.metadata["choices"])},
+                   "propertyNames": {"enum": list(f.metadata["choices"] or ())},
                    "additionalProperties": {"anyOf": [{"type": "null"}, sub_space]}}
         if f.metadata.get("user_code"):  # module:function options: settings or its keywords
             options["propertyNames"] = {"anyOf": [options["propertyNames"],

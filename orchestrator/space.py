@@ -358,8 +358,9 @@ def _distribution_problem(path, low, high, log, step, kind, problems) -> str | N
 
 
 def _parse_options(setting, value, path, name, problems):
-    choices = setting_fields()[setting].metadata["choices"]
-    if choices is None:
+    meta = setting_fields()[setting].metadata
+    choices = meta["choices"] or ()
+    if not choices and not meta["user_code"]:
         problems.append(f"{path}: a mapping of options needs a setting with named values "
                         f"(optimizer, schedule...); for a range write {{low: .., high: ..}}")
         return None
@@ -367,14 +368,13 @@ def _parse_options(setting, value, path, name, problems):
         problems.append(f"{path} is an empty mapping: name at least one option")
         return None
     options, labels = [], {}
-    user_code = setting_fields()[setting].metadata["user_code"]
+    user_code = meta["user_code"]
     for option, sub in value.items():
         user = user_code and is_user_code(setting, option)
         if option not in choices and not user:
-            also = " or module:function" if user_code else ""
+            known = [*choices, "module:function"] if user_code else choices
             problems.append(f"{path}.{key_text(option)} is not a {setting}"
-                            f"{did_you_mean(option, choices)}; known: {', '.join(choices)}"
-                            f"{also}")
+                            f"{did_you_mean(option, choices)}; known: {', '.join(known)}")
             continue
         label = option.rpartition(":")[2]  # torch:RAdam -> RAdam.lr, pkg.opt:lion -> lion.lr
         if label in labels:

@@ -159,6 +159,11 @@ def check_seams(settings) -> None:
         name = getattr(settings, seam)
         if is_user_code(seam, name):
             check_args(seam, name, getattr(settings, f"{seam}_args"))
+    name = settings.optimizer
+    if (settings.weight_decay > 0 and name.startswith(TORCH_OPTIM)
+            and "weight_decay" not in inspect.signature(resolve("optimizer", name)).parameters):
+        raise SettingsError("weight_decay", settings.weight_decay,
+                            f"must be 0 with optimizer {name}, which has no weight decay")
     for name in settings.metrics:
         resolve("metrics", name)
 

@@ -41,7 +41,13 @@ def test_schema_accepts_every_example_sweep(validator, path):
     tiny_spec(train={"dataset": "tests.datasets:tensor_dataset", "epochs": 1},
               preflight={"overfit_steps": 5}, pruner={"name": "median"},
               sampler={"name": "tpe", "seed": 3, "n_startup_trials": 2}),
-], ids=["tiny", "options", "ranges", "torchvision", "user-code"])
+    tiny_spec(train={"epochs": 1, "metrics": ["tests.trainers.test_seams:top2"],
+                     "loss": "tests.trainers.test_seams:focal", "loss_args": {"gamma": 1.0}},
+              space={"optimizer": {"adam": None, "torch:RAdam": {"eps": [1e-8, 1e-6]},
+                                   "tests.trainers.test_seams:lion": {"beta1": [0.8, 0.9]}},
+                     "schedule": ["onecycle", "warmup_stable_decay"],
+                     "step": {"tests.trainers.test_seams:mixup": {"alpha": [0.2, 0.4]}}}),
+], ids=["tiny", "options", "ranges", "torchvision", "user-code", "seams"])
 def test_schema_accepts_what_the_validator_accepts(validator, mapping):
     validate(mapping)  # the validator's verdict first: these are valid sweeps
     assert problems(validator, mapping) == []

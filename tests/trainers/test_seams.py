@@ -243,6 +243,8 @@ def test_unknown_keywords_of_user_code_are_refused_by_signature():
         check_seams(TrainSettings(optimizer="torch:RAdam", optimizer_args={"lr": 0.1}))
     with pytest.raises(SettingsError, match="takes ASGD, .*RAdam"):
         check_seams(TrainSettings(optimizer="torch:Radam"))
+    with pytest.raises(SettingsError, match="weight_decay must be 0 with optimizer torch:Rprop"):
+        check_seams(TrainSettings(optimizer="torch:Rprop", weight_decay=0.1))
 
 
 def test_preflight_fails_an_optimizer_that_does_not_update_the_weights():
