@@ -24,7 +24,14 @@ from . import api, paths
 from .display import params_text
 from .errors import SweepError, disk_full
 from .objectives import values_text
-from .server import check_address, serve, server_command, storage_proxy, ui_command
+from .server import (
+    artifacts_destination,
+    check_address,
+    serve,
+    server_command,
+    storage_proxy,
+    ui_command,
+)
 from .space import grid_size
 from .spec import MAX_GRID, data_downloads, data_problems, load_spec, tag_overrides
 
@@ -204,7 +211,8 @@ def _server_arguments(p: argparse.ArgumentParser) -> None:
                    help="where runs are kept: postgresql://..., mysql://... or sqlite:///FILE "
                         "(default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
     p.add_argument("--artifacts-destination", default="mlartifacts", metavar="DIR",
-                   help="where the server stores artifacts it receives (default ./mlartifacts)")
+                   help="where the server stores artifacts it receives: a folder (default "
+                        "./mlartifacts) or an object store, s3://BUCKET/PATH, gs://...")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 for "
                         "every interface, behind your firewall)")
@@ -645,8 +653,7 @@ def cmd_ui(args, console: Console) -> int:
 def cmd_server(args, console: Console) -> int:
     check_address(console, args.host, args.port)
     backend = args.backend_store_uri or paths.default_tracking_uri()
-    artifacts = Path(args.artifacts_destination).resolve()
-    artifacts.mkdir(parents=True, exist_ok=True)
+    artifacts = artifacts_destination(args.artifacts_destination)
     sidecar = storage_proxy(args, console)
     cmd = server_command(backend, artifacts, args.host, args.port, args.workers,
                          args.allowed_hosts)

@@ -67,7 +67,17 @@ def sweep_table(base: str, name: str, store: str) -> str:
 BY_RUN_NAME = "tags.`mlflow.runName`"  # the runs table's "Run Name" sort, in MLflow's syntax
 
 
-def server_command(backend: str, artifacts: Path, host: str, port: int, workers: int,
+def artifacts_destination(text: str) -> str:
+    """Where ``sweep server`` keeps the artifacts it receives: an object store's URI (``s3://``,
+    ``gs://``, ``wasbs://``...) as given, else a folder, made here and given absolute."""
+    if "://" in text:
+        return text
+    folder = Path(text).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder)
+
+
+def server_command(backend: str, artifacts: Path | str, host: str, port: int, workers: int,
                    allowed_hosts: str | None) -> list[str]:
     """``mlflow server`` with artifact proxying, for several machines sharing one store."""
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,

@@ -4,7 +4,13 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.server import kill_group, server_command, ui_command, wait_http
+from orchestrator.server import (
+    artifacts_destination,
+    kill_group,
+    server_command,
+    ui_command,
+    wait_http,
+)
 from tests.conftest import free_port, group_alive, process_groups_of_children
 
 
@@ -43,3 +49,13 @@ def test_kill_group_stops_the_process_and_its_children():
     while group_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not group_alive(proc.pid), f"process group {proc.pid} left running"
+
+
+def test_the_artifacts_go_to_an_object_store_as_given_or_to_a_folder_made_absolute(
+        tmp_path, monkeypatch):
+    assert artifacts_destination("s3://bucket/mlartifacts") == "s3://bucket/mlartifacts"
+    monkeypatch.chdir(tmp_path)
+    made = artifacts_destination("store/artifacts")
+    assert made == str(tmp_path / "store" / "artifacts") and Path(made).is_dir()
+    cmd = server_command("postgresql://db/m", "gs://b/a", "127.0.0.1", 5000, 2, None)
+    assert cmd[cmd.index("--artifacts-destination") + 1] == "gs://b/a"
