@@ -514,8 +514,7 @@ class TrialBook:
             self._fail(active, end.reason, "crash" if end.retryable else "deterministic")
         elif end.state == "complete" and not all(
                 math.isfinite(v) for v in [*active.curve, *self.study.values(active.history)]):
-            self._fail(active, f"objective {self.spec.objective.metric} is not finite: "
-                               f"{active.curve[-1]}", "deterministic")
+            self._fail(active, objective_problem(self.spec, active), "deterministic")
         else:
             self._end(active, end)
             self.folders.drop_checkpoint(active.pending.root)
@@ -627,6 +626,17 @@ def patience_stop(spec: SweepSpec, curve: list[float]) -> str | None:
     best = (max if maximize else min)(v for v in curve if math.isfinite(v))
     return (f"patience: {spec.objective.metric} did not improve on {best:.4g} (epoch "
             f"{curve.index(best) + 1}) for {spec.patience} epochs")
+
+
+def objective_problem(spec: SweepSpec, active: Active) -> str:
+    """Why a trial that trained to its end has no usable objective value: a metric its epochs
+    did not log (a user metric's name, peak_memory_mb off CUDA), or one not finite."""
+    logged = active.history[-1] if active.history else {}
+    for o in spec.objectives:
+        if o.metric not in logged:
+            return (f"objective {o.metric}: the trainer logged no such metric (it logged "
+                    f"{', '.join(sorted(logged))})")
+    return f"objective {spec.objective.metric} is not finite: {active.curve[-1]}"
 
 
 def end_tags(spec: SweepSpec, active: Active) -> dict[str, str]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from trainers import EPOCH_METRICS, setting_fields, setting_kind
 
-from .spec import SweepSpec
+from .spec import CUDA_METRICS, SweepSpec
 
 JSON_TYPES = {"bool": "boolean", "int": "integer", "float": "number", "str": "string",
               "dict": "object", "list": "array"}
@@ -31,7 +31,7 @@ def json_schema() -> dict[str, Any]:
     del schema["title"], schema["description"]
     defs = schema["definitions"] = schema.pop("$defs")
     for model in ("Objective", "Constraint"):
-        defs[model]["properties"]["metric"]["enum"] = list(EPOCH_METRICS)
+        defs[model]["properties"]["metric"]["enum"] = [*EPOCH_METRICS, *CUDA_METRICS]
     fields = {name: f for name, f in setting_fields().items() if name != "seed"}  # top-level seed
     defs["train"] = {"type": "object", "additionalProperties": False,
                      "description": "fixed trainer settings",

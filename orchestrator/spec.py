@@ -886,10 +886,8 @@ def _check_objective(top: SweepSpec, problems, warnings) -> None:
     for i, objective in enumerate(objectives):
         where = f"objective.{i}" if several else "objective"
         metric = objective.metric
-        if metric not in EPOCH_METRICS and not top.train.get("metrics"):  # a user's metric
-            problems.append(f"{where}.metric: the trainer logs no metric {metric!r}"
-                            f"{did_you_mean(metric, EPOCH_METRICS)}; it logs "
-                            f"{', '.join(EPOCH_METRICS)}")
+        if _metric_problem(top, f"{where}.metric", metric, problems, warnings):
+            pass
         elif metric in MINIMIZE_HINT and MINIMIZE_HINT[metric] != objective.direction:
             warnings.append(f"{where}: {metric} is usually {MINIMIZE_HINT[metric]}d, but "
                             f"direction is {objective.direction}")
@@ -944,6 +942,28 @@ def _objectives_of(top: SweepSpec) -> list[Objective]:
     return list(top.objective) if isinstance(top.objective, list) else [top.objective]
 
 
+CUDA_METRICS = ("peak_memory_mb",)  # logged by the trainer on CUDA devices only
+
+
+def _metric_problem(top: SweepSpec, where: str, metric: str, problems: list[str],
+                    warnings: list[str]) -> bool:
+    """Whether ``metric`` is refused as an objective or constraint (a line is added): it must
+    be an epoch metric, ``peak_memory_mb`` (CUDA only: a warning), or with ``train.metrics``
+    (user functions, whose names are known only once they ran) any name."""
+    if metric in EPOCH_METRICS or top.train.get("metrics"):  # a user's metric
+        return False
+    if metric in CUDA_METRICS:
+        warnings.append(f"{where}: {metric} is logged on CUDA devices only; a trial on another "
+                        f"device lacks it (an objective: the trial fails; a constraint: it is "
+                        f"infeasible)")
+        return False
+    known = (*EPOCH_METRICS, *CUDA_METRICS)
+    problems.append(f"{where}: the trainer logs no metric {metric!r}{did_you_mean(metric, known)};"
+                    f" it logs {', '.join(EPOCH_METRICS)}, {', '.join(CUDA_METRICS)} on CUDA, "
+                    f"and what the functions of train.metrics return")
+    return True
+
+
 def _check_several_objectives(top: SweepSpec, problems: list[str]) -> None:
     n = len(top.objective)
     if top.sampler.name in SINGLE_OBJECTIVE_SAMPLERS:
@@ -967,10 +987,7 @@ def _check_several_objectives(top: SweepSpec, problems: list[str]) -> None:
 def _check_constraints(top: SweepSpec, problems: list[str], warnings: list[str]) -> None:
     for i, c in enumerate(top.constraints):
         where = f"constraints.{i}"
-        if c.metric not in EPOCH_METRICS:
-            problems.append(f"{where}.metric: the trainer logs no metric {c.metric!r}"
-                            f"{did_you_mean(c.metric, EPOCH_METRICS)}; it logs "
-                            f"{', '.join(EPOCH_METRICS)}")
+        _metric_problem(top, f"{where}.metric", c.metric, problems, warnings)
         if c.max is None and c.min is None:
             problems.append(f"{where}: give max, min or both, e.g. {{metric: {c.metric}, "
                             f"max: 4000}}")

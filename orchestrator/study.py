@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import itertools
 import json
+import math
 import os
 import shutil
 import socket
@@ -451,7 +452,8 @@ class SweepStudy:
 
     def values(self, history: list[dict[str, float]]) -> list[float]:
         """Each objective's value of a trial whose epochs logged ``history``."""
-        return [objectives.reduce_curve(o, [m[o.metric] for m in history], self.spec.epochs)
+        return [objectives.reduce_curve(o, [m.get(o.metric, math.nan) for m in history],
+                                        self.spec.epochs)
                 for o in self.spec.objectives]
 
     def orphans(self) -> list[optuna.trial.FrozenTrial]:

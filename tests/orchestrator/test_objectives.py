@@ -280,8 +280,11 @@ def test_pareto_front_in_status_and_report_is_the_front_by_hand(front, tmp_path)
      "objective.0.k: 2 applies to reduce: mean_last_k only"),
     ({"objective": {"metric": "val_acc", "reduce": "bestt"}},
      "objective.reduce must be 'last', 'best' or 'mean_last_k', got 'bestt'"),
-    ({"constraints": [{"metric": "peak_memory_mb", "max": 4000}]},
-     "constraints.0.metric: the trainer logs no metric 'peak_memory_mb'"),
+    ({"constraints": [{"metric": "peak_memory", "max": 4000}]},
+     "constraints.0.metric: the trainer logs no metric 'peak_memory' (did you mean "
+     "`peak_memory_mb`?)"),
+    ({"objective": [{"metric": "val_acc"}, {"metric": "val_los", "direction": "minimize"}]},
+     "objective.1.metric: the trainer logs no metric 'val_los' (did you mean `val_loss`?)"),
     ({"constraints": [{"metric": "val_loss"}]}, "constraints.0: give max, min or both"),
     ({"enqueue": [{"lr": 0.5, "batch_size": 64}]},
      "enqueue.0: lr: must be a number in [0.001, 0.01], got 0.5"),
@@ -375,3 +378,21 @@ def test_the_live_view_names_the_pareto_front_size():
 
     line = header_line("front", Snapshot({"finished": 4}, 4, 0.0, "val_acc", None, front=3))
     assert line.endswith("Pareto front: 3 trials")
+
+
+def test_a_metric_missing_from_the_epochs_fails_the_trial_or_violates_its_constraint():
+    from types import SimpleNamespace
+
+    from orchestrator.book import objective_problem
+    from orchestrator.objectives import violations
+
+    spec = validate(tiny_spec(
+        objective=[{"metric": "val_acc"}, {"metric": "peak_memory_mb", "direction": "minimize"}],
+        constraints=[{"metric": "peak_memory_mb", "max": 4000}]))
+    assert any("peak_memory_mb is logged on CUDA devices only" in w for w in spec.warnings)
+    cpu = SimpleNamespace(history=[{"val_acc": 0.5, "val_loss": 1.0}], curve=[0.5])
+    assert objective_problem(spec, cpu) == ("objective peak_memory_mb: the trainer logged no "
+                                            "such metric (it logged val_acc, val_loss)")
+    assert violations(spec.constraints, cpu.history[-1]) == {"peak_memory_mb<=4000": math.inf}
+    assert violations(spec.constraints, {"peak_memory_mb": 3000.0}) == \
+        {"peak_memory_mb<=4000": -1000.0}

@@ -66,7 +66,7 @@ def test_schema_accepts_what_the_validator_accepts(validator, mapping):
     # objective is a mapping or a list of them: an editor names the objective
     ({"objective": {"metric": "val_accuracy"}}, "$.objective"),
     ({"objective": [{"metric": "val_acc"}, {"metric": "val_lost"}]}, "$.objective"),
-    ({"constraints": [{"metric": "peak_memory_mb", "max": 4000}]}, "$.constraints[0].metric"),
+    ({"constraints": [{"metric": "peak_memory", "max": 4000}]}, "$.constraints[0].metric"),
     ({"space": {"data_dir": ["a", "b"]}}, "$.space"),  # fixed-only settings are not searched
     ({"train": {"seed": 3}}, "$.train"),  # the seed is top-level
     ({"name": "has space"}, "$.name"),
