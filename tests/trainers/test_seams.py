@@ -147,7 +147,8 @@ def test_a_user_optimizer_loss_step_schedule_and_metric_train_together_for_real(
     assert lrs == pytest.approx([1e-3] * 12 + [5e-4] * 12)
     from trainers.datasets import load_data
 
-    x, y = load_data(s).val.tensors
+    device = next(result.model.parameters()).device
+    x, y = (t.to(device) for t in load_data(s).val.tensors)
     with torch.no_grad():
         logits = result.model.eval()(x)
     assert last["val_top2"] == pytest.approx(float(top2(logits, y)["val_top2"]), abs=1e-6)
