@@ -122,7 +122,8 @@ def _required(seam: str, name: str) -> list[str]:
     except (TypeError, ValueError):
         return []
     return [p.name for p in params[len(_passed(seam, name)):]
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is p.empty]
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is p.empty
+            and p.name not in SET_BY_TRAINER.get(seam, {})]
 
 
 def check_args(seam: str, name: str, args: dict[str, Any]) -> None:
@@ -171,7 +172,10 @@ def check_seams(settings) -> None:
 def build(seam: str, name: str, args: dict[str, Any], *passed) -> Any:
     """``name``'s callable called with the trainer's ``passed`` arguments (the parameter
     groups alone for a torch.optim class) and the user's ``args`` by keyword."""
-    return resolve(seam, name)(*passed[:len(_passed(seam, name))], **args)
+    target = resolve(seam, name)
+    if seam == "optimizer" and name.startswith(TORCH_OPTIM):  # the groups' lr, also as the
+        args = {"lr": passed[0][0]["lr"], **args}               # default some classes require
+    return target(*passed[:len(_passed(seam, name))], **args)
 
 
 def bind(seam: str, name: str, args: dict[str, Any]) -> Callable:
