@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 STUDY_ATTR = "Optuna study user attributes"
 TRIAL_ATTR = "Optuna trial user attributes"
+TRIAL_SYSTEM_ATTR = "Optuna trial system attributes"
 EXPERIMENT_TAG = "MLflow experiment tags"
 PARENT_TAG = "MLflow parent run: tags"
 PARENT_METRIC = "MLflow parent run: metrics"
@@ -22,8 +23,8 @@ TRIAL_PARAM = "MLflow trial runs: params"
 TRIAL_METRIC = "MLflow trial runs: metrics"
 TRIAL_ARTIFACT = "MLflow trial runs: artifacts"
 REPRODUCTION_TAG = "MLflow reproduction runs: tags"
-PLACES = (STUDY_ATTR, TRIAL_ATTR, EXPERIMENT_TAG, PARENT_TAG, PARENT_METRIC, PARENT_ARTIFACT,
-          TRIAL_TAG, TRIAL_PARAM, TRIAL_METRIC, TRIAL_ARTIFACT, REPRODUCTION_TAG)
+PLACES = (STUDY_ATTR, TRIAL_ATTR, TRIAL_SYSTEM_ATTR, EXPERIMENT_TAG, PARENT_TAG, PARENT_METRIC,
+          PARENT_ARTIFACT, TRIAL_TAG, TRIAL_PARAM, TRIAL_METRIC, TRIAL_ARTIFACT, REPRODUCTION_TAG)
 RUN_TAG = (PARENT_TAG, TRIAL_TAG)  # the environment: the same on the parent and on each trial
 
 
@@ -75,6 +76,9 @@ RUN_ID = _key("sweep.mlflow_run_id", TRIAL_ATTR, "its MLflow run")
 OWNER = _key("sweep.owner", TRIAL_ATTR,
              "the `sweep run` process running it (host, pid, start time): a trial whose owner "
              "is dead is an orphan")
+HEARTBEAT = _key("sweep.heartbeat", TRIAL_SYSTEM_ATTR,
+                 "through a storage proxy (`grpc://`): the wall time of its last heartbeat, "
+                 "rewritten every `heartbeat_seconds` by the process running it")
 FAIL_REASON = _key("sweep.fail_reason", (TRIAL_ATTR, TRIAL_TAG), "why it failed")
 FAIL_KIND = _key("sweep.fail_kind", (TRIAL_ATTR, TRIAL_TAG),
                  "crash (retried within `retries`), interrupt (always retried), store (the "

@@ -11,11 +11,10 @@ from optuna.storages import GrpcStorageProxy
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
 
+from . import keys
 from .errors import SweepError
 from .paths import mask
 
-# a trial's heartbeat through the proxy: a system attr the beating process rewrites
-BEAT = "sweep:heartbeat"
 READY_S = 60  # how long a sweep waits for the proxy to answer (a server starting)
 DEFAULT_PORT = 13000  # Optuna's own default
 
@@ -62,11 +61,11 @@ def open_grpc(url: str, heartbeat_s: int | None = None, on_stale=None) -> GrpcSt
 class HeartbeatProxy(GrpcStorageProxy, BaseHeartbeat):
     """The proxy's client with trial heartbeats, which Optuna's proxy does not relay.
 
-    A beat rewrites the trial's system attr :data:`BEAT` (the writer's wall time, so every beat
-    differs). A trial is stale when its beat has not changed for two intervals as timed by the
-    process that checks, on its own monotonic clock: machines' clocks need not agree. A trial
-    that never beat is not judged (as Optuna's RDB storage does). A process that starts
-    checking needs two intervals of watching before it can call a trial stale.
+    A beat rewrites the trial's system attr :data:`keys.HEARTBEAT` (the writer's wall time, so
+    every beat differs). A trial is stale when its beat has not changed for two intervals as
+    timed by the process that checks, on its own monotonic clock: machines' clocks need not
+    agree. A trial that never beat is not judged (as Optuna's RDB storage does). A process that
+    starts checking needs two intervals of watching before it can call a trial stale.
     """
 
     def __init__(self, host: str, port: int, heartbeat_s: int,
@@ -76,12 +75,12 @@ class HeartbeatProxy(GrpcStorageProxy, BaseHeartbeat):
         self._seen: dict[int, tuple[Any, float]] = {}  # trial id -> (beat, when it last changed)
 
     def record_heartbeat(self, trial_id: int) -> None:
-        self.set_trial_system_attr(trial_id, BEAT, time.time())
+        self.set_trial_system_attr(trial_id, keys.HEARTBEAT, time.time())
 
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:
         now, stale, seen = time.monotonic(), [], {}
         for t in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
-            beat = t.system_attrs.get(BEAT)
+            beat = t.system_attrs.get(keys.HEARTBEAT)
             if beat is None:
                 continue
             before = self._seen.get(t._trial_id)

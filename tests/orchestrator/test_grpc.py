@@ -10,7 +10,8 @@ import yaml
 from optuna.trial import TrialState
 
 from orchestrator.errors import SweepError
-from orchestrator.proxy import BEAT, address, open_grpc
+from orchestrator.keys import HEARTBEAT
+from orchestrator.proxy import address, open_grpc
 from tests.conftest import free_port, run_cli, serve, tiny_spec
 
 
@@ -41,7 +42,7 @@ def test_a_sweep_runs_through_the_storage_proxy_with_heartbeats(databases, tmp_p
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
     assert all(0 <= t.value <= 1 and len(t.intermediate_values) == 1 for t in trials)
     # every trial beat through the proxy while it ran, before it completed
-    assert all(t.datetime_start.timestamp() - 1 <= t.system_attrs[BEAT]
+    assert all(t.datetime_start.timestamp() - 1 <= t.system_attrs[HEARTBEAT]
                <= t.datetime_complete.timestamp() + 1 for t in trials)
     from mlflow.tracking import MlflowClient
 
