@@ -735,9 +735,13 @@ COMMANDS: dict[str, Command] = {
     "server": Command(
         "an MLflow tracking server for several machines",
         "Start an MLflow tracking server with artifact proxying for a team or several "
-        "machines, bound to 127.0.0.1 unless --host says otherwise.",
+        "machines, bound to 127.0.0.1 unless --host says otherwise; with --storage-proxy, "
+        "Optuna's gRPC storage proxy beside it, in front of the study database (--storage), "
+        "for many machines: they pass the grpc:// URL it prints as --storage.",
         ("sweep server --backend-store-uri postgresql://mlflow@db/mlflow --host 0.0.0.0 "
-         "--allowed-hosts 'box1:5000,box2:5000'",),
+         "--allowed-hosts 'box1:5000,box2:5000'",
+         "sweep server --backend-store-uri postgresql://mlflow@db/mlflow --storage-proxy "
+         "--storage postgresql://optuna@db/sweeps --proxy-port 13000"),
         _server_arguments, cmd_server),
     "submit": Command(
         "run a sweep as a Slurm job array or a Kubernetes Indexed Job",
