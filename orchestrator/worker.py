@@ -189,6 +189,7 @@ def _train(request: Train, trainers, on_epoch_end) -> Done | Failed:
 def run_export(settings: dict, model, formats, folder: str, trainers) -> Exported:
     """Export ``model`` (a module, or the path of saved weights) into ``folder`` in
     ``formats``; a failed export never fails the trial."""
+    t0 = time.perf_counter()
     try:
         from trainers.export import export, summary_metrics
 
@@ -196,6 +197,8 @@ def run_export(settings: dict, model, formats, folder: str, trainers) -> Exporte
                         tuple(formats)).to_dict()
     except Exception as e:  # reported on the run; the trial's result stands
         return Exported.failed(f"{type(e).__name__}: {e}", folder)
+    sys.stderr.write(f"exported {', '.join(formats)} into {folder}: "
+                     f"{time.perf_counter() - t0:.1f} s\n")
     return Exported(report=report, metrics=summary_metrics(report), error=None, dir=folder)
 
 
