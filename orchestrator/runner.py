@@ -43,7 +43,7 @@ from .protocol import (
     Warmed,
 )
 from .slots import plan_slots
-from .spec import SweepSpec
+from .spec import SweepSpec, warm_up_settings
 from .study import PendingTrial, default_storage
 from .workers import Worker, WorkerPool
 
@@ -127,7 +127,8 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
                        workers_per_gpu=spec.workers_per_gpu,
                        devices_per_trial=spec.train.get("devices_per_trial", 1))
     # Workers never touch the stores, so they can import torch while the stores are created.
-    pool = WorkerPool(slots, paths.work_dir(tracking_uri, spec.name) / "logs")
+    pool = WorkerPool(slots, paths.work_dir(tracking_uri, spec.name) / "logs",
+                      warm=warm_up_settings(spec))
     pool.start()
     try:
         with _Signals() as signals:

@@ -28,6 +28,7 @@ from trainers import (
     TrainSettings,
     check_data_files,
     check_seams,
+    is_user_code,
     pending_download,
     setting_fields,
     setting_kind,
@@ -351,6 +352,30 @@ def data_downloads(spec: SweepSpec) -> list[str]:
         if what:
             out.append(what)
     return out
+
+
+# what the trainer caches a loaded dataset by (trainers.datasets.load_data)
+DATA_KEY = ("dataset", "data_dir", "val_fraction", "image_size")
+
+
+def warm_up_settings(spec: SweepSpec) -> str:
+    """What a worker with nothing to do yet warms up for (:func:`trainers.warm_up`), as JSON:
+    the settings of the one dataset every trial reads when it is built in and on disk, else
+    ``null`` (the imports alone: a user's dataset or a download waits for the trial, and a
+    dataset that differs between trials may not be the one the worker's first trial reads)."""
+    searched = {node.setting for _, node in sp.walk(spec.space) if not isinstance(node, sp.Fixed)}
+    configs = _dataset_configs(spec)
+    if len(configs) != 1 or searched & set(DATA_KEY) or is_user_code("dataset",
+                                                                       configs[0]["dataset"]):
+        return "null"
+    try:
+        settings = TrainSettings.from_dict(configs[0])
+        check_data_files(settings)
+    except SettingsError:  # data_problems names it
+        return "null"
+    if pending_download(settings):
+        return "null"
+    return json.dumps({k: getattr(settings, k) for k in DATA_KEY})
 
 
 def data_problems(spec: SweepSpec) -> list[str]:

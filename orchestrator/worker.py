@@ -7,6 +7,7 @@ its parent over the connection on file descriptor FD with the messages of
 """
 from __future__ import annotations
 
+import json
 import os
 import platform
 import signal
@@ -47,7 +48,7 @@ from .protocol import (
 EXIT_PROTOCOL = 2  # the parent sent something that is not a request: a bug, never a trial
 
 
-def main(fd: int, threads: int) -> int:
+def main(fd: int, threads: int, warm: str = "") -> int:
     if not die_with_parent():  # the parent died before the request took effect
         return 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
@@ -59,6 +60,8 @@ def main(fd: int, threads: int) -> int:
     import trainers
 
     send(conn, ready(torch))
+    if warm and not conn.poll(0):  # nothing to do yet: what the first trial would pay for
+        warm_up(warm, trainers)
     while True:
         try:
             request = receive(conn, *REQUESTS)
@@ -83,6 +86,18 @@ def ready(torch) -> Ready:
                  cudnn_version=str(torch.backends.cudnn.version() or ""),
                  device_name=(torch.cuda.get_device_name(0) if cuda
                               else platform.processor() or platform.machine()))
+
+
+def warm_up(warm: str, trainers) -> None:
+    """:func:`trainers.warm_up` with the settings in ``warm`` (JSON: an object, or null for
+    the imports alone); a failure is left for the first request, which reports it."""
+    try:
+        settings = json.loads(warm)
+        seconds = trainers.warm_up(settings and trainers.TrainSettings.from_dict(settings))
+    except Exception as e:  # noqa: BLE001 - the trial that meets it again reports it
+        sys.stderr.write(f"warm-up skipped: {type(e).__name__}: {e}\n")
+        return
+    sys.stderr.write(f"warmed up for training while idle: {seconds:.1f} s\n")
 
 
 def answer(conn: Connection, request: Request, trainers) -> Message:
@@ -233,7 +248,7 @@ def run_test(request: Test, trainers) -> Tested:
 
 if __name__ == "__main__":
     try:
-        sys.exit(main(int(sys.argv[1]), int(sys.argv[2])))
+        sys.exit(main(int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:4]))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         sys.exit(0)  # the parent is gone
     except ProtocolError as e:

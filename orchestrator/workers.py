@@ -85,9 +85,12 @@ def tail_lines(path: Path, n: int) -> str:
 class WorkerPool:
     """Starts one worker per slot, multiplexes their messages, restarts and stops them."""
 
-    def __init__(self, slots: list[Slot], log_dir: Path):
+    def __init__(self, slots: list[Slot], log_dir: Path, warm: str = ""):
+        """``warm``: what a worker with nothing to do yet warms up for (JSON settings whose
+        dataset it loads, or ``null`` for the imports alone; see :func:`trainers.warm_up`)."""
         self.slots = slots
         self.log_dir = log_dir
+        self.warm = warm
         self.workers: list[Worker] = []
 
     def start(self) -> None:
@@ -105,7 +108,7 @@ class WorkerPool:
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "orchestrator.worker", str(theirs.fileno()),
-                 str(slot.threads)],
+                 str(slot.threads), self.warm],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, env=env, cwd=os.getcwd(), close_fds=True)
         theirs.close()

@@ -26,7 +26,8 @@ from .settings import (
     setting_kind,
 )
 
-_LAZY = ("EpochReport", "TrainResult", "evaluate_test", "load_weights", "save_weights", "train")
+_LAZY = ("EpochReport", "TrainResult", "evaluate_test", "load_weights", "save_weights", "train",
+         "warm_up")
 
 __all__ = ["DEFAULT_EXPORT_FORMATS", "DETERMINISTIC_ERRORS", "EPOCH_METRICS", "EXPORT_FORMATS",
            "CheckpointError", "DataError", "RankCrashed", "RankFailed", "SettingsError",

@@ -187,6 +187,23 @@ def train(settings: TrainSettings, *,
         return train_rank(settings, ranks, on_epoch_end, checkpoint_dir)
 
 
+def warm_up(settings: TrainSettings | None = None) -> float:
+    """Do now, while this process waits for work, what its first training would pay for once:
+    import what the first optimizer step imports lazily (``torch._dynamo``, about a second)
+    and, given ``settings``, load their dataset into the process's cache (see
+    :func:`~trainers.datasets.load_data`). Returns the seconds taken.
+
+    Raises:
+        DataError: the dataset cannot be loaded (the first training would raise it too).
+    """
+    t0 = time.perf_counter()
+    import torch._dynamo  # noqa: F401
+
+    if settings is not None:
+        load_data(settings)
+    return time.perf_counter() - t0
+
+
 def train_rank(settings: TrainSettings, ranks: Ranks, on_epoch_end,
                checkpoint_dir) -> TrainResult:
     """The run of one rank of a trial (of one, alone): what :func:`train` does once the ranks

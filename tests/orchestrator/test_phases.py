@@ -173,6 +173,8 @@ def test_the_best_trial_exported_while_the_last_trial_trains_is_logged_at_the_en
     runs = {int(r.data.tags["sweep.trial_number"]): r for r in stores.runs("tiny", "trial")}
     assert [runs[n].data.params["lr"] for n in range(3)] == ["0.03", "1e-05", "1e-05"]
     assert _exported_ahead(stores) == [0]  # asked while trial 2 trained, never again
+    logs = [p.read_text() for p in (stores.dir / ".sweep" / "tiny" / "logs").iterdir()]
+    assert any("warmed up for training while idle" in text for text in logs), logs
     assert "trial 0 export (done while the last trials trained): torch_export passed" in \
         done.stdout
     assert [n for n, r in runs.items() if r.data.tags.get("sweep.exported") == "true"] == [0]

@@ -440,3 +440,25 @@ def test_a_users_metric_is_usable_as_the_objective_only_with_metrics():
         == ["s.yaml: train.metrics cannot be imported (module 'tests.trainers.test_seams' has no "
             "attribute 'nope'); the module must be importable from the working folder or "
             "PYTHONPATH, got 'tests.trainers.test_seams:nope'"]
+
+
+@pytest.mark.parametrize("train,space,dataset", [
+    ({"dataset": "digits"}, {"lr": [0.1, 0.2]}, "digits"),  # one built-in dataset: loaded
+    ({"dataset": "fake"}, {"model": ["mlp", "small_cnn"]}, "fake"),
+    ({"dataset": "digits"}, {"image_size": [8, 16]}, None),  # which one a trial reads varies
+    ({}, {"dataset": ["digits", "fake"]}, None),
+    ({"dataset": "tests.datasets:tiny"}, {}, None),  # a user's code runs for its trial only
+    ({"dataset": "cifar10", "download": True, "data_dir": "/nonexistent"}, {}, None),
+])
+def test_a_waiting_worker_loads_the_dataset_only_when_every_trial_reads_that_one(
+        train, space, dataset):
+    import json
+
+    from orchestrator.spec import warm_up_settings
+
+    spec = validate({"name": "w", "trials": 2, "train": train, "space": space})
+    warm = json.loads(warm_up_settings(spec))
+    assert (warm and warm["dataset"]) == dataset
+    if warm:  # what the trainer caches a dataset by, as the trials will have it
+        assert warm == {"dataset": dataset, "data_dir": None, "val_fraction": 0.1,
+                        "image_size": None}

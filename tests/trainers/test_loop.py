@@ -254,3 +254,14 @@ def test_clipping_scales_the_update_to_the_clipped_gradient():
     expected = start - 0.2 * gradient * clip / gradient.norm()
     assert torch.allclose(clipped, expected, atol=1e-6, rtol=1e-4)
     assert (clipped - start).norm() == pytest.approx(0.2 * clip, rel=1e-4)
+
+
+def test_warming_up_imports_what_the_first_optimizer_step_would(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys, trainers; trainers.warm_up(trainers.TrainSettings(dataset='digits')); "
+            "print('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.stdout.strip() == "True", out.stderr
