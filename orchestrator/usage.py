@@ -88,11 +88,12 @@ def cpu_percent(before: Reading, after: Reading) -> float:
     return max(0.0, 100.0 * (after.cpu_seconds - before.cpu_seconds) / wall) if wall > 0 else 0.0
 
 
-def process_figures(before: Reading, after: Reading) -> dict[str, float]:
-    """The CPU (when ``after`` is :data:`MIN_CPU_SECONDS` past ``before``) and memory metrics
-    of one sample."""
+def process_figures(before: Reading, after: Reading,
+                    min_seconds: float = MIN_CPU_SECONDS) -> dict[str, float]:
+    """The CPU (when ``after`` is ``min_seconds`` past ``before``) and memory metrics of one
+    sample."""
     out = {keys.SYSTEM_RSS: after.rss_bytes / MIB}
-    if after.wall - before.wall >= MIN_CPU_SECONDS:
+    if after.wall - before.wall >= min_seconds and after.wall > before.wall:
         out[keys.SYSTEM_CPU] = cpu_percent(before, after)
     return out
 
@@ -177,14 +178,15 @@ class Sampler:
         while not self._stop.wait(self.seconds):
             self.sample()
 
-    def sample(self) -> None:
-        """Take one sample now."""
+    def sample(self, last: bool = False) -> None:
+        """Take one sample now; the ``last`` of a trial has its CPU over whatever time passed
+        since the previous CPU figure (a trial shorter than :data:`MIN_CPU_SECONDS` has one)."""
         with self._lock:
             figures: dict[str, float] = {}
             pids = {self.pid}
             if self._last is not None:
                 now = read_tree(self.pid)
-                figures.update(process_figures(self._last, now))
+                figures.update(process_figures(self._last, now, 0.0 if last else MIN_CPU_SECONDS))
                 pids = set(now.pids)
                 if keys.SYSTEM_CPU in figures:
                     self._last = now
@@ -201,7 +203,7 @@ class Sampler:
         """The samples not handed over yet; one is taken now if none was yet (a trial shorter
         than the interval still has one) and for the ``last`` call, at the trial's end."""
         if self._taken == 0 or last:
-            self.sample()
+            self.sample(last)
         with self._lock:
             out, self._samples = tuple(self._samples), []
         return out

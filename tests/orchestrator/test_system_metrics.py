@@ -82,7 +82,11 @@ def test_the_sampler_numbers_its_samples_and_always_has_one():
     with usage.Sampler(seconds=3600) as sampler:  # a trial shorter than the interval
         first = sampler.drain()
         assert [s[0] for s in first] == [0] and sampler.drain() == ()
-        assert [s[0] for s in sampler.drain(last=True)] == [1]  # and one at its end
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.05:  # a trial of a few ticks of CPU
+            pass
+        (end,) = sampler.drain(last=True)  # and one at its end, its CPU over the whole trial
+        assert end[0] == 1 and 0 < end[2][keys.SYSTEM_CPU] <= 100 * os.cpu_count() + 10
     with usage.Sampler(seconds=0.05) as sampler:
         taken = []
         t0 = time.monotonic()
