@@ -27,11 +27,12 @@ import json, signal, sys, threading
 import yaml
 from orchestrator import load, report, run
 stores = dict(tracking_uri=sys.argv[1], storage=sys.argv[2])
+before = signal.getsignal(signal.SIGINT)  # ignored when started in a background job
 r = run("s.yaml", trials=2, workers=2, set={"train.epochs": 1}, **stores)
 out = {"parent": r.parent_run_id, "best": r.best_trial.number, "best_value": r.best_trial.value,
        "best_run": r.best_run_id, "settings": r.best_settings, "counts": r.counts,
        "exit_code": r.outcome.exit_code, "repr": repr(r), "name": r.name,
-       "handler_restored": signal.getsignal(signal.SIGINT) is signal.default_int_handler}
+       "handler_restored": signal.getsignal(signal.SIGINT) is before}
 r.trials_frame().to_csv("frame.csv", index=False)
 report("tiny", out="report", **stores)
 loaded = load("tiny", **stores)
