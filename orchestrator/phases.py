@@ -10,7 +10,7 @@ import json
 import math
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,7 +34,6 @@ from .protocol import (
 )
 from .slots import plan_slots
 from .spec import SweepSpec
-from .tracking import prepare_onnx_model
 from .workers import Worker, WorkerPool
 
 # Deadlines of a request to a worker, derived from the work it asks for: a preflight trains
@@ -88,30 +87,57 @@ class Workers:
 
 
 
+def export_shares(formats: list[str], workers: int) -> list[tuple[str, ...]]:
+    """The formats shared out among ``workers`` (each loads the model once for its share),
+    the heaviest share first (it goes to the first worker free, the one warmed up)."""
+    return sorted((tuple(formats[i::workers]) for i in range(min(workers, len(formats)))),
+                  key=lambda share: -sum(EXPORT_WEIGHT.get(f, 1) for f in share))
+
+
 class Speculation:
-    """The export of the best trial so far, asked of a worker left without a trial while the
-    last trials still train. A sweep's best is most often found before its last trial ends:
-    then the export of :func:`export_best` is already done when the last trial ends. When the
-    best changes, the next idle worker exports the new one; an export of a trial that is not
-    the best at the end is dropped, never logged.
+    """The export of the best trial so far, asked of workers left without a trial while the
+    last trials still train, a share of the formats each (see :func:`export_shares`). A
+    sweep's best is most often found before its last trial ends: then :func:`export_best`
+    finds its export done or under way, and asks only for the shares no worker took yet. When
+    the best changes, the next idle worker exports the new one; an export of a trial that is
+    not the best at the end is dropped, never logged.
     """
 
-    def __init__(self, book: TrialBook):
-        self.book = book
+    def __init__(self, book: TrialBook, workers: int = 1):
+        self.book, self.count = book, workers
         self.number: int | None = None  # the trial whose export was asked last
-        self.worker: Worker | None = None  # the worker asked, until it answers
-        self.reply: Exported | None = None
-        self.seconds = 0.0  # from asking to the answer
+        self.shares: list[tuple[str, ...]] = []
+        self.asked: dict[int, Worker] = {}  # share: the worker exporting it, till it answers
+        self.replies: dict[int, Exported] = {}
+        self.request: Export | None = None  # the shares' request, but for formats and dir
+        self.seconds = 0.0  # from the first share asked to the last answer
         self._asked = 0.0
         self._finished = -1  # finished trials when the best was last looked at
 
     def start(self, worker: Worker, finished: int) -> bool:
-        """Ask idle ``worker`` for the export of the best trial so far; False when there is
-        nothing new to export (no new finished trial, or the best was asked already), MLflow
-        is not attached yet, or an export is under way."""
+        """Ask idle ``worker`` for a share of the export of the best trial so far; False when
+        there is nothing new to export (no share left, or no new finished trial and the best
+        was asked already), MLflow is not attached yet, or a share could not be sent."""
+        if finished != self._finished and self._new_best(finished):
+            self.seconds, self._asked = 0.0, time.monotonic()
+        todo = self._free()
+        if not todo or not worker.send(replace(self.request, formats=self.shares[todo[0]],
+                                               dir=str(self.folder() / f"part-{todo[0]}"))):
+            return False
+        self.asked[todo[0]] = worker
+        worker.warming = True  # busy: neither a trial nor a phase's request goes to it
+        return True
+
+    def _free(self) -> list[int]:
+        """The shares of the current export no worker took yet."""
+        return [i for i in range(len(self.shares)) if i not in self.asked
+                and i not in self.replies] if self.request is not None else []
+
+    def _new_best(self, finished: int) -> bool:
+        """Set up the export of the best trial when it is new (its weights fetched)."""
         book, spec = self.book, self.book.spec
-        if (self.pending or finished == self._finished or spec.export_for != "best"
-                or not spec.export or not book.attach_tracking(wait=False)):
+        if (spec.export_for != "best" or not spec.export
+                or not book.attach_tracking(wait=False)):
             return False
         self._finished = finished
         best = book.study.best(1)
@@ -121,48 +147,61 @@ class Speculation:
         if not run_id or book.tracker.tag(run_id, keys.EXPORTED):
             return False
         self.drop()
-        scratch = self.folder(best[0].number)
-        weights = book.tracker.weights_path(run_id, scratch / "weights")
+        weights = book.tracker.weights_path(run_id, self.folder(best[0].number) / "weights")
         if not weights:
             return False
-        request = Export(settings=book.study.trial_settings(best[0]), weights=weights,
-                         formats=tuple(spec.export), dir=str(scratch / "part-0"))
-        if not worker.send(request):
-            return False
+        self.number, self.shares = best[0].number, export_shares(spec.export, self.count)
+        self.request = Export(settings=book.study.trial_settings(best[0]), weights=weights,
+                              formats=(), dir="")
         if "onnx" in spec.export:  # this process is mostly idle meanwhile
-            prepare_onnx_model()
-        self.number, self.worker, self._asked = best[0].number, worker, time.monotonic()
-        worker.warming = True  # busy: neither a trial nor a phase's request goes to it
-        return True
+            from .tracking import prepare_onnx_model  # MLflow: imported in a thread till now
 
-    @property
-    def pending(self) -> bool:
-        """An export was asked and its worker still lives to answer it."""
-        return self.worker is not None and self.worker.alive and self.worker.warming
+            prepare_onnx_model()
+        return True
 
     def answered(self, worker: Worker, reply: Exported) -> None:
         """The loop passes ``worker``'s answer to an export it did not ask for."""
-        if worker is self.worker:
-            self.reply, self.seconds = reply, time.monotonic() - self._asked
-            self.worker = None
+        for share, asked in list(self.asked.items()):
+            if asked is worker:
+                del self.asked[share]
+                self.replies[share] = reply
+                self.seconds = time.monotonic() - self._asked
 
-    def folder(self, number: int) -> Path:
+    def _pending(self) -> bool:
+        """A share was asked and its worker still lives to answer it."""
+        return any(w.alive and w.warming for w in self.asked.values())
+
+    def folder(self, number: int | None = None) -> Path:
+        """Where the export of trial ``number`` (by default the current one) is written."""
+        number = self.number if number is None else number
         return self.book.folders.outputs / f"export-ahead-{number}"
 
     def drop(self) -> None:
-        """Forget the last export (its files too); a pending one's answer is ignored."""
+        """Forget the last export (its files too); a pending share's answer is ignored."""
         if self.number is not None:
-            shutil.rmtree(self.folder(self.number), ignore_errors=True)
-        self.number, self.worker, self.reply = None, None, None
+            shutil.rmtree(self.folder(), ignore_errors=True)
+        self.number, self.request, self.shares = None, None, []
+        self.asked, self.replies = {}, {}
 
-    def take(self, number: int, workers: Workers, seconds: float) -> Exported | None:
-        """The export of trial ``number`` when it was asked ahead: waited for at most
-        ``seconds`` if still under way; None when it was not asked, failed or did not come."""
-        if self.number != number:
+    def take(self, number: int, workers: Workers,
+             seconds: float) -> tuple[list[tuple[str, ...]], list[Exported | Lost]] | None:
+        """The shares of trial ``number``'s export and their replies when it was asked ahead:
+        the shares no worker took are asked now, those under way waited for (each at most
+        ``seconds``); None when it was not asked ahead or a signal came."""
+        if self.number != number or self.request is None:
             return None
-        if self.reply is None and self.pending:
-            workers.wait(lambda: not self.pending, seconds)
-        return self.reply  # a failed export is a result: the same weights fail again
+        todo = self._free()
+        asked = workers.ask_all([replace(self.request, formats=self.shares[i],
+                                         dir=str(self.folder() / f"part-{i}")) for i in todo],
+                                seconds) if todo else []
+        if any(r is None for r in asked):
+            return None
+        self.replies.update(zip(todo, asked))
+        if self._pending():
+            workers.wait(lambda: not self._pending(), seconds)
+        self.seconds = time.monotonic() - self._asked
+        lost = Lost("the worker exporting it ahead died or missed its deadline", seconds)
+        return self.shares, [self.replies.get(i, lost) for i in range(len(self.shares))]
 
 
 def started_trials(book: TrialBook) -> list:
@@ -382,23 +421,21 @@ def export_best(book: TrialBook, workers: Workers, ahead: Speculation | None = N
             return
         book.say(f"exporting trial {best[0].number} as {', '.join(spec.export)} and checking "
                  f"parity...")
-        # one share of the formats per worker: each loads the model once for its share
-        shares = sorted((tuple(spec.export[i::workers.count])
-                         for i in range(min(workers.count, len(spec.export)))),
-                        key=lambda share: -sum(EXPORT_WEIGHT.get(f, 1) for f in share))
+        shares = export_shares(spec.export, workers.count)
         seconds = max(len(f) for f in shares) * (spec.export_timeout_s or EXPORT_PER_FORMAT_S
                                                  + EPOCHS_OF_WORK * epoch_seconds(best))
         done = ahead.take(best[0].number, workers, seconds) if ahead else None
         if done is not None:
-            result = merge_exports([tuple(spec.export)], [done], scratch / "export",
-                                   tuple(spec.export))
+            result = merge_exports(*done, scratch / "export", tuple(spec.export))
             result["metrics"] = {**result["metrics"], keys.EXPORT_SECONDS: ahead.seconds}
             book.tracker.log_export(run_id, result, mlflow_model=True)
-            book.say(f"trial {best[0].number} export (done while the last trials trained): "
+            book.say(f"trial {best[0].number} export (begun while the last trials trained): "
                      f"{export_line(result)}")
             return
         settings = book.study.trial_settings(best[0])
         if "onnx" in spec.export:  # this process waits meanwhile: the MLflow model's set-up
+            from .tracking import prepare_onnx_model
+
             prepare_onnx_model()
         started = time.monotonic()
         replies = workers.ask_all([Export(settings=settings, weights=weights, formats=formats,

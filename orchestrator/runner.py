@@ -174,7 +174,7 @@ class _Loop:
                                       interrupted=lambda: bool(self.signals.received),
                                       count=len(pool.workers))
         self.test: dict[str, Any] | None = None
-        self.ahead = phases.Speculation(book)  # the best trial exported ahead of the end
+        self.ahead = phases.Speculation(book, len(pool.workers))  # exported ahead of the end
         self.failed_starts = 0
         self.view = _View(book, len(pool.workers))
         self._started = self._shown = 0.0

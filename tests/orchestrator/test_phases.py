@@ -154,10 +154,12 @@ def test_a_worker_left_without_a_trial_sets_up_the_export_while_it_waits(
     assert best.data.tags["sweep.export.onnx"] == "passed"
 
 
-def _exported_ahead(stores) -> list[int]:
-    """The trials whose export an idle worker ran ahead of the end, from the workers' logs."""
+def _exported_ahead(stores) -> list[tuple[str, int, int]]:
+    """(formats, trial, share) of each export share a worker ran ahead of the end, from the
+    workers' logs."""
     logs = "".join(p.read_text() for p in (stores.dir / ".sweep" / "tiny" / "logs").iterdir())
-    return [int(n) for n in re.findall(r"exported torch_export into \S*export-ahead-(\d+)", logs)]
+    return sorted((formats, int(n), int(share)) for formats, n, share in re.findall(
+        r"exported ([\w, ]+) into \S*export-ahead-(\d+)/part-(\d+)", logs))
 
 
 # lr 1e-5 learns nothing in 2 epochs, 0.03 learns digits: the random sampler's seed 8 draws
@@ -168,19 +170,22 @@ AHEAD = {"trials": 3, "export_for": "best", "export": ["torch_export"],
 
 def test_the_best_trial_exported_while_the_last_trial_trains_is_logged_at_the_end(
         stores, cli, write_spec):
-    done = cli(write_spec(tiny_spec(sampler={"name": "random", "seed": 8}, **AHEAD)))
+    # two formats, two workers: the idle one takes the heavier share (onnx) while trial 2
+    # trains; the other share is asked of whichever worker is free first
+    done = cli(write_spec(tiny_spec(sampler={"name": "random", "seed": 8},
+                                    **{**AHEAD, "export": ["torch_export", "onnx"]})))
     assert done.returncode == 0, done.stderr
     runs = {int(r.data.tags["sweep.trial_number"]): r for r in stores.runs("tiny", "trial")}
     assert [runs[n].data.params["lr"] for n in range(3)] == ["0.03", "1e-05", "1e-05"]
-    assert _exported_ahead(stores) == [0]  # asked while trial 2 trained, never again
+    assert _exported_ahead(stores) == [("onnx", 0, 0), ("torch_export", 0, 1)]  # once each
     logs = [p.read_text() for p in (stores.dir / ".sweep" / "tiny" / "logs").iterdir()]
     assert any("warmed up for training while idle" in text for text in logs), logs
-    assert "trial 0 export (done while the last trials trained): torch_export passed" in \
-        done.stdout
+    assert ("trial 0 export (begun while the last trials trained): torch_export passed "
+            "parity; onnx passed parity") in done.stdout
     assert [n for n, r in runs.items() if r.data.tags.get("sweep.exported") == "true"] == [0]
     assert runs[0].data.metrics["export_seconds"] > 0
-    assert "export/model.pt2" in {f.path for f in stores.client().list_artifacts(
-        runs[0].info.run_id, "export")}
+    assert {"export/model.pt2", "export/model.onnx"} <= {
+        f.path for f in stores.client().list_artifacts(runs[0].info.run_id, "export")}
 
 
 def test_an_export_run_ahead_for_a_trial_that_is_not_the_best_at_the_end_is_dropped(
@@ -191,8 +196,20 @@ def test_an_export_run_ahead_for_a_trial_that_is_not_the_best_at_the_end_is_drop
     assert runs[2].data.params["lr"] == "0.03"
     assert max(runs, key=lambda n: runs[n].data.metrics["val_acc"]) == 2
     ahead = _exported_ahead(stores)
-    assert ahead and ahead[0] in (0, 1), ahead  # the best while trial 2 trained
-    assert "done while the last trials trained" not in done.stdout
+    assert ahead and ahead[0][1] in (0, 1), ahead  # the best while trial 2 trained
+    assert "while the last trials trained" not in done.stdout
     assert "trial 2 export: torch_export passed" in done.stdout
     assert [n for n, r in runs.items() if r.data.tags.get("sweep.exported") == "true"] == [2]
     assert not list((stores.dir / ".sweep" / "tiny").rglob("export-ahead-*"))
+
+
+def test_the_sweep_process_starts_its_workers_before_it_imports_mlflow():
+    # run_sweep starts the workers first: importing MLflow (a second) and opening the store
+    # happen in a thread while the workers import torch, never on the way to starting them
+    import subprocess
+    import sys
+
+    code = "import sys, orchestrator.runner; print(sorted(m for m in sys.modules if m == 'mlflow'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stderr
