@@ -105,7 +105,7 @@ def metadata(data: Data, settings: TrainSettings, pixels: torch.Tensor) -> dict[
             "normalization": ({"scale": norm.scale, "mean": list(norm.mean),
                                "std": list(norm.std)} if norm else None),
             "model": settings.model, "dataset": settings.dataset,
-            "torch_version": torch.__version__}
+            "torch_version": str(torch.__version__)}  # a TorchVersion unpickles torch
 
 
 # ------------------------------------------------------------------------------ exporters

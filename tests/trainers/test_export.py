@@ -209,3 +209,14 @@ def test_int8_parity_fails_when_accuracy_drops_past_its_limit(exported, wrong_sh
 
     report = parity(perturbed, eager, pixels, labels, int8=True)
     assert report["passed"] is passes, report["accuracy_delta"]
+
+
+def test_the_export_report_holds_plain_types_only(exported):
+    # the worker sends it to the sweep process, which must not import torch to unpickle it
+    # (a TorchVersion in it cost that process a second at the end of every sweep)
+    report = exported[2].to_dict()
+    code = ("import pickle, sys; pickle.loads(sys.stdin.buffer.read()); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy')))")
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(report),
+                         capture_output=True, timeout=120)
+    assert out.stdout.decode().strip() == "[]", out.stderr.decode()
