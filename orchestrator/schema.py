@@ -30,8 +30,17 @@ def json_schema() -> dict[str, Any]:
     # SweepSpec's own title and docstring are for Python readers; the schema has its own below
     del schema["title"], schema["description"]
     defs = schema["definitions"] = schema.pop("$defs")
+    # the metrics the trainer logs, which are all there are unless train.metrics adds yours
+    # (their names are known only once your functions run: then the validator checks them)
+    names = [*EPOCH_METRICS, *CUDA_METRICS]
     for model in ("Objective", "Constraint"):
-        defs[model]["properties"]["metric"]["enum"] = [*EPOCH_METRICS, *CUDA_METRICS]
+        defs[model]["properties"]["metric"]["examples"] = names
+    named = {"type": "object", "properties": {"metric": {"enum": names}}}
+    schema["if"] = {"not": {"required": ["train"], "properties": {"train": {
+        "required": ["metrics"], "properties": {"metrics": {"minItems": 1}}}}}}
+    schema["then"] = {"properties": {
+        "objective": {"anyOf": [named, {"type": "array", "items": named}]},
+        "constraints": {"items": named}}}
     fields = {name: f for name, f in setting_fields().items() if name != "seed"}  # top-level seed
     defs["train"] = {"type": "object", "additionalProperties": False,
                      "description": "fixed trainer settings",

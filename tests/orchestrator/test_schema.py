@@ -47,7 +47,11 @@ def test_schema_accepts_every_example_sweep(validator, path):
                                    "tests.trainers.test_seams:lion": {"beta1": [0.8, 0.9]}},
                      "schedule": ["onecycle", "warmup_stable_decay"],
                      "step": {"tests.trainers.test_seams:mixup": {"alpha": [0.2, 0.4]}}}),
-], ids=["tiny", "options", "ranges", "torchvision", "user-code", "seams"])
+    # with train.metrics, a metric of yours is the objective or a constraint
+    tiny_spec(train={"epochs": 1, "metrics": ["tests.trainers.test_seams:top2"]},
+              objective={"metric": "val_top2", "direction": "maximize"},
+              constraints=[{"metric": "val_top2", "min": 0.5}]),
+], ids=["tiny", "options", "ranges", "torchvision", "user-code", "seams", "user-metric"])
 def test_schema_accepts_what_the_validator_accepts(validator, mapping):
     validate(mapping)  # the validator's verdict first: these are valid sweeps
     assert problems(validator, mapping) == []
