@@ -220,3 +220,26 @@ def test_a_pair_short_of_the_minimum_has_no_interval():
     row = paired_differences(_paired_trials([0.1, 0.3]), ["opt"], direction="minimize").iloc[0]
     assert row["verdict"] == "insufficient evidence (2 pairs, need 3)"
     assert math.isnan(row["ci95_low"]) and math.isnan(row["t_test_p"])
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_with_repeats_the_headline_is_the_best_configuration_mean(grid, direction):
+    import dataclasses
+
+    from orchestrator.report import headline, load_sweep
+    from orchestrator.spec import validate
+
+    stores, _, _ = grid
+    data = load_sweep("grid", stores.tracking_uri, str(stores.journal), curves=False)
+    spec = validate({**data.spec.raw, "objective": {"metric": "val_acc", "direction": direction}})
+    line = headline(dataclasses.replace(data, spec=spec))
+    runs = _runs(stores).assign(trial=[int(r.data.tags["sweep.trial_number"])
+                                       for r in stores.runs("grid", "trial")])
+    by_hand = runs.groupby(["optimizer", "clip"]).agg(
+        mean=("value", "mean"), std=("value", "std"), first=("trial", "min"))
+    # ties (sgd may learn nothing with or without clipping): the configuration that ran first
+    best = by_hand.sort_values(["mean", "first"], ascending=[direction == "minimize", True]).iloc[0]
+    optimizer, clip = best.name
+    assert line.startswith(f"Best configuration: val_acc mean {best['mean']:.4f} +- "
+                           f"{best['std']:.4f} over 3 seed(s) ("), line
+    assert f"optimizer={optimizer}" in line and f"clip_grad_norm={clip}" in line, line

@@ -1,6 +1,7 @@
 """End-to-end: real ``sweep run`` processes, real training, asserted through the stores."""
 import math
 import re
+import statistics
 from collections import Counter
 
 import pytest
@@ -189,13 +190,21 @@ def test_grid_runs_every_configuration_with_paired_seeds(cli, stores, write_spec
     runs = stores.runs("adam-vs-sgd", "trial")
     by_seed = Counter(r.data.tags["sweep.seed"] for r in runs)
     assert by_seed == {"42": 8, "43": 8}
-    # the end of sweep run gives the report's headline: the best trial, by hand from Optuna
+    # the end of sweep run gives the report's headline: with repeats the configuration of the
+    # best mean over its seeds, by hand from Optuna
     said = [line for line in out.stdout.splitlines() if line.startswith("sweep report: ")]
-    best = max(t.value for t in study.trials)
-    number, value = re.fullmatch(r"sweep report: Best trial (\d+): val_acc ([\d.]+) \(.*\)\.",
-                                 said[0]).groups()
-    assert len(said) == 1 and value == f"{best:.4f}"
-    assert study.trials[int(number)].value == best
+    by_config: dict = {}
+    for t in study.trials:
+        by_config.setdefault(tuple(sorted(t.params.items(), key=str)), []).append(t)
+    best = max(by_config.values(), key=lambda ts: (statistics.mean(t.value for t in ts),
+                                                    -min(t.number for t in ts)))
+    mean, std, n, trials = re.fullmatch(
+        r"sweep report: Best configuration: val_acc mean ([\d.]+) \+- ([\d.]+) over (\d) "
+        r"seed\(s\) \(.*; trials ([\d, ]+)\)\.", said[0]).groups()
+    assert len(said) == 1 and n == "2"
+    assert (mean, std) == (f"{statistics.mean(t.value for t in best):.4f}",
+                           f"{statistics.stdev(t.value for t in best):.4f}")
+    assert trials == ", ".join(str(t.number) for t in sorted(best, key=lambda t: t.number))
     # the SGD option's own settings reach the trainer; the Adam option's lr is its own
     for r in runs:
         if r.data.params["optimizer"] == "sgd":
