@@ -52,6 +52,9 @@ def resolve(seam: str, name: str) -> Callable:
         raise SettingsError(seam, name, f"cannot be imported ({e}); the module must be "
                                         f"importable from the working folder or "
                                         f"PYTHONPATH") from None
+    except Exception as e:  # user code: a syntax error, or raising while it is imported
+        raise SettingsError(seam, name, f"cannot be imported: its module raised "
+                                        f"{type(e).__name__}: {e}") from None
     if not callable(found):
         raise SettingsError(seam, name, f"is a {type(found).__name__}, not a function")
     return found
@@ -165,8 +168,8 @@ def check_seams(settings) -> None:
             and "weight_decay" not in inspect.signature(resolve("optimizer", name)).parameters):
         raise SettingsError("weight_decay", settings.weight_decay,
                             f"must be 0 with optimizer {name}, which has no weight decay")
-    for name in settings.metrics:
-        resolve("metrics", name)
+    for name in settings.metrics:  # it must take (logits, targets)
+        keywords("metrics", name)
 
 
 def build(seam: str, name: str, args: dict[str, Any], *passed) -> Any:

@@ -462,3 +462,21 @@ def test_a_waiting_worker_loads_the_dataset_only_when_every_trial_reads_that_one
     if warm:  # what the trainer caches a dataset by, as the trials will have it
         assert warm == {"dataset": dataset, "data_dir": None, "val_fraction": 0.1,
                         "image_size": None}
+
+
+def test_user_code_that_breaks_on_import_or_takes_the_wrong_arguments_is_one_line(write_spec,
+                                                                                   tmp_path):
+    (tmp_path / "badsyn.py").write_text("def f(:\n")
+    (tmp_path / "raiser.py").write_text("raise RuntimeError('boom')\n")
+    (tmp_path / "onearg.py").write_text("def metric(logits):\n    return {'x': 1.0}\n")
+    for train, line in [
+        ({"optimizer": "badsyn:f"}, "train.optimizer cannot be imported: its module raised "
+                                    "SyntaxError"),
+        ({"loss": "raiser:f"}, "train.loss cannot be imported: its module raised RuntimeError: "
+                               "boom"),
+        ({"metrics": ["onearg:metric"]}, "train.metrics must take the trainer's arguments "
+                                         "(logits, targets) first")]:
+        path = write_spec(tiny_spec(train={"epochs": 1, **train}))
+        out = run_cli("validate", str(path), cwd=tmp_path)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert len(out.stderr.splitlines()) == 1 and line in out.stderr, out.stderr
