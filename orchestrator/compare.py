@@ -200,11 +200,8 @@ def _pair_sentence(c: Comparison, r: decide.PairResult) -> str:
         return (f"no clear difference between {r.a} and {r.b}: {r.b} - {r.a} = {r.diff:+.3g} "
                 f"{c.metric} [{r.ci_low:+.3g}, {r.ci_high:+.3g}] {over}")
     worse = r.a if r.better == r.b else r.b
-    # diff is b - a; the amount is how far the better level is ahead in the objective's
-    # direction (a lower loss is ahead): positive, and its interval turned the same way
-    sign = 1 if (r.better == r.b) == (c.direction == "maximize") else -1
-    low, high = sorted((sign * r.ci_low, sign * r.ci_high))
-    return (f"{r.better} better than {worse} by {sign * r.diff:.3g} {c.metric} "
+    ahead, low, high = r.lead(c.direction)
+    return (f"{r.better} better than {worse} by {ahead:.3g} {c.metric} "
             f"[{low:.3g}, {high:.3g}] {over}")
 
 

@@ -62,6 +62,15 @@ class PairResult:
     better: str | None  # the better level, None when no clear difference
     ci_method: str = "t"  # "t" or "bootstrap"
 
+    def lead(self, direction: str) -> tuple[float, float, float]:
+        """How far the better level is ahead in the objective's ``direction`` (a lower loss is
+        ahead), with its interval turned the same way: ``(amount, low, high)``, the amount
+        positive. ``diff`` is b - a, so it flips when a is the better one, or when lower wins.
+        Only for a pair with a better level."""
+        sign = 1.0 if (self.better == self.b) == (direction == "maximize") else -1.0
+        low, high = sorted((sign * self.ci_low, sign * self.ci_high))
+        return sign * self.diff, low, high
+
     def as_row(self) -> dict:
         """The columns of ``comparison.csv``."""
         return {"factor": self.factor, "a": self.a, "b": self.b, "pairs": self.pairs,

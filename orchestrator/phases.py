@@ -121,12 +121,15 @@ class Speculation:
         if finished != self._finished and self._new_best(finished):
             self.seconds, self._asked = 0.0, time.monotonic()
         todo = self._free()
-        if not todo or not worker.send(replace(self.request, formats=self.shares[todo[0]],
-                                               dir=str(self.folder() / f"part-{todo[0]}"))):
+        if not todo or not worker.send(self._share(todo[0])):
             return False
         self.asked[todo[0]] = worker
         worker.warming = True  # busy: neither a trial nor a phase's request goes to it
         return True
+
+    def _share(self, i: int) -> Export:
+        """The request of share ``i``."""
+        return replace(self.request, formats=self.shares[i], dir=str(self.folder() / f"part-{i}"))
 
     def _free(self) -> list[int]:
         """The shares of the current export no worker took yet."""
@@ -190,16 +193,15 @@ class Speculation:
         ``seconds``); None when it was not asked ahead or a signal came."""
         if self.number != number or self.request is None:
             return None
-        todo = self._free()
-        asked = workers.ask_all([replace(self.request, formats=self.shares[i],
-                                         dir=str(self.folder() / f"part-{i}")) for i in todo],
-                                seconds) if todo else []
+        todo, waiting = self._free(), self._pending()
+        asked = workers.ask_all([self._share(i) for i in todo], seconds) if todo else []
         if any(r is None for r in asked):
             return None
         self.replies.update(zip(todo, asked))
         if self._pending():
             workers.wait(lambda: not self._pending(), seconds)
-        self.seconds = time.monotonic() - self._asked
+        if todo or waiting:  # else it ended at its last answer, not now
+            self.seconds = time.monotonic() - self._asked
         lost = Lost("the worker exporting it ahead died or missed its deadline", seconds)
         return self.shares, [self.replies.get(i, lost) for i in range(len(self.shares))]
 

@@ -389,6 +389,10 @@ def export_tags(result: dict[str, Any]) -> dict[str, str]:
     return tags
 
 
+_PREPARED: list[threading.Thread] = []  # the one thread prepare_onnx_model starts
+_PREPARED_LOCK = threading.Lock()
+
+
 def prepare_onnx_model() -> threading.Thread:
     """Start, in a daemon thread, the slow first steps of :func:`log_onnx_model` that need no
     model: importing onnx, onnxruntime and MLflow's ONNX flavour, and MLflow's map of the
@@ -405,9 +409,12 @@ def prepare_onnx_model() -> threading.Thread:
         except Exception:  # a head start only: log_onnx_model does it all again if need be
             pass
 
-    thread = threading.Thread(target=warm, name="sweep-prepare-onnx-model", daemon=True)
-    thread.start()
-    return thread
+    with _PREPARED_LOCK:  # once per process: the imports and the map stay
+        if not _PREPARED:
+            _PREPARED.append(threading.Thread(target=warm, name="sweep-prepare-onnx-model",
+                                              daemon=True))
+            _PREPARED[0].start()
+    return _PREPARED[0]
 
 
 def log_onnx_model(tracking_uri: str, run_id: str, onnx_file: str, example_file: str) -> None:

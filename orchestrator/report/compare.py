@@ -320,10 +320,9 @@ def _pair_sentence(c: Comparison, r: decide.PairResult) -> str:
         return (f"No clear difference between {_named(c, r.a)} and {_named(c, r.b)}: "
                 f"{r.b} minus {r.a} = {_amount(c, r.diff)} {_unit(c)} "
                 f"[{_amount(c, r.ci_low)}, {_amount(c, r.ci_high)}] {over}.")
-    sign = 1.0 if (r.better == r.b) == (c.direction == "maximize") else -1.0
-    low, high = sorted((sign * r.ci_low, sign * r.ci_high))
+    ahead, low, high = r.lead(c.direction)
     worse = r.a if r.better == r.b else r.b
-    return (f"{_named(c, r.better)} beats {_named(c, worse)} by {_amount(c, sign * r.diff)} "
+    return (f"{_named(c, r.better)} beats {_named(c, worse)} by {_amount(c, ahead)} "
             f"{_unit(c)} [{_amount(c, low)}, {_amount(c, high)}] {over}.")
 
 

@@ -249,9 +249,8 @@ def pair_sentence(m: Many, r: decide.PairResult) -> str:
         return (f"No clear difference between {r.a} and {r.b}: {r.b} minus {r.a} = "
                 f"{amount(m.metric, r.diff)} {interval(m.metric, r.ci_low, r.ci_high)} {over}.")
     worse = r.a if r.better == r.b else r.b
-    sign = 1.0 if (r.better == r.b) == (m.direction == "maximize") else -1.0
-    low, high = sorted((sign * r.ci_low, sign * r.ci_high))
-    return (f"{r.better} beats {worse} by {amount(m.metric, sign * r.diff)} "
+    ahead, low, high = r.lead(m.direction)
+    return (f"{r.better} beats {worse} by {amount(m.metric, ahead)} "
             f"{interval(m.metric, low, high)} {over}.")
 
 
