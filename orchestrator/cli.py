@@ -611,7 +611,8 @@ def _report_many(args, console: Console) -> int:
         raise SweepError("--by colours one sweep's curves; with several sweeps, leave it out")
     uri = args.tracking_uri or paths.default_tracking_uri()
     with console.status("reading the studies and their runs..."):
-        datas = [load_sweep(s, uri, args.storage) for s in (args.spec, *args.others)]
+        datas = [load_sweep(s, uri, args.storage, curves=False)  # matched by value alone
+                 for s in (args.spec, *args.others)]
     out = Path(args.out or "report-" + "-vs-".join(d.study_name for d in datas))
     with console.status("building the report..."):
         report = build_many_report(datas, out)

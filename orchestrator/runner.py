@@ -232,8 +232,9 @@ class _Loop:
                 if w.ready and not w.warming and w.slot.index not in self.book.active]
         if not idle:
             return False
-        if self.study.stop_reason():  # stop_when: no new trial; the running ones finish
-            stop_sweep(self.book, self.study.stop_reason())
+        reason = self.study.stop_reason()
+        if reason:  # stop_when: no new trial; the running ones finish
+            stop_sweep(self.book, reason)
             return True
         # once per pass, not once per worker; trials running on other machines count too
         finished = self.study.counts()["finished"]

@@ -101,9 +101,11 @@ def storage_proxy(args, console: Console) -> Sidecar | None:
             raise SweepError(f"--storage {mask(args.storage)}: sweep server serves a study "
                              f"storage only through its proxy; add --storage-proxy")
         return None
+    from .study import RDB_SCHEMES  # what the proxy's own storage opener takes
+
     url = args.storage or ""
     scheme = urllib.parse.urlsplit(url).scheme.split("+")[0]
-    if scheme not in ("postgresql", "postgres", "mysql", "sqlite"):
+    if scheme not in RDB_SCHEMES:
         raise SweepError(f"--storage-proxy --storage {mask(url) or '(none)'}: the proxy serves "
                          f"a database study storage: pass --storage postgresql://USER@HOST/DB "
                          f"(a journal file or another proxy cannot be served)")

@@ -929,6 +929,11 @@ def _check_objective(top: SweepSpec, problems, warnings) -> None:
             problems.append(f"{where}.target: a time to target counts epochs until the metric "
                             f"reaches {objective.target:g}, so reduce ({objective.reduce}) does "
                             f"not apply; remove one of them")
+        if objective.target is not None and top.pruner.name != "none":
+            problems.append(f"{where}.target: a time to target is known only when the trial "
+                            f"ends, and pruner {top.pruner.name} would judge its epochs by "
+                            f"{metric}, the other way round; set pruner: none (patience stops "
+                            f"a trial that no longer improves)")
 
 
 def _check_study_rules(top: SweepSpec, space: sp.Space, problems, warnings) -> None:

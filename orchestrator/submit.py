@@ -140,7 +140,7 @@ def store_problems(storage: str | None, tracking_uri: str | None,
             problems.append(f"--storage {mask(storage)}: {what}, which tasks on other nodes "
                             f"cannot share; {fix}")
         else:
-            problems += _loopback("--storage", storage, nodes)
+            problems += _port_problem(storage) or _loopback("--storage", storage, nodes)
     serve = "start an MLflow server (sweep server --host 0.0.0.0 ...) and give http://HOST:PORT"
     if not tracking_uri:
         problems.append(f"--tracking-uri is required with sweep submit (or $MLFLOW_TRACKING_URI): "
@@ -346,6 +346,19 @@ def filesystem_of(folder: Path, mounts: str | None = None) -> str | None:
         if inside and len(point) >= len(best):
             best, kind = point, fields[2]
     return kind
+
+
+def _port_problem(storage: str) -> list[str]:
+    """A port that is not a number in range, or a grpc:// storage without one."""
+    parts = urlsplit(storage)
+    try:
+        port = parts.port
+    except ValueError as e:
+        return [f"--storage {mask(storage)}: {e}; give HOST:PORT with a port from 1 to 65535"]
+    if parts.scheme == "grpc" and port is None:
+        return [f"--storage {mask(storage)}: a grpc:// storage needs its port, e.g. "
+                f"grpc://HOST:13000 (sweep server --storage-proxy prints it)"]
+    return []
 
 
 def check_reachable(storage: str, tracking_uri: str, timeout: float = 10) -> None:

@@ -295,6 +295,9 @@ def test_pareto_front_in_status_and_report_is_the_front_by_hand(front, tmp_path)
     ({"tags": {"sweep.team": "x"}}, "tags.sweep.team: names starting with sweep. or mlflow. "
                                     "are reserved"),
     ({"warm_start": "tiny"}, "warm_start names this sweep itself"),
+    # epochs to target are minimized: a pruner reading the metric would prune the fastest
+    ({"objective": {"metric": "val_acc", "target": 0.9}, "pruner": {"name": "median"}},
+     "objective.target: a time to target is known only when the trial ends"),
 ])
 def test_spec_refuses_study_rules_with_one_line(change, line):
     with pytest.raises(SpecError) as e:

@@ -135,6 +135,8 @@ def test_bad_counts_and_the_other_schedulers_flags_are_refused_one_line_each():
     (PG, None, "--tracking-uri is required"),
     (PG, "sqlite:///mlflow.db", "--tracking-uri sqlite:///mlflow.db: not an MLflow server"),
     (PG, "postgresql://db/mlflow", "not an MLflow server"),
+    ("postgresql://u@db:99999/s", SERVER, "Port out of range"),  # not a traceback
+    ("grpc://proxy", SERVER, "a grpc:// storage needs its port"),
 ])
 def test_a_store_the_tasks_cannot_share_is_refused_with_one_line(storage, tracking, words):
     problems = store_problems(storage, tracking, nodes=4)
