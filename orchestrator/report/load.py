@@ -13,7 +13,7 @@ from .. import space as sp
 from ..errors import SweepError
 from ..spec import SweepSpec, load_spec, read_yaml, validate
 from ..status import load_named
-from ..study import default_storage
+from ..study import best_configuration, default_storage
 from ..tracking import Tracker
 
 CURVES = ("val_acc", "val_loss", "train_loss")  # the per-epoch metrics a report plots
@@ -38,6 +38,8 @@ class SweepData:
     parent_tags: dict[str, str] = field(default_factory=dict)
     tracker: Tracker | None = field(default=None, repr=False, compare=False)
     compare: dict | None = None
+    # the trials of the configuration with the best mean (study.best_configuration)
+    best_group: list[int] = field(default_factory=list)
 
     @property
     def factors(self) -> list[str]:
@@ -75,7 +77,8 @@ def load_sweep(spec_or_name: str, tracking_uri: str | None = None,
     return SweepData(spec, name, trials, curves, lr, parent.info.run_id if parent else None,
                      dict(parent.data.metrics) if parent else {},
                      dict(parent.data.tags) if parent else {}, tracker,
-                     json.loads(compare) if compare else None)
+                     json.loads(compare) if compare else None,
+                     [t.number for t in best_configuration(spec, study.get_trials(deepcopy=False))])
 
 
 def _name_in(path: str) -> str:

@@ -208,26 +208,23 @@ def _best_line(data: SweepData) -> str:
         return (f"Pareto front ({names}): {len(best)} trials, "
                 f"{', '.join(str(int(n)) for n in sorted(best['trial']))}"
                 f"{f' of {len(t)}' if len(t) else ''}.")
-    if data.spec.repeats > 1:
-        return _best_configuration_line(data, best, feasible)
+    if data.spec.repeats > 1 and data.best_group:
+        return _best_configuration_line(data, feasible)
     first = best.iloc[0]
     return (f"Best{feasible} trial {int(first['trial'])}: {objective.label} "
             f"{first['value']:.4f} ({configuration(first, data.factors)}).")
 
 
-def _best_configuration_line(data: SweepData, best: pd.DataFrame, feasible: str) -> str:
-    """With repeats: the configuration of the best mean over its seeds (ties: the one that
-    ran first), not the luckiest single seed."""
-    rows = best.assign(config=[configuration(r, data.factors) for _, r in best.iterrows()])
-    groups = rows.groupby("config").agg(mean=("value", "mean"), std=("value", "std"),
-                                        n=("value", "size"), first=("trial", "min"))
-    top = groups.sort_values(["mean", "first"], ascending=[
-        data.spec.directions[0] == "minimize", True]).iloc[0]
-    trials = sorted(int(n) for n in rows.loc[rows["config"] == top.name, "trial"])
-    spread = "" if top["n"] < 2 else f" +- {top['std']:.4f}"
+def _best_configuration_line(data: SweepData, feasible: str) -> str:
+    """With repeats: the configuration of the best mean over its seeds (see
+    :func:`orchestrator.study.best_configuration`), not the luckiest single seed."""
+    rows = data.trials[data.trials["trial"].isin(data.best_group)].sort_values("trial")
+    values = rows["value"]
+    spread = f" +- {values.std():.4f}" if len(values) > 1 else ""
     return (f"Best{feasible} configuration: {data.spec.objective.label} mean "
-            f"{top['mean']:.4f}{spread} over {int(top['n'])} seed(s) ({top.name}; trials "
-            f"{', '.join(map(str, trials))}).")
+            f"{values.mean():.4f}{spread} over {len(values)} seed(s) "
+            f"({configuration(rows.iloc[0], data.factors)}; trials "
+            f"{', '.join(str(int(n)) for n in rows['trial'])}).")
 
 
 def _front_section(doc: Document, data: SweepData) -> None:
