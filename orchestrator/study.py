@@ -271,6 +271,8 @@ class SweepStudy:
         if new:
             taken = set(optuna.get_all_study_names(storage))
             name = next(f"{name}-{i}" for i in itertools.count(2) if f"{name}-{i}" not in taken)
+        # checked before the study exists: a refused warm_start leaves no half-made study
+        copies = warm_start_copies(spec, storage) if spec.warm_start is not None else []
         try:
             study = optuna.create_study(study_name=name, storage=storage,
                                         directions=spec.directions,
@@ -287,7 +289,7 @@ class SweepStudy:
                                       pruner=make_pruner(spec))
         self = cls(spec, study, created, stale, storage_url)
         if created:
-            _initialise(self, storage)
+            _initialise(self, copies)
         elif spec.is_grid:  # the creator enqueues the grid; a joiner waits for it to be done
             _wait_for(lambda: keys.GRID_DONE in study.user_attrs)
         if spec.is_grid and not study.user_attrs.get(keys.GRID_DONE):
@@ -514,7 +516,7 @@ def best_configuration(spec: SweepSpec, trials) -> list[optuna.trial.FrozenTrial
                                                min(t.number for t in g)))
 
 
-def _initialise(study: SweepStudy, storage) -> None:
+def _initialise(study: SweepStudy, copies: list) -> None:
     """What the process creating a study writes into it: who made it, the enqueued
     configurations, the trials copied by ``warm_start``, then its identity (joiners wait for
     the fingerprint, so it is written last)."""
@@ -524,16 +526,16 @@ def _initialise(study: SweepStudy, storage) -> None:
         s.set_user_attr(keys.COMPARE, spec.compare.model_dump_json())
     for point in spec.enqueue:
         s.enqueue_trial(point, user_attrs={keys.ENQUEUED: True})
-    if spec.warm_start is not None:
-        copy_trials(spec, s, storage)
+    if copies:
+        s.add_trials(copies)
     s.set_user_attr(keys.IDENTITY, json.dumps(spec.identity(), sort_keys=True, default=str))
     s.set_user_attr(keys.FINGERPRINT, spec.fingerprint())
 
 
-def copy_trials(spec: SweepSpec, study: optuna.Study, storage) -> int:
-    """``warm_start``: copy the finished (complete and pruned) trials of sweep
-    ``spec.warm_start`` in ``storage`` into ``study``, each marked with where it came from;
-    returns how many.
+def warm_start_copies(spec: SweepSpec, storage) -> list[optuna.trial.FrozenTrial]:
+    """``warm_start``: copies of the finished (complete and pruned) trials of sweep
+    ``spec.warm_start`` in ``storage``, each marked with where it came from, for the new
+    study's history.
 
     Raises:
         SweepError: no such sweep, or one of another space, objectives or constraints.
@@ -563,8 +565,7 @@ def copy_trials(spec: SweepSpec, study: optuna.Study, storage) -> int:
                     keys.COPIED_FROM: f"{name}#{t.number}"})
         for t in source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
                                                            TrialState.PRUNED))]
-    study.add_trials(copies)
-    return len(copies)
+    return copies
 
 
 def _enqueue_grid(study: SweepStudy) -> None:

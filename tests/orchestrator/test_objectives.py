@@ -220,6 +220,12 @@ def test_warm_start_copies_the_finished_trials_of_a_sweep_with_the_same_space(ru
         SweepStudy.open(validate(other), str(stores.journal))
     assert len(e.value.lines) == 1 and "warm_start: rules: that sweep has another space" in \
         e.value.lines[0]
+    import optuna  # refused before the study is made: a rerun meets no half-made study
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    journal = JournalStorage(JournalFileBackend(str(stores.journal)))
+    assert "warm-other" not in optuna.get_all_study_names(journal)
 
 
 # ------------------------------------------------------------------------- two objectives
