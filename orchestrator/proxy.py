@@ -72,7 +72,8 @@ class HeartbeatProxy(GrpcStorageProxy, BaseHeartbeat):
                  on_stale: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None):
         super().__init__(host=host, port=port)
         self._interval, self._on_stale = heartbeat_s, on_stale
-        self._seen: dict[int, tuple[Any, float]] = {}  # trial id -> (beat, when it last changed)
+        # study id -> trial id -> (beat, when it last changed)
+        self._seen: dict[int, dict[int, tuple[Any, float]]] = {}
 
     def record_heartbeat(self, trial_id: int) -> None:
         self.set_trial_system_attr(trial_id, keys.HEARTBEAT, time.time())
@@ -83,11 +84,11 @@ class HeartbeatProxy(GrpcStorageProxy, BaseHeartbeat):
             beat = t.system_attrs.get(keys.HEARTBEAT)
             if beat is None:
                 continue
-            before = self._seen.get(t._trial_id)
+            before = self._seen.get(study_id, {}).get(t._trial_id)
             seen[t._trial_id] = before if before and before[0] == beat else (beat, now)
             if now - seen[t._trial_id][1] > 2 * self._interval:
                 stale.append(t._trial_id)
-        self._seen = seen  # trials no longer running are forgotten
+        self._seen[study_id] = seen  # trials no longer running are forgotten
         return stale
 
     def get_heartbeat_interval(self) -> int | None:

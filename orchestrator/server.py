@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -113,16 +113,21 @@ def storage_proxy(args, console: Console) -> Sidecar | None:
         raise SweepError(f"--proxy-port {args.proxy_port}: the MLflow server listens on that "
                          f"port (--port); pick another")
     check_address(console, args.host, args.proxy_port, flag="--proxy-port")
-    return Sidecar(proxy_command(url, args.host, args.proxy_port),
+    return Sidecar(proxy_command(args.host, args.proxy_port),
                    Path.cwd() / ".sweep" / "storage-proxy.log", "Optuna storage proxy",
                    args.host, args.proxy_port, f"grpc://{args.host}:{args.proxy_port}",
                    hint=f"   (sweep run ... --storage this URL on every machine; it serves "
-                        f"{mask(url)})")
+                        f"{mask(url)})", env={PROXY_STORAGE: url})
 
 
-def proxy_command(storage: str, host: str, port: int) -> list[str]:
-    """The command line of the storage proxy's process (:func:`run_proxy`)."""
-    return [sys.executable, "-m", "orchestrator.server", "proxy", storage, host, str(port)]
+PROXY_STORAGE = "SWEEP_PROXY_STORAGE"  # the proxy's storage URL: not on its command line,
+# where `ps` shows a database password to everyone on the machine
+
+
+def proxy_command(host: str, port: int) -> list[str]:
+    """The command line of the storage proxy's process (:func:`run_proxy`); its storage URL
+    goes in its environment (:data:`PROXY_STORAGE`)."""
+    return [sys.executable, "-m", "orchestrator.server", "proxy", host, str(port)]
 
 
 def run_proxy(url: str, host: str, port: int) -> int:
@@ -160,6 +165,7 @@ class Sidecar:
     port: int
     url: str  # printed once it listens
     hint: str = ""
+    env: dict[str, str] = field(default_factory=dict)  # added to its environment
 
 
 def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str,
@@ -196,7 +202,7 @@ def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str
     procs: list[subprocess.Popen] = []
     try:
         if sidecar is not None:  # first: it starts faster than MLflow, and is asked second
-            procs.append(_start(sidecar.cmd, sidecar.log_path, env))
+            procs.append(_start(sidecar.cmd, sidecar.log_path, {**env, **sidecar.env}))
         proc = _start(cmd, log_path, env)
         procs.append(proc)
         _wait_until_it_answers(proc, what, base, log_path)
@@ -346,4 +352,4 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["proxy"]:  # the child of proxy_command
-    sys.exit(run_proxy(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+    sys.exit(run_proxy(os.environ[PROXY_STORAGE], sys.argv[2], int(sys.argv[3])))

@@ -2,7 +2,10 @@
 --storage-proxy`` in front of a fresh PostgreSQL database; heartbeats through the proxy."""
 from __future__ import annotations
 
+import contextlib
+import os
 import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -26,6 +29,15 @@ def test_a_sweep_runs_through_the_storage_proxy_with_heartbeats(databases, tmp_p
                prefix="Optuna storage proxy:") as server:
         url = f"grpc://127.0.0.1:{proxy_port}"
         assert server.line.startswith(f"Optuna storage proxy: {url} ")
+        # the proxy's command line, which `ps` shows to every user of the machine, holds
+        # no database URL (a password in it)
+        proxies = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            with contextlib.suppress(OSError):
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                if b"orchestrator.server proxy" in cmdline:
+                    proxies.append(cmdline)
+        assert proxies and not any(storage.encode() in c for c in proxies), proxies
         assert "MLflow tracking server: http://127.0.0.1:" in server.before
         tracking = server.before.split("MLflow tracking server: ")[1].split()[0]
         out = run_cli("run", "s.yaml", "--storage", url, "--tracking-uri", tracking,
