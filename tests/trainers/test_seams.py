@@ -7,8 +7,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from tests.trainers.test_optim import lrs, scheduler_lrs
 from trainers import SettingsError, TrainSettings, train
-from trainers.optim import build_loss, build_optimizer, build_scheduler, lr_at
+from trainers.optim import build_loss, build_optimizer, lr_at
 from trainers.preflight import preflight
 
 HERE = __name__  # this module, as its module:function names need it
@@ -162,20 +163,16 @@ def test_default_loss_is_cross_entropy_with_label_smoothing():
     assert float(loss) == pytest.approx(float(-(smooth * logits.log_softmax(1)).sum(1).mean()))
 
 
-def curve(s, per_epoch):
-    return [lr_at(s, i, per_epoch) for i in range(s.epochs * per_epoch)]
-
-
 def test_warmup_linear_rises_then_falls_in_a_straight_line_to_min_lr():
     s = TrainSettings(lr=0.1, epochs=3, warmup_epochs=1, min_lr=0.01, schedule="warmup_linear")
     expected = [0.1 * (i + 1) / 5 for i in range(5)] + \
         [0.01 + 0.09 * (1 - j / 10) for j in range(10)]
-    assert curve(s, 5) == pytest.approx(expected)
+    assert lrs(s, 5) == pytest.approx(expected)
 
 
 def test_step_drops_by_gamma_every_step_size_epochs():
     s = TrainSettings(lr=0.1, epochs=5, schedule="step", step_size_epochs=2, gamma=0.5)
-    assert curve(s, 3) == pytest.approx([0.1] * 6 + [0.05] * 6 + [0.025] * 3)
+    assert lrs(s, 3) == pytest.approx([0.1] * 6 + [0.05] * 6 + [0.025] * 3)
 
 
 def test_onecycle_matches_its_two_cosines_and_torchs_onecycle():
@@ -190,7 +187,7 @@ def test_onecycle_matches_its_two_cosines_and_torchs_onecycle():
             a, b, t = 0.2, 0.02 / 100, (i - peak) / (total - 1 - peak)
         return b + (a - b) * (1 + math.cos(math.pi * t)) / 2
 
-    ours = curve(s, 10)
+    ours = lrs(s, 10)
     assert ours == pytest.approx([by_hand(i) for i in range(total)])
     assert ours[0] == pytest.approx(0.02) and ours[9] == pytest.approx(0.2)
     assert ours[-1] == pytest.approx(0.0002)
@@ -209,24 +206,17 @@ def test_onecycle_matches_its_two_cosines_and_torchs_onecycle():
 def test_warmup_stable_decay_holds_then_falls_to_min_lr_at_the_last_step():
     s = TrainSettings(lr=0.1, epochs=10, warmup_epochs=1, min_lr=0.02,
                       schedule="warmup_stable_decay", decay_fraction=0.3)
-    lrs = curve(s, 2)  # 20 steps: 2 of warmup, 12 held, the last 6 decaying
-    assert lrs[:2] == pytest.approx([0.05, 0.1])
-    assert lrs[2:14] == pytest.approx([0.1] * 12)
-    assert lrs[14:] == pytest.approx([0.1 - 0.08 * k / 6 for k in range(1, 7)])
+    got = lrs(s, 2)  # 20 steps: 2 of warmup, 12 held, the last 6 decaying
+    assert got[:2] == pytest.approx([0.05, 0.1])
+    assert got[2:14] == pytest.approx([0.1] * 12)
+    assert got[14:] == pytest.approx([0.1 - 0.08 * k / 6 for k in range(1, 7)])
 
 
 def test_a_user_schedule_multiplies_the_lr_and_drives_the_optimizer():
     s = TrainSettings(lr=0.1, epochs=2, optimizer="sgd", schedule=f"{HERE}:halved_after",
                       schedule_args={"at": 0.25, "factor": 0.1})
-    assert curve(s, 4) == pytest.approx([0.1] * 2 + [0.01] * 6)
-    opt = build_optimizer(nn.Linear(2, 2), s)
-    sched = build_scheduler(opt, s, steps_per_epoch=4)
-    seen = []
-    for _ in range(8):
-        seen.append(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step()
-    assert seen == pytest.approx(curve(s, 4))
+    assert lrs(s, 4) == pytest.approx([0.1] * 2 + [0.01] * 6)
+    assert scheduler_lrs(s, 4) == pytest.approx(lrs(s, 4))
 
 
 def test_a_user_schedule_returning_a_negative_multiplier_is_refused():
