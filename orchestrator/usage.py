@@ -17,6 +17,7 @@ The figures (read from ``/proc``; on a system without it, CPU and memory are lef
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -68,8 +69,10 @@ def descendants(root: int, parents: dict[int, int]) -> list[int]:
 
 def read_tree(root: int, proc: Path = Path("/proc")) -> Reading:
     """The counters of process ``root`` and its descendants, read from ``proc``."""
+    known = _tree(root, proc)  # the kernel's lists of children, else every process's stat
     stats: dict[int, tuple[int, int, int]] = {}
-    for path in proc.glob("[0-9]*/stat"):
+    for path in ([proc / str(p) / "stat" for p in known] if known is not None
+                 else proc.glob("[0-9]*/stat")):
         try:
             stats[int(path.parent.name)] = parse_stat(path.read_text())
         except (OSError, IndexError, ValueError):  # a process that ended meanwhile
@@ -80,6 +83,23 @@ def read_tree(root: int, proc: Path = Path("/proc")) -> Reading:
     pages = sum(stats[p][2] for p in tree)
     return Reading(wall, ticks / os.sysconf("SC_CLK_TCK"), pages * os.sysconf("SC_PAGE_SIZE"),
                    tuple(tree))
+
+
+def _tree(root: int, proc: Path) -> list[int] | None:
+    """``root`` and its descendants from ``/proc/PID/task/TID/children`` (a few files, not
+    every process of a shared machine each sample); None where the kernel keeps no such
+    lists."""
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        files = list((proc / str(pid) / "task").glob("*/children"))
+        if not files and pid == root:
+            return None
+        out.append(pid)
+        for path in files:
+            with contextlib.suppress(OSError, ValueError):
+                todo += [int(c) for c in path.read_text().split()]
+    return out
 
 
 def cpu_percent(before: Reading, after: Reading) -> float:

@@ -151,3 +151,14 @@ def test_trial_runs_carry_system_metrics(two_sweeps):
             gpu = (run.data.tags.get(keys.CUDA_VISIBLE_DEVICES) or "0").split(",")[0]
             assert client.get_metric_history(run.info.run_id,
                                              keys.gpu_metric(gpu, "memory_mb"))
+
+
+def test_the_tree_read_is_this_process_and_its_children():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        tree = usage.read_tree(os.getpid()).pids
+        assert tree[0] == os.getpid() and child.pid in tree
+        assert os.getppid() not in tree  # the parent is not the worker's
+    finally:
+        child.kill()
+        child.wait()
