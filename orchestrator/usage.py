@@ -67,22 +67,44 @@ def descendants(root: int, parents: dict[int, int]) -> list[int]:
     return out
 
 
+# how many times a reading of the tree is taken again when one of its processes ended while it
+# was read
+READ_TRIES = 5
+
+
 def read_tree(root: int, proc: Path = Path("/proc")) -> Reading:
-    """The counters of process ``root`` and its descendants, read from ``proc``."""
-    known = _tree(root, proc)  # the kernel's lists of children, else every process's stat
-    stats: dict[int, tuple[int, int, int]] = {}
-    for path in ([proc / str(p) / "stat" for p in known] if known is not None
-                 else proc.glob("[0-9]*/stat")):
-        try:
-            stats[int(path.parent.name)] = parse_stat(path.read_text())
-        except (OSError, IndexError, ValueError):  # a process that ended meanwhile
-            continue
+    """The counters of process ``root`` and its descendants, read from ``proc``.
+
+    The stat files are read parents first: a child that ends and is reaped after its parent's
+    was read has its CPU time in neither (its parent's ``cutime`` was read before it came
+    there), so a listed process whose stat is gone makes the whole reading be taken again, at
+    most :data:`READ_TRIES` times; a child read before it was reaped is counted once, as its
+    parent's ``cutime`` was read before."""
+    for _ in range(READ_TRIES):
+        known = _tree(root, proc)  # the kernel's lists of children, else every process's stat
+        stats, whole = _stats(known, proc)
+        if whole:
+            break
     wall = time.monotonic()
     tree = [p for p in descendants(root, {p: s[0] for p, s in stats.items()}) if p in stats]
     ticks = sum(stats[p][1] for p in tree)
     pages = sum(stats[p][2] for p in tree)
     return Reading(wall, ticks / os.sysconf("SC_CLK_TCK"), pages * os.sysconf("SC_PAGE_SIZE"),
                    tuple(tree))
+
+
+def _stats(known: list[int] | None, proc: Path) -> tuple[dict[int, tuple[int, int, int]], bool]:
+    """The parsed stat of each process of ``known`` (in its order, parents first), or of every
+    process when ``known`` is None, and whether every process of ``known`` was read."""
+    stats: dict[int, tuple[int, int, int]] = {}
+    whole = True
+    for path in ([proc / str(p) / "stat" for p in known] if known is not None
+                 else proc.glob("[0-9]*/stat")):
+        try:
+            stats[int(path.parent.name)] = parse_stat(path.read_text())
+        except (OSError, IndexError, ValueError):  # a process that ended meanwhile
+            whole = False
+    return stats, whole or known is None
 
 
 def _tree(root: int, proc: Path) -> list[int] | None:
@@ -103,9 +125,13 @@ def _tree(root: int, proc: Path) -> list[int] | None:
 
 
 def cpu_percent(before: Reading, after: Reading) -> float:
-    """CPU use between two readings, in percent of one core."""
+    """CPU use between two readings, in percent of one core; within 0 and 100 x the machine's
+    cores, which the counters' rounding to clock ticks can pass over a short time."""
     wall = after.wall - before.wall
-    return max(0.0, 100.0 * (after.cpu_seconds - before.cpu_seconds) / wall) if wall > 0 else 0.0
+    if wall <= 0:
+        return 0.0
+    percent = 100.0 * (after.cpu_seconds - before.cpu_seconds) / wall
+    return min(max(0.0, percent), 100.0 * (os.cpu_count() or 1))
 
 
 def process_figures(before: Reading, after: Reading,
@@ -182,6 +208,7 @@ class Sampler:
         self._lock = threading.Lock()
         self._samples: list[Sample] = []
         self._taken = 0
+        self._cpu_given = False
         self._stop = threading.Event()
         self._last = read_tree(self.pid) if self.proc else None
         self._thread = threading.Thread(target=self._run, name="usage-sampler", daemon=True)
@@ -199,17 +226,19 @@ class Sampler:
             self.sample()
 
     def sample(self, last: bool = False) -> None:
-        """Take one sample now; the ``last`` of a trial has its CPU over whatever time passed
-        since the previous CPU figure (a trial shorter than :data:`MIN_CPU_SECONDS` has one)."""
+        """Take one sample now. A CPU figure needs :data:`MIN_CPU_SECONDS` since the previous
+        one (a tick of rounding over a few milliseconds would read as many cores), except the
+        ``last`` of a trial that had none yet: over whatever time the trial took."""
         with self._lock:
             figures: dict[str, float] = {}
             pids = {self.pid}
             if self._last is not None:
                 now = read_tree(self.pid)
-                figures.update(process_figures(self._last, now, 0.0 if last else MIN_CPU_SECONDS))
+                soonest = 0.0 if last and not self._cpu_given else MIN_CPU_SECONDS
+                figures.update(process_figures(self._last, now, soonest))
                 pids = set(now.pids)
                 if keys.SYSTEM_CPU in figures:
-                    self._last = now
+                    self._last, self._cpu_given = now, True
             if self.gpus is not None:
                 try:
                     figures.update(self.gpus.read(pids))

@@ -162,3 +162,50 @@ def test_the_tree_read_is_this_process_and_its_children():
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_child_reaped_while_the_tree_is_read_is_counted_once(tmp_path, monkeypatch):
+    """The worker's DataLoader process ends and is reaped between the read of the worker's stat
+    and its own: its CPU time is in neither, so the reading is taken again, where it is in the
+    worker's cutime (not a drop now and a jump of the child's whole life at the next sample)."""
+    real = Path("/proc/self/stat").read_text()
+
+    def write(pid: int, ppid: int, ticks: tuple[int, int, int, int], children: str) -> None:
+        (tmp_path / str(pid) / "task" / str(pid)).mkdir(parents=True, exist_ok=True)
+        (tmp_path / str(pid) / "task" / str(pid) / "children").write_text(children)
+        (tmp_path / str(pid) / "stat").write_text(_fake_stat(real, ppid, ticks, 10))
+
+    write(100, 1, (50, 10, 0, 0), "101 ")
+    write(101, 100, (300, 20, 0, 0), "")
+    before = usage.read_tree(100, tmp_path)
+    assert before.cpu_seconds == pytest.approx(380 / TICK) and sorted(before.pids) == [100, 101]
+    stats, tries = usage._stats, []
+
+    def reading_with_a_reap(known, proc):
+        tries.append(known)
+        if len(tries) > 1:
+            return stats(known, proc)
+        first, _ = stats(known[:1], proc)  # the worker's stat is read, then the child is reaped
+        (tmp_path / "101" / "stat").unlink()
+        write(100, 1, (51, 10, 300, 20), "")
+        rest, whole = stats(known[1:], proc)
+        return {**first, **rest}, whole
+
+    monkeypatch.setattr(usage, "_stats", reading_with_a_reap)
+    after = usage.read_tree(100, tmp_path)
+    assert len(tries) == 2 and after.pids == (100,)
+    assert after.cpu_seconds == pytest.approx(381 / TICK)
+
+
+def test_the_last_sample_of_a_trial_has_no_cpu_figure_over_a_few_milliseconds():
+    with usage.Sampler(seconds=3600) as sampler:
+        t0 = time.process_time()
+        while time.process_time() - t0 < usage.MIN_CPU_SECONDS * 1.5:
+            pass
+        sampler.sample()  # the sampler's own sample, just before the trial ends
+        (taken, end) = sampler.drain(last=True)
+    assert keys.SYSTEM_CPU in taken[2] and keys.SYSTEM_RSS in end[2]
+    assert keys.SYSTEM_CPU not in end[2]  # a tick over a few ms would read as many cores
+    # a figure over a short time is never more than the machine has
+    start = usage.Reading(0.0, 0.0, 0)
+    assert usage.cpu_percent(start, usage.Reading(0.001, 0.01, 0)) == 100 * os.cpu_count()
