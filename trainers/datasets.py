@@ -27,6 +27,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import Dataset, TensorDataset
 
+from . import seams
 from .datafiles import check_data_files, data_root
 from .errors import DataError
 from .settings import TrainSettings
@@ -295,12 +296,7 @@ def _image_folder(s: TrainSettings) -> Data:
 
 def _user(s: TrainSettings) -> Data:
     """``module:function()`` returning ``(train_dataset, val_dataset, num_classes)``."""
-    module, _, function = s.dataset.partition(":")
-    try:
-        found = getattr(importlib.import_module(module), function)
-    except (ImportError, AttributeError) as e:
-        raise DataError("dataset", s.dataset, f"cannot be imported ({e})") from None
-    result = found()
+    result = seams.resolve("dataset", s.dataset, DataError)()
     if not (isinstance(result, tuple) and len(result) == 3):
         raise DataError("dataset", s.dataset, "must return (train_dataset, val_dataset, "
                                               "num_classes)")

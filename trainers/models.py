@@ -6,13 +6,13 @@ with ``num_classes`` and ``in_channels``.
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin
 
+from . import seams
 from .errors import SettingsError
 from .settings import TORCHVISION
 
@@ -77,14 +77,7 @@ def build_model(name: str, num_classes: int, in_channels: int, image_size: tuple
 
 def user_model(name: str, num_classes: int, in_channels: int) -> nn.Module:
     """A user's ``module:function`` called with ``num_classes`` and ``in_channels``."""
-    module, _, function = name.partition(":")
-    try:
-        make = getattr(importlib.import_module(module), function)
-    except (ImportError, AttributeError) as e:
-        raise SettingsError("model", name, f"cannot be imported ({e}); the module must be "
-                                           f"importable from the working folder or "
-                                           f"PYTHONPATH") from None
-    model = make(num_classes=num_classes, in_channels=in_channels)
+    model = seams.resolve("model", name)(num_classes=num_classes, in_channels=in_channels)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model {name} returned {type(model).__name__}, not a torch.nn.Module")
     return model

@@ -34,12 +34,13 @@ def is_user_code(seam: str, value: Any) -> bool:
     return isinstance(value, str) and value not in choices and bool(USER_CODE.match(value))
 
 
-def resolve(seam: str, name: str) -> Callable:
+def resolve(seam: str, name: str, error: type[SettingsError] = SettingsError) -> Callable:
     """The callable ``name`` stands for: a ``torch.optim`` class for ``torch:NAME``, else the
-    function ``module:function``.
+    function ``module:function`` (of any seam: the model and the dataset too).
 
     Raises:
-        SettingsError: it cannot be imported, is not callable, or is no torch optimizer.
+        SettingsError: (or ``error``) it cannot be imported, its module raised while imported,
+            it is not callable, or it is no torch optimizer.
     """
     if seam == "optimizer" and name.startswith(TORCH_OPTIM):
         return _torch_optimizer(name)
@@ -49,14 +50,14 @@ def resolve(seam: str, name: str) -> Callable:
     try:
         found = getattr(importlib.import_module(module), function)
     except (ImportError, AttributeError) as e:
-        raise SettingsError(seam, name, f"cannot be imported ({e}); the module must be "
+        raise error(seam, name, f"cannot be imported ({e}); the module must be "
                                         f"importable from the working folder or "
                                         f"PYTHONPATH") from None
     except Exception as e:  # user code: a syntax error, or raising while it is imported
-        raise SettingsError(seam, name, f"cannot be imported: its module raised "
+        raise error(seam, name, f"cannot be imported: its module raised "
                                         f"{type(e).__name__}: {e}") from None
     if not callable(found):
-        raise SettingsError(seam, name, f"is a {type(found).__name__}, not a function")
+        raise error(seam, name, f"is a {type(found).__name__}, not a function")
     return found
 
 

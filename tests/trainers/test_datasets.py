@@ -110,6 +110,9 @@ def test_float_labels_from_a_user_dataset_are_refused():
 def test_a_missing_user_dataset_names_the_setting():
     with pytest.raises(DataError, match="cannot be imported"):
         load_data(TrainSettings(dataset="tests.datasets:nothing_here"))
+    with pytest.raises(DataError, match=r"^dataset cannot be imported: its module raised "
+                                        r"RuntimeError: boom at import"):
+        load_data(TrainSettings(dataset="tests.datasets_raising:make"))
 
 
 def test_a_user_dataset_that_streams_is_refused_naming_map_style():

@@ -60,3 +60,7 @@ def test_a_user_model_that_cannot_be_imported_names_the_setting():
     with pytest.raises(SettingsError,
                        match=r"^model cannot be imported \(No module named .no_such_module.\)"):
         build_model("no_such_module:make", 10, 1, (8, 8))
+    # user code that raises while its module is imported: a line naming it, not its exception
+    with pytest.raises(SettingsError, match=r"^model cannot be imported: its module raised "
+                                            r"RuntimeError: boom at import"):
+        build_model("tests.datasets_raising:make", 10, 1, (8, 8))
