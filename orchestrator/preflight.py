@@ -15,7 +15,7 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
-from trainers import TrainSettings
+from trainers import CUDA_METRICS, TrainSettings
 from trainers.verdicts import ERROR, FAIL, PASS, SKIP, WARN, worst
 
 from . import space as sp
@@ -118,8 +118,37 @@ def check_all(spec: SweepSpec, out_dir: Path,
         if report is None:
             break
         results.append({"label": label(settings), "folder": folder, "settings": settings,
-                        "report": report})
+                        "report": objectives_logged(spec, report)})
     return results
+
+
+def objectives_logged(spec: SweepSpec, report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` with a FAIL row ``objective`` when an objective or a constraint names a metric
+    that the configuration's epochs do not report. Known once the user's metric functions
+    (``train.metrics``) ran on a batch (the report's ``metrics``); without them validation
+    has already refused any name the trainer does not log."""
+    logged = report.get("metrics")
+    if not logged:
+        return report
+    several = spec.is_multi_objective
+    named = [(f"objective{f'.{i}' if several else ''}.metric", o.metric)
+             for i, o in enumerate(spec.objectives)]
+    named += [(f"constraints.{i}.metric", c.metric) for i, c in enumerate(spec.constraints)]
+    # a CUDA metric on another device: validation has warned of it already
+    missing = [(field, metric) for field, metric in named
+               if metric not in logged and metric not in CUDA_METRICS]
+    if not missing:
+        return report
+    rows = [{"name": "objective", "status": FAIL,
+             "evidence": f"{field} is {metric!r}, which an epoch of this configuration does not "
+                         f"report (it reports {', '.join(logged)})",
+             "cause": "no metric of that name: every trial would "
+                      + ("be infeasible" if field.startswith("constraints") else
+                         "fail at its first epoch"),
+             "fix": f"set {field} to one of the names above, or return {metric!r} from a "
+                    f"function of train.metrics"} for field, metric in missing]
+    checks = [*report.get("checks", []), *rows]
+    return {**report, "checks": checks, "status": worst(c["status"] for c in checks)}
 
 
 def status_of(results: list[dict[str, Any]]) -> str:

@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from trainers import (
+    CUDA_METRICS,
     DEFAULT_EXPORT_FORMATS,
     EPOCH_METRICS,
     EXPORT_FORMATS,
@@ -970,9 +971,6 @@ def _check_study_rules(top: SweepSpec, space: sp.Space, problems, warnings) -> N
 
 def _objectives_of(top: SweepSpec) -> list[Objective]:
     return list(top.objective) if isinstance(top.objective, list) else [top.objective]
-
-
-CUDA_METRICS = ("peak_memory_mb",)  # logged by the trainer on CUDA devices only
 
 
 def _metric_problem(top: SweepSpec, where: str, metric: str, problems: list[str],

@@ -18,6 +18,7 @@ from .errors import (
 from .seams import check_seams, is_user_code, keyword_default
 from .seams import keywords as seam_keywords
 from .settings import (
+    CUDA_METRICS,
     DEFAULT_EXPORT_FORMATS,
     EPOCH_METRICS,
     EXPORT_FORMATS,
@@ -29,8 +30,9 @@ from .settings import (
 _LAZY = ("EpochReport", "TrainResult", "evaluate_test", "load_weights", "save_weights", "train",
          "warm_up")
 
-__all__ = ["DEFAULT_EXPORT_FORMATS", "DETERMINISTIC_ERRORS", "EPOCH_METRICS", "EXPORT_FORMATS",
-           "CheckpointError", "DataError", "RankCrashed", "RankFailed", "SettingsError",
+__all__ = ["CUDA_METRICS", "DEFAULT_EXPORT_FORMATS", "DETERMINISTIC_ERRORS", "EPOCH_METRICS",
+           "EXPORT_FORMATS", "CheckpointError", "DataError", "RankCrashed", "RankFailed",
+           "SettingsError",
            "TrainSettings", "TrainerWarning", "TrainingDiverged", "check_data_files",
            "pending_download", "setting_fields", "setting_kind", "check_seams", "is_user_code",
            "keyword_default", "seam_keywords", *_LAZY]

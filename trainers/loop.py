@@ -33,7 +33,7 @@ from .runtime import (
     seed_everything,
     set_determinism,
 )
-from .settings import EPOCH_METRICS, TrainSettings
+from .settings import EPOCH_METRICS, TAKEN_METRICS, TAKEN_PREFIXES, TrainSettings
 
 
 @dataclass
@@ -424,13 +424,17 @@ def evaluate(model: nn.Module, batches, settings: TrainSettings, device: torch.d
     return out
 
 
+OWN_METRICS = ", ".join([*TAKEN_METRICS, *(p + "*" for p in TAKEN_PREFIXES)])
+
+
 def user_metrics(metric_fns: dict[str, Callable], logits: torch.Tensor, targets: torch.Tensor,
                  taken: set[str]) -> dict[str, float]:
     """What the user's ``f(logits, targets) -> {name: value}`` functions return, as floats.
 
     Raises:
         SettingsError: a function returned no dict, a name twice or taken (``taken``, the
-            built-in metrics), or a value that is no number.
+            built-in metrics, the run's other metrics: ``lr``, ``test_*``, ``system/*``...),
+            or a value that is no number.
     """
     out: dict[str, float] = {}
     for name, fn in metric_fns.items():
@@ -439,11 +443,16 @@ def user_metrics(metric_fns: dict[str, Callable], logits: torch.Tensor, targets:
             raise SettingsError("metrics", name, f"returned a {type(values).__name__}; it must "
                                                  f"return a dict of metric name: number")
         for key, value in values.items():
-            clash = key in taken or key in out or key in EPOCH_METRICS
-            if not isinstance(key, str) or not key or clash:
-                raise SettingsError("metrics", name, f"returned the name {key!r}, "
-                                    f"{'taken by another metric' if clash else 'not a name'}; "
-                                    f"name each metric once, apart from the built-in ones")
+            if not isinstance(key, str) or not key:
+                raise SettingsError("metrics", name, f"returned the name {key!r}, not a name; "
+                                                     f"name each metric with a string")
+            if key in out:
+                raise SettingsError("metrics", name, f"returned the name {key!r} twice (with "
+                                                     f"another function); name each metric once")
+            if (key in taken or key in EPOCH_METRICS or key in TAKEN_METRICS
+                    or key.startswith(TAKEN_PREFIXES)):
+                raise SettingsError("metrics", name, f"returned the name {key!r}, which the run "
+                                                     f"logs itself (as {OWN_METRICS}); rename it")
             try:
                 out[key] = float(value)
             except (TypeError, ValueError):

@@ -28,7 +28,7 @@ from . import seams
 from .datasets import Data, load_data
 from .loop import build_run, forward_loss, user_metrics
 from .runtime import prepare_inputs, resolve_device, seed_everything
-from .settings import TrainSettings
+from .settings import CUDA_METRICS, EPOCH_METRICS, TrainSettings
 from .verdicts import ERROR, FAIL, PASS, SKIP, WARN, worst
 
 SAMPLE = 64          # items read for the data checks
@@ -62,6 +62,9 @@ class PreflightReport:
     files: dict[str, str] = field(default_factory=dict)
     suggested_lr: tuple[float, float] | None = None
     seconds: float = 0.0
+    # the names of the metrics an epoch reports, where user metric functions (train.metrics)
+    # ran on a batch; None otherwise (the built-in names are known without running anything)
+    metrics: list[str] | None = None
 
     @property
     def status(self) -> str:
@@ -73,7 +76,8 @@ class PreflightReport:
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "checks": [asdict(c) for c in self.checks],
                 "files": dict(self.files), "seconds": round(self.seconds, 2),
-                "suggested_lr": list(self.suggested_lr) if self.suggested_lr else None}
+                "suggested_lr": list(self.suggested_lr) if self.suggested_lr else None,
+                "metrics": self.metrics}
 
 
 class _Stop(Exception):
@@ -520,6 +524,8 @@ def _seams_check(ctx: _Context) -> None:
                                                            {"val_loss", "val_acc"}))
         evidence += "; metrics on the batch: " + ", ".join(f"{k} {v:.3g}"
                                                            for k, v in values.items())
+        ctx.report.metrics = [*EPOCH_METRICS, *(CUDA_METRICS if ctx.device.type == "cuda" else ()),
+                              *values]
     ctx.add("seams", PASS, evidence)
 
 

@@ -103,3 +103,44 @@ def test_a_checker_error_is_shown_but_only_a_fail_of_the_user_code_stops_the_swe
     failed = {**errored, "report": pf.failed_report("data", "e", "c", "f")}
     assert pf.status_of([errored, failed]) == pf.status_of([failed, errored]) == "FAIL"
     assert "ERROR" in pf.markdown([errored]) and pf.table("x", errored["report"]).row_count
+
+
+TOP2 = {"epochs": 1, "metrics": ["tests.trainers.test_seams:top2"]}  # returns val_top2
+
+
+def test_an_objective_that_no_epoch_reports_is_a_fail_before_any_trial(tmp_path, write_spec):
+    """With user metric functions validation cannot know their names; the preflight runs them on
+    a batch and refuses an objective or constraint that no epoch would report."""
+    ask = {"objective": {"metric": "val_top3", "direction": "maximize"},
+           "preflight": {"overfit_steps": 20}}
+    path = write_spec(tiny_spec(train=TOP2, **ask))
+    done = run_cli("doctor", str(path), "--out", str(tmp_path / "e"), cwd=tmp_path, env=USER_CODE)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = [x for x in done.stderr.splitlines() if " objective FAIL" in x]
+    assert "objective.metric is 'val_top3'" in line and "val_top2" in line
+    report = json.loads((tmp_path / "e" / "preflight.json").read_text())
+    checks = report["configurations"][0]["report"]["checks"]
+    assert [c["name"] for c in checks if c["status"] == "FAIL"] == ["objective"]
+
+
+def test_each_objective_and_constraint_is_checked_against_the_reported_names():
+    spec = validate(tiny_spec(train=TOP2, objective=[
+        {"metric": "val_top2", "direction": "maximize"},
+        {"metric": "samples_per_second", "direction": "maximize"}], sampler={"name": "nsga2"},
+        constraints=[{"metric": "val_top5", "max": 1}, {"metric": "peak_memory_mb", "max": 9}]))
+    passed = {"status": "PASS", "checks": [{"name": "seams", "status": "PASS", "evidence": "e",
+                                             "cause": "", "fix": ""}]}
+    reports = {"val_top2": {**passed, "metrics": ["val_acc", "samples_per_second", "val_top2"]},
+               "val_top5": {**passed, "metrics": ["val_acc", "samples_per_second", "val_top5"]}}
+    assert pf.objectives_logged(spec, passed) == passed  # no user metrics ran: nothing to say
+    # val_top5 missing: a constraint that every trial would violate; peak_memory_mb, absent
+    # off CUDA, was a validation warning
+    checked = pf.objectives_logged(spec, reports["val_top2"])
+    assert checked["status"] == "FAIL" and checked["checks"][0] == passed["checks"][0]
+    (row,) = checked["checks"][1:]
+    assert row["evidence"].startswith("constraints.0.metric is 'val_top5'")
+    assert "infeasible" in row["cause"]
+    checked = pf.objectives_logged(spec, reports["val_top5"])
+    (row,) = checked["checks"][1:]
+    assert row["evidence"].startswith("objective.0.metric is 'val_top2'")
+    assert "fail at its first epoch" in row["cause"]

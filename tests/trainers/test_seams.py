@@ -248,3 +248,21 @@ def test_preflight_fails_an_optimizer_that_does_not_update_the_weights():
     passing = preflight(TrainSettings(optimizer=f"{HERE}:lion"), overfit_steps=5)
     assert passing.check("seams").status == "PASS"
     assert "changed 8 of 8 parameter tensors" in passing.check("seams").evidence
+
+
+@pytest.mark.parametrize("name,why", [
+    ("val_acc", "logs itself"), ("lr", "logs itself"), ("peak_memory_mb", "logs itself"),
+    ("train_seconds", "logs itself"), ("test_acc", "logs itself"), ("export_onnx_x", "logs itself"),
+    ("system/cpu_percent", "logs itself"), ("val_top2", "twice"), ("", "not a name")])
+def test_a_user_metric_may_not_take_a_name_the_run_logs_or_another_function_returns(name, why):
+    """Its values would be mixed into another curve of the run (lr per step, system/* per
+    sample, test_* of the test split) or overwrite another function's."""
+    from trainers.loop import user_metrics
+
+    logits, y = torch.randn(6, 4), torch.tensor([0, 1, 2, 3, 0, 1])
+    fns = {f"{HERE}:top2": top2, "other:f": lambda lg, t: {name: 0.5}}
+    with pytest.raises(SettingsError, match=f"^metrics returned the name {name!r}.*{why}"):
+        user_metrics(fns, logits, y, {"val_loss", "val_acc"})
+    fine = user_metrics({**fns, "other:f": lambda lg, t: {"val_top3": 0.5}}, logits, y, set())
+    assert fine == {"val_top2": pytest.approx(float(top2(logits, y)["val_top2"])),
+                    "val_top3": 0.5}
