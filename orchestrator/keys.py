@@ -98,6 +98,9 @@ CONSTRAINTS = _key("sweep.constraints", (TRIAL_ATTR, TRIAL_TAG),
                    "each constraint's value at the last epoch (`metric<=max`: metric - max), "
                    "<= 0 when met (Optuna's own copy: the trial's `constraints`)")
 FEASIBLE = _key("sweep.feasible", TRIAL_TAG, "true when every constraint is met")
+EPOCHS = _key("sweep.epochs", TRIAL_ATTR,
+              "the epochs a complete trial of several objectives trained (Optuna takes no "
+              "epoch values from such a study; a trial of one objective has them there)")
 STOPPED_EARLY = _key("sweep.stopped_early", (TRIAL_ATTR, TRIAL_TAG),
                      "why `patience` stopped the trial before its last epoch (it completes "
                      "with the epochs it ran)")

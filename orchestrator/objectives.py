@@ -81,6 +81,12 @@ def is_constrained(trials: Sequence[FrozenTrial]) -> bool:
     return any(t.constraints for t in trials)
 
 
+def epochs_of(trial: FrozenTrial) -> int:
+    """The epochs a trial trained as its study knows them: its epoch values, or with several
+    objectives (never told epochs) the count recorded when it completed; 0 when unknown."""
+    return len(trial.intermediate_values) or int(trial.user_attrs.get(keys.EPOCHS, 0))
+
+
 def is_copied(trial: FrozenTrial) -> bool:
     """Whether ``trial`` was copied from another sweep by ``warm_start`` (history for the
     sampler, not a trial of this sweep)."""

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from optuna.trial import TrialState
 
-from . import keys
+from . import keys, objectives
 from . import preflight as pf
 from .book import TrialBook
 from .errors import SweepError
@@ -223,8 +223,9 @@ def epoch_seconds(trials) -> float:
     """The slowest epoch among ``trials`` (wall time of a trial over its epochs)."""
     out = 0.0
     for t in trials:
-        if t.duration is not None and t.intermediate_values:
-            out = max(out, t.duration.total_seconds() / len(t.intermediate_values))
+        epochs = objectives.epochs_of(t)
+        if t.duration is not None and epochs:
+            out = max(out, t.duration.total_seconds() / epochs)
     return out
 
 

@@ -129,7 +129,7 @@ def trial_rows(study: optuna.Study, now: datetime) -> list[dict[str, str]]:
             notes.append(_first_line(t.user_attrs[keys.FAIL_REASON]))
         rows.append({"#": str(t.number), "state": t.state.name,
                      "value": objectives.values_text(t.values),
-                     "epochs": str(len(t.intermediate_values)) if t.intermediate_values else "",
+                     "epochs": str(objectives.epochs_of(t) or ""),
                      "params": params_text(t.params), "duration": _duration(t, now),
                      "MLflow run": t.user_attrs.get(keys.RUN_ID, ""), "note": "; ".join(notes)})
     return rows

@@ -362,6 +362,8 @@ class SweepStudy:
         recording its constraint values (samplers read them when told)."""
         values = self.values(history)
         constrain(self.spec, pending.trial, history)
+        if self.spec.is_multi_objective:  # such a study holds no epoch values to count
+            pending.trial.set_user_attr(keys.EPOCHS, len(history))
         self.study.tell(pending.trial, values)
         return values
 

@@ -258,9 +258,22 @@ def test_pareto_front_in_status_and_report_is_the_front_by_hand(front, tmp_path)
     rows = {int(r.split()[0]): r for r in text.splitlines()
             if r.strip() and r.split()[0].isdigit()}
     assert {n for n, r in rows.items() if "Pareto front" in r} == expected
+    # the epochs each trial trained, though such a study holds no epoch values, as MLflow has
+    # them (one logged val_acc per epoch)
+    from datetime import datetime, timezone
+
+    from orchestrator.status import trial_rows
+
+    trained = {t.number: len(_history(stores, t.user_attrs["sweep.mlflow_run_id"], "val_acc"))
+               for t in done}
+    assert set(trained.values()) == {FRONT["train"]["epochs"]}
+    shown = {int(r["#"]): r["epochs"] for r in trial_rows(study, datetime.now(timezone.utc))}
+    assert {n: shown[n] for n in trained} == {n: str(e) for n, e in trained.items()}
     assert f"Pareto front: {len(expected)} trials" in out.stdout
-    report = build_report(load_sweep("front", stores.tracking_uri, str(stores.journal)),
-                          tmp_path / "report")
+    data = load_sweep("front", stores.tracking_uri, str(stores.journal))
+    frame = data.trials.set_index("trial")
+    assert {n: frame.loc[n, "epochs"] for n in trained} == trained
+    report = build_report(data, tmp_path / "report")
     assert report.headline.startswith(
         f"Pareto front (val_acc, epoch_seconds): {len(expected)} trials, "
         f"{', '.join(str(n) for n in sorted(expected))} of {len(done)}")
