@@ -40,6 +40,8 @@ class SweepData:
     compare: dict | None = None
     # the trials of the configuration with the best mean (study.best_configuration)
     best_group: list[int] = field(default_factory=list)
+    # the trials the study names best (objectives.best_trials): ranked, or the Pareto front
+    best: list[int] = field(default_factory=list)
 
     @property
     def factors(self) -> list[str]:
@@ -74,11 +76,13 @@ def load_sweep(spec_or_name: str, tracking_uri: str | None = None,
                          spec.objective.metric)
     parent = tracker.find_parent_run(experiment_id, name) if experiment_id else None
     compare = study.user_attrs.get(keys.COMPARE)
+    every = study.get_trials(deepcopy=False)
     return SweepData(spec, name, trials, curves, lr, parent.info.run_id if parent else None,
                      dict(parent.data.metrics) if parent else {},
                      dict(parent.data.tags) if parent else {}, tracker,
                      json.loads(compare) if compare else None,
-                     [t.number for t in best_configuration(spec, study.get_trials(deepcopy=False))])
+                     [t.number for t in best_configuration(spec, every)],
+                     [t.number for t in objectives.best_trials(every, spec.directions)])
 
 
 def _name_in(path: str) -> str:

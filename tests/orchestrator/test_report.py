@@ -245,3 +245,42 @@ def test_with_repeats_the_headline_is_the_best_configuration_mean(grid, directio
     assert line.startswith(f"Best configuration: val_acc mean {best['mean']:.4f} +- "
                            f"{best['std']:.4f} over 3 seed(s) ("), line
     assert f"optimizer={optimizer}" in line and f"clip_grad_norm={clip}" in line, line
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_the_reports_best_trial_is_the_one_sweep_status_names(grid, direction, tmp_path):
+    """A complete trial with an infinite value (a time to a target never reached, a user
+    metric) is never best: the report reads the study's rule, as sweep status does, not a
+    copy of it on the trial table."""
+    import shutil
+
+    import optuna
+    import yaml
+
+    from orchestrator.report import load_sweep
+    from orchestrator.report.front import best_rows
+    from orchestrator.status import trial_rows
+    from tests.conftest import Stores
+
+    stores, _, _ = grid
+    copy = Stores(tmp_path / "copy")
+    shutil.copytree(stores.dir, copy.dir, ignore=shutil.ignore_patterns("rep", "mlruns"))
+    study = copy.study("grid")
+    first = study.trials[0]
+    inf = math.inf if direction == "maximize" else -math.inf  # the best a sort could give
+    study.add_trial(optuna.trial.create_trial(params=first.params,
+                                              distributions=first.distributions, value=inf))
+    raw = load_sweep("grid", copy.tracking_uri, str(copy.journal), curves=False).spec.raw
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({**raw, "objective": {"metric": "val_acc",
+                                                         "direction": direction}}))
+    data = load_sweep(str(path), copy.tracking_uri, str(copy.journal), curves=False)
+    finite = [(t.value, t.number) for t in study.trials
+              if t.state.name == "COMPLETE" and math.isfinite(t.value)]
+    by_hand = sorted(finite, key=lambda v: ((-1 if direction == "maximize" else 1) * v[0], v[1]))
+    assert list(best_rows(data)["trial"]) == [n for _, n in by_hand]
+    if direction == "maximize":  # the study's own direction: status marks that trial best
+        from datetime import datetime, timezone
+
+        rows = trial_rows(copy.study("grid"), datetime.now(timezone.utc))
+        assert [r["#"] for r in rows if "best" in r["note"].split("; ")] == [str(by_hand[0][1])]
