@@ -121,10 +121,9 @@ class Speculation:
         if finished != self._finished and self._new_best(finished):
             self.seconds, self._asked = 0.0, time.monotonic()
         todo = self._free()
-        if not todo or not worker.send(self._share(todo[0])):
+        if not todo or not worker.lend(self._share(todo[0])):
             return False
         self.asked[todo[0]] = worker
-        worker.warming = True  # busy: neither a trial nor a phase's request goes to it
         return True
 
     def _share(self, i: int) -> Export:
@@ -204,6 +203,14 @@ class Speculation:
             self.seconds = time.monotonic() - self._asked
         lost = Lost("the worker exporting it ahead died or missed its deadline", seconds)
         return self.shares, [self.replies.get(i, lost) for i in range(len(self.shares))]
+
+
+def export_deadline(spec: SweepSpec, formats: int, trials=()) -> float:
+    """Seconds an export of ``formats`` formats may take: ``export_timeout_s`` each when the
+    spec sets it, else a fixed time and :data:`EPOCHS_OF_WORK` of the slowest epoch of
+    ``trials`` each."""
+    return formats * (spec.export_timeout_s or EXPORT_PER_FORMAT_S
+                      + EPOCHS_OF_WORK * epoch_seconds(trials))
 
 
 def started_trials(book: TrialBook) -> list:
@@ -425,8 +432,7 @@ def export_best(book: TrialBook, workers: Workers, ahead: Speculation | None = N
         book.say(f"exporting trial {best[0].number} as {', '.join(spec.export)} and checking "
                  f"parity...")
         shares = export_shares(spec.export, workers.count)
-        seconds = max(len(f) for f in shares) * (spec.export_timeout_s or EXPORT_PER_FORMAT_S
-                                                 + EPOCHS_OF_WORK * epoch_seconds(best))
+        seconds = export_deadline(spec, max(len(f) for f in shares), best)
         done = ahead.take(best[0].number, workers, seconds) if ahead else None
         if done is not None:
             result = merge_exports(*done, scratch / "export", tuple(spec.export))

@@ -158,7 +158,7 @@ def warm(spec: SweepSpec, workers: list[Worker], running: int,
         if worker.warming or ahead.start(worker, finished):
             continue
         if not worker.warmed:
-            worker.warming = worker.send(Warm(formats=tuple(spec.export)))
+            worker.lend(Warm(formats=tuple(spec.export)))
 
 
 class _Loop:
@@ -199,6 +199,7 @@ class _Loop:
                 self.handle(worker, msg)
             self.book.attach_tracking(wait=False)
             self._enforce_trial_timeout()
+            self._enforce_lent_deadline()
             self.pool.kill_unstarted(self.spec.start_timeout_s)
             self.book.fail_stale_trials()
             self._show()
@@ -294,6 +295,9 @@ class _Loop:
 
     def _worker_died(self, worker: Worker) -> None:
         reason = worker.exit_reason()
+        if worker.kill_reason and worker.slot.index not in self.book.active:
+            self.book.say(f"worker {worker.slot.index} was stopped: {worker.kill_reason}; a new "
+                          f"one takes its place")
         self.book.fail(worker.slot.index, reason, "crash")
         if not worker.ready:
             self.failed_starts += 1
@@ -310,6 +314,22 @@ class _Loop:
             if active and worker.kill_reason is None and time.monotonic() - active.started > limit:
                 self.pool.kill_one(worker, f"trial exceeded trial_timeout_min "
                                            f"({self.spec.trial_timeout_min:g} min)")
+
+    def _enforce_lent_deadline(self) -> None:
+        """A worker lent to a warm-up or an export ahead that has not answered within the
+        export's deadline (user code hanging in an exporter) is killed and restarted: it would
+        hold its slot, and its GPU, for the rest of the sweep."""
+        now = time.monotonic()
+        formats = len(self.spec.export or ()) or 1
+        late = [w for w in self.pool.workers if w.warming and w.kill_reason is None
+                and now - w.lent_at > phases.export_deadline(self.spec, formats)]
+        if not late:  # the deadline's cheap part passed: then read the epoch times
+            return
+        limit = phases.export_deadline(self.spec, formats, self.study.trials())
+        for worker in late:
+            if now - worker.lent_at > limit:
+                self.pool.kill_one(worker, f"its export ahead of the end (or the exporters' "
+                                           f"warm-up) did not answer within {limit:.0f} s")
 
     # ------------------------------------------------------------------------------- ending
 

@@ -30,7 +30,9 @@ class Worker:
     log_path: Path
     info: Ready | None = None  # what it said once it imported torch
     kill_reason: str | None = None  # set when the runner kills it (a trial past its timeout)
-    warming: bool = False  # setting up the exporters (a Warm request it has not answered)
+    # lent outside trials: a Warm request or an export ahead it has not answered, since when
+    warming: bool = False
+    lent_at: float = 0.0
     spawned: float = field(default_factory=time.monotonic)  # when its process started
     warmed: bool = False  # it did: the export of the best trial starts warm there
 
@@ -50,6 +52,14 @@ class Worker:
             return True
         except (BrokenPipeError, ConnectionResetError, OSError):
             return False
+
+    def lend(self, msg: Message) -> bool:
+        """Send ``msg``, a request outside trials (a warm-up, an export ahead): the worker takes
+        neither a trial nor a phase's request till it answers. False when it is gone."""
+        if not self.send(msg):
+            return False
+        self.warming, self.lent_at = True, time.monotonic()
+        return True
 
     def exit_reason(self, lines: int = 15) -> str:
         """How the worker ended (signal or exit code) and the last lines of its output."""

@@ -188,6 +188,23 @@ def test_the_best_trial_exported_while_the_last_trial_trains_is_logged_at_the_en
         f.path for f in stores.client().list_artifacts(runs[0].info.run_id, "export")}
 
 
+def test_an_export_ahead_that_hangs_is_stopped_at_the_exports_deadline(stores, cli, write_spec):
+    """User code hanging in an exporter while other trials train: the worker is killed at the
+    export's deadline and replaced, not held (with its GPU) till the sweep ends."""
+    # the 1-epoch trial ends first; its worker then exports it ahead while the other trains
+    spec = tiny_spec(sampler={"name": "grid"}, trials=2, export_for="best",
+                     export=["torch_export"], export_timeout_s=1, test_timeout_s=1,
+                     space={"epochs": [1, 30]},
+                     train={"model": "tests.datasets:hangs_once_loaded", "lr": 0.03})
+    done = run_cli("run", str(write_spec(spec)), cwd=stores.dir, env=USER_CODE, timeout=300)
+    assert done.returncode == 0, done.stderr
+    stopped = [x for x in done.stdout.splitlines() if "was stopped: its export ahead" in x]
+    assert len(stopped) == 1 and "did not answer within 1 s" in stopped[0], done.stdout
+    assert [t.state.name for t in stores.study("tiny").trials] == ["COMPLETE"] * 2
+    # the export the sweep logs at the end names the deadline, whichever trial is best
+    assert "export" in done.stdout and "did not finish within its deadline of 1 s" in done.stdout
+
+
 def test_an_export_run_ahead_for_a_trial_that_is_not_the_best_at_the_end_is_dropped(
         stores, cli, write_spec):
     done = cli(write_spec(tiny_spec(sampler={"name": "random", "seed": 6}, **AHEAD)))
