@@ -1,6 +1,7 @@
 """One cross-process lock per store, held while a store is created or migrated: a file lock
 beside a SQLite database, a journal file or an MLflow ``file:`` store folder, an advisory lock
-inside a PostgreSQL database. MySQL and HTTP stores take none."""
+inside a PostgreSQL database, a named lock (``GET_LOCK``) on a MySQL or MariaDB server. HTTP
+stores take none."""
 from __future__ import annotations
 
 import contextlib
@@ -34,9 +35,9 @@ def store_lock(url: str) -> Iterator[None]:
     open a new store take turns (MLflow and Optuna create their tables without one, so two
     processes starting on a new database break each other's migration).
 
-    ``url``: ``sqlite:///FILE``, ``postgresql://...``, a journal file's path (or
-    ``journal:PATH``), an MLflow ``file:`` store; anything else takes no lock: an HTTP
-    tracking server migrates its own database once, and MySQL's creation is not locked.
+    ``url``: ``sqlite:///FILE``, ``postgresql://...``, ``mysql://...``, a journal file's
+    path (or ``journal:PATH``), an MLflow ``file:`` store; anything else takes no lock: an
+    HTTP tracking server migrates its own database once.
 
     Raises:
         SweepError: another process held the lock for :data:`LOCK_TIMEOUT_S` s.
@@ -70,8 +71,39 @@ def _store_lock(url: str) -> Iterator[None]:
     elif urlsplit(url).scheme.split("+")[0] in ("postgresql", "postgres"):
         with _advisory_lock(url):
             yield
+    elif urlsplit(url).scheme.split("+")[0] in ("mysql", "mariadb"):
+        with _named_lock(url):
+            yield
     else:
         yield
+
+
+def mysql_lock_name(url: str) -> str:
+    """The name of a MySQL store's lock: a server's named locks are shared by all its
+    databases, so the name holds the database's (hashed: at most 64 characters)."""
+    database = urlsplit(url).path.lstrip("/")
+    return f"sweep:create and migrate:{zlib.crc32(database.encode()):08x}"
+
+
+@contextlib.contextmanager
+def _named_lock(url: str) -> Iterator[None]:
+    """``GET_LOCK`` on a connection of its own, released (with it) after the block."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    name = mysql_lock_name(url)
+    try:
+        with engine.connect() as conn:
+            got = conn.execute(sqlalchemy.text("SELECT GET_LOCK(:n, :s)"),
+                               {"n": name, "s": LOCK_TIMEOUT_S}).scalar()
+            if got != 1:  # 0: timed out; NULL: an error on the server
+                raise LockTimeout(f"named lock {name!r} waited {LOCK_TIMEOUT_S} s")
+            try:
+                yield
+            finally:
+                conn.execute(sqlalchemy.text("SELECT RELEASE_LOCK(:n)"), {"n": name})
+    finally:
+        engine.dispose()
 
 
 @contextlib.contextmanager

@@ -312,6 +312,42 @@ def databases():
     conn.close()
 
 
+# MariaDB (or MySQL) on this machine: root without a password, as the machine's service has it
+MYSQL = {"host": "127.0.0.1", "port": 3306, "user": "root"}
+
+
+def _mysql_admin():
+    import pymysql
+
+    try:
+        return pymysql.connect(connect_timeout=5, autocommit=True, **MYSQL)
+    except pymysql.err.OperationalError as e:
+        pytest.fail(f"MySQL at {MYSQL['host']}:{MYSQL['port']} (user {MYSQL['user']}) is not "
+                    f"reachable: {e}; start it with 'service mariadb start'", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def mysql_databases():
+    """``new()`` makes a fresh MySQL database and returns its URL; all are dropped at the end."""
+    made = []
+
+    def new() -> str:
+        name = f"sweep_test_{uuid.uuid4().hex[:10]}"
+        conn = _mysql_admin()
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{name}`")
+        conn.close()
+        made.append(name)
+        return f"mysql+pymysql://{MYSQL['user']}@{MYSQL['host']}:{MYSQL['port']}/{name}"
+
+    yield new
+    conn = _mysql_admin()
+    with conn.cursor() as cur:
+        for name in made:
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    conn.close()
+
+
 @pytest.fixture(scope="module")
 def server(databases, tmp_path_factory):
     """`sweep server` on a free 127.0.0.1 port with a PostgreSQL backend store; its URL."""

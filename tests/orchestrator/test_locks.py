@@ -37,6 +37,31 @@ def test_a_store_whose_lock_another_holder_keeps_is_one_line_naming_it(tmp_path,
     assert "\n" not in str(err.value) and str(tmp_path) in str(err.value)
 
 
+def test_a_mysql_store_waits_for_its_own_databases_lock_only(mysql_databases, monkeypatch):
+    """GET_LOCK names are shared by every database of a server: each database has its own."""
+    import pymysql
+
+    first, second = mysql_databases(), mysql_databases()
+    assert len(locks.mysql_lock_name(first)) <= 64
+    assert locks.mysql_lock_name(first) != locks.mysql_lock_name(second)
+    monkeypatch.setattr(locks, "LOCK_TIMEOUT_S", 1)
+    other = pymysql.connect(host="127.0.0.1", port=3306, user="root")  # another process's
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT GET_LOCK(%s, 0)", (locks.mysql_lock_name(first),))
+            assert cur.fetchone() == (1,)
+        with pytest.raises(SweepError, match="lock is held by another process") as err:
+            with locks.store_lock(first):
+                pass
+        assert "\n" not in str(err.value) and "waited 1 s" in str(err.value)
+        with locks.store_lock(second):  # another database of the server: not held
+            pass
+    finally:
+        other.close()
+    with locks.store_lock(first):  # released with its holder's connection
+        pass
+
+
 @pytest.mark.parametrize("storage, journal", [
     ("/data/optuna.journal", "/data/optuna.journal"),
     ("journal:rel/optuna.journal", "rel/optuna.journal"),

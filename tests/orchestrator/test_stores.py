@@ -123,6 +123,14 @@ def test_processes_starting_together_on_new_postgresql_databases_all_succeed(dat
     assert_one_trial_each(storage, tracking_uri)
 
 
+def test_processes_starting_together_on_new_mysql_databases_all_succeed(mysql_databases,
+                                                                         tmp_path, pace):
+    storage, tracking_uri = mysql_databases(), mysql_databases()
+    ends = start_together(storage, tracking_uri, tmp_path, pace)
+    assert [code for code, _ in ends] == [0] * MACHINES, [err[-3000:] for _, err in ends]
+    assert_one_trial_each(storage, tracking_uri)
+
+
 # ------------------------------------------------------------------ an MLflow store that breaks
 
 def sweep_until_a_run_exists(folder: Path) -> subprocess.Popen:
