@@ -78,6 +78,22 @@ def default_tracking_uri() -> str:
     return f"sqlite:///{Path('mlflow.db').resolve()}"
 
 
+# database drivers SQLAlchemy may look for, and how a user gets one
+DRIVERS = {"MySQLdb": "write the URL as mysql+pymysql://... and install the project's mysql "
+                      "extra (pip install -e '.[mysql]')",
+           "pymysql": "install the project's mysql extra (pip install -e '.[mysql]')",
+           "psycopg2": "write the URL as postgresql+psycopg://... and install the project's "
+                       "postgres extra (pip install -e '.[postgres]')",
+           "psycopg": "install the project's postgres extra (pip install -e '.[postgres]')"}
+
+
+def missing_driver(error: BaseException) -> str | None:
+    """What to do when ``error`` says a database driver is not installed; None otherwise."""
+    if isinstance(error, ModuleNotFoundError) and error.name in DRIVERS:
+        return f"its database driver ({error.name}) is not installed: {DRIVERS[error.name]}"
+    return None
+
+
 def mask(url: str) -> str:
     """``url`` with any password replaced by ***, for messages and tags."""
     parts = urlsplit(url)
@@ -115,13 +131,37 @@ def store_of(path: str, tracking_uri: str, storage: str) -> str:
 
 def check_store_folders(tracking_uri: str | None, storage: str | None) -> None:
     """Refuse a ``sqlite:///`` tracking URI or a journal ``--storage`` whose folder is missing,
-    before anything (the workers' logs) is written next to it.
+    or a database URL whose driver is not installed, before anything (the workers' logs, the
+    study) is written.
 
     Raises:
-        SweepError: the folder does not exist.
+        SweepError: the folder does not exist, or the driver is missing.
     """
     check_sqlite_folder(tracking_uri or "", "--tracking-uri")
     check_journal_folder(storage or "")
+    check_driver(tracking_uri or "", "--tracking-uri")
+    check_driver(storage or "", "--storage")
+
+
+def check_driver(url: str, option: str) -> None:
+    """Refuse a database URL whose driver is not installed, before anything is created (the
+    study is made before MLflow is opened). Any other fault of the URL is left to its opening.
+
+    Raises:
+        SweepError: SQLAlchemy's driver for that database cannot be imported.
+    """
+    scheme = urlsplit(url).scheme.split("+")[0]
+    if scheme in ("", "sqlite", "file", "http", "https", "grpc", "journal", "databricks") \
+            or "://" not in url:
+        return
+    from sqlalchemy.engine import make_url
+
+    try:
+        make_url(url).get_dialect().import_dbapi()
+    except Exception as e:  # noqa: BLE001 - an unknown dialect or a bad URL: said when opened
+        hint = missing_driver(e)
+        if hint:
+            raise SweepError(f"{option} {mask(url)}: {hint}") from None
 
 
 def write_traceback(error: BaseException) -> Path | None:

@@ -93,9 +93,11 @@ def _open_rdb(url: str, heartbeat_s: int | None, on_stale) -> RDBStorage:
                                   else None)
         except Exception as e:  # the driver's own errors are many and varied
             error = e
+            if paths.missing_driver(e):  # no wait cures that
+                break
             time.sleep(0.5 * (attempt + 1))  # a database server starting, a network blink
     raise SweepError(f"--storage {mask(url)}: cannot open the Optuna storage: "
-                     f"{str(error).splitlines()[0]}") from None
+                     f"{paths.missing_driver(error) or str(error).splitlines()[0]}") from None
 
 
 def repair_journal(path: Path) -> Path | None:

@@ -110,7 +110,7 @@ def open_store(tracking_uri: str) -> MlflowClient:
             client.search_experiments(max_results=1)
     except Exception as e:  # MLflow raises many kinds here (driver, migration, HTTP)
         raise SweepError(f"--tracking-uri {mask(tracking_uri)}: cannot open the MLflow store: "
-                         f"{str(e).splitlines()[0]}") from None
+                         f"{paths.missing_driver(e) or str(e).splitlines()[0]}") from None
     return client
 
 

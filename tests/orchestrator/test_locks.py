@@ -6,6 +6,7 @@ import pytest
 
 from orchestrator import locks, paths
 from orchestrator.errors import SweepError
+from tests.conftest import run_cli, tiny_spec
 from trainers.system import file_lock
 
 
@@ -88,3 +89,20 @@ def test_a_store_file_in_a_missing_folder_is_one_line_naming_option_folder_and_f
     assert str(err.value) == (f"{option} {url}: folder {tmp_path / 'missing'} does not exist; "
                               f"create it first")
     check(url.replace("/missing", ""))  # the folder exists: no complaint
+
+
+@pytest.mark.parametrize("option", ["--tracking-uri", "--storage"])
+def test_a_database_url_without_its_driver_is_refused_before_anything_is_written(
+        tmp_path, write_spec, option):
+    """``mysql://`` asks SQLAlchemy for MySQLdb, which the project does not install: one line
+    saying how to write the URL, and no study or store half made."""
+    path = write_spec(tiny_spec())
+    before = set(tmp_path.rglob("*"))
+    out = run_cli("run", str(path), option, "mysql://root@127.0.0.1:3306/test", cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line == (f"sweep: {option} mysql://root@127.0.0.1:3306/test: its database driver "
+                    f"(MySQLdb) is not installed: write the URL as mysql+pymysql://... and "
+                    f"install the project's mysql extra (pip install -e '.[mysql]')")
+    assert set(tmp_path.rglob("*")) == before  # no journal, no database, no logs
+    paths.check_driver("mysql+pymysql://root@127.0.0.1:3306/test", option)  # installed: fine
