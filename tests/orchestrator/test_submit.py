@@ -454,6 +454,9 @@ def test_a_slurm_array_sweeps_together_and_a_cancelled_task_is_retried_by_the_ot
     # created once, by sweep submit: the tasks only joined
     assert optuna.get_all_study_names(storage) == ["slurm"]
     assert study().user_attrs["sweep.creator"]["pid"] == submit.pid
+    # and marked so, for the tasks that join it at once to draw their own trials (see
+    # test_tasks_joining_a_submitted_study_at_once_draw_their_own_trials)
+    assert study().user_attrs["sweep.submitted"] is True
     victim = _wait(lambda: next((t for t in study().get_trials(deepcopy=False)
                                  if t.state.name == "RUNNING" and t.intermediate_values), None),
                    pace.budget(epochs=4, starts=2), "a trial to report its first epoch")
