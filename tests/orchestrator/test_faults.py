@@ -52,13 +52,16 @@ def hangs(num_classes, in_channels):
 def test_each_kind_of_failure_ends_in_its_state_and_the_others_finish(cli, stores, write_spec,
                                                                       pace):
     (stores.dir / "faulty.py").write_text(FAULTY)  # importable: workers run in this folder
-    spec = tiny_spec(sampler={"name": "grid"}, workers=2, retries=1, trial_timeout_min=0.1,
+    # the timeout ends the hanging trials, never the one that trains: 6 s, or what its set-up
+    # and 2 epochs take with room on this machine now
+    minutes = round(max(6.0, pace.startup_s + 4 * 2 * pace.epoch_s) / 60, 2)
+    spec = tiny_spec(sampler={"name": "grid"}, workers=2, retries=1, trial_timeout_min=minutes,
                      train={"dataset": "digits", "epochs": 2},
                      space={"model": ["faulty:raises", "faulty:aborts", "faulty:hangs",
                                       "small_cnn"]})
     del spec["trials"]
-    # 6 trials (4 and 2 retries), each on a fresh worker, 2 of them hanging 6 s
-    out = cli(write_spec(spec), timeout=pace.budget(epochs=2, starts=7) + 2 * 6)
+    # 6 trials (4 and 2 retries), each on a fresh worker, 2 of them hanging till the timeout
+    out = cli(write_spec(spec), timeout=pace.budget(epochs=2, starts=7) + 2 * 60 * minutes)
     assert out.returncode == 1, out.stderr  # finished, with trials failed for good
     by_model = {}
     for t in stores.study("tiny").trials:
@@ -69,7 +72,8 @@ def test_each_kind_of_failure_ends_in_its_state_and_the_others_finish(cli, store
     assert [t.state.name for t in raised] == ["FAIL"]
     assert "RuntimeError: boom in forward" in raised[0].user_attrs["sweep.fail_reason"]
     # a crash (SIGABRT) and a hang past its timeout are retried once, then fail for good
-    for trials, reason in ((aborted, "killed by SIGABRT"), (hung, "trial_timeout_min (0.1 min)")):
+    for trials, reason in ((aborted, "killed by SIGABRT"),
+                           (hung, f"trial_timeout_min ({minutes:g} min)")):
         assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
         assert all(reason in t.user_attrs["sweep.fail_reason"] for t in trials)
         assert trials[1].user_attrs["sweep.retry_of"] == trials[0].number
