@@ -31,6 +31,7 @@ from .protocol import (
     Decision,
     Done,
     Epoch,
+    Export,
     Exported,
     Failed,
     Message,
@@ -316,20 +317,25 @@ class _Loop:
                                            f"({self.spec.trial_timeout_min:g} min)")
 
     def _enforce_lent_deadline(self) -> None:
-        """A worker lent to a warm-up or an export ahead that has not answered within the
-        export's deadline (user code hanging in an exporter) is killed and restarted: it would
-        hold its slot, and its GPU, for the rest of the sweep."""
+        """A worker lent to an export ahead of the end that has not answered within the
+        export's deadline (user code hanging in an exporter), or to the exporters' warm-up
+        (no user code: imports) within :data:`phases.EXPORT_PER_FORMAT_S` a format, is killed
+        and restarted: it would hold its slot, and its GPU, for the rest of the sweep."""
         now = time.monotonic()
-        formats = len(self.spec.export or ()) or 1
         late = [w for w in self.pool.workers if w.warming and w.kill_reason is None
-                and now - w.lent_at > phases.export_deadline(self.spec, formats)]
-        if not late:  # the deadline's cheap part passed: then read the epoch times
-            return
-        limit = phases.export_deadline(self.spec, formats, self.study.trials())
-        for worker in late:
+                and now - w.lent_at > self._lent_deadline(w, ())]
+        for worker in late:  # the deadline's cheap part passed: now read the epoch times
+            limit = self._lent_deadline(worker, self.study.trials())
             if now - worker.lent_at > limit:
-                self.pool.kill_one(worker, f"its export ahead of the end (or the exporters' "
-                                           f"warm-up) did not answer within {limit:.0f} s")
+                what = "export ahead of the end" if isinstance(worker.lent, Export) else \
+                    "warm-up of the exporters"
+                self.pool.kill_one(worker, f"its {what} did not answer within {limit:.0f} s")
+
+    def _lent_deadline(self, worker: Worker, trials) -> float:
+        formats = len(getattr(worker.lent, "formats", ()) or ()) or 1
+        if isinstance(worker.lent, Export):
+            return phases.export_deadline(self.spec, formats, trials)
+        return formats * phases.EXPORT_PER_FORMAT_S
 
     # ------------------------------------------------------------------------------- ending
 

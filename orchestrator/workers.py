@@ -32,6 +32,7 @@ class Worker:
     kill_reason: str | None = None  # set when the runner kills it (a trial past its timeout)
     # lent outside trials: a Warm request or an export ahead it has not answered, since when
     warming: bool = False
+    lent: Message | None = None
     lent_at: float = 0.0
     spawned: float = field(default_factory=time.monotonic)  # when its process started
     warmed: bool = False  # it did: the export of the best trial starts warm there
@@ -58,7 +59,7 @@ class Worker:
         neither a trial nor a phase's request till it answers. False when it is gone."""
         if not self.send(msg):
             return False
-        self.warming, self.lent_at = True, time.monotonic()
+        self.warming, self.lent, self.lent_at = True, msg, time.monotonic()
         return True
 
     def exit_reason(self, lines: int = 15) -> str:

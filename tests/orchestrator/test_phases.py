@@ -198,8 +198,10 @@ def test_an_export_ahead_that_hangs_is_stopped_at_the_exports_deadline(stores, c
                      train={"model": "tests.datasets:hangs_once_loaded", "lr": 0.03})
     done = run_cli("run", str(write_spec(spec)), cwd=stores.dir, env=USER_CODE, timeout=300)
     assert done.returncode == 0, done.stderr
-    stopped = [x for x in done.stdout.splitlines() if "was stopped: its export ahead" in x]
-    assert len(stopped) == 1 and "did not answer within 1 s" in stopped[0], done.stdout
+    stopped = [x for x in done.stdout.splitlines() if "was stopped: its " in x]
+    # once: the worker that replaces it warms the exporters up (no user code), not on 1 s
+    assert len(stopped) == 1, done.stdout
+    assert "its export ahead of the end did not answer within 1 s" in stopped[0]
     assert [t.state.name for t in stores.study("tiny").trials] == ["COMPLETE"] * 2
     # the export the sweep logs at the end names the deadline, whichever trial is best
     assert "export" in done.stdout and "did not finish within its deadline of 1 s" in done.stdout
