@@ -296,7 +296,7 @@ class _Loop:
 
     def _worker_died(self, worker: Worker) -> None:
         reason = worker.exit_reason()
-        if worker.kill_reason and worker.slot.index not in self.book.active:
+        if worker.warming and worker.kill_reason:  # killed while lent: no trial of its own
             self.book.say(f"worker {worker.slot.index} was stopped: {worker.kill_reason}; a new "
                           f"one takes its place")
         self.book.fail(worker.slot.index, reason, "crash")

@@ -363,14 +363,12 @@ class SweepStudy:
         """Tell COMPLETE with each objective's value of the epochs' metrics ``history``, after
         recording its constraint values (samplers read them when told)."""
         values = self.values(history)
-        constrain(self.spec, pending.trial, history)
-        if self.spec.is_multi_objective:  # such a study holds no epoch values to count
-            pending.trial.set_user_attr(keys.EPOCHS, len(history))
+        record_end(self.spec, pending.trial, history)
         self.study.tell(pending.trial, values)
         return values
 
     def prune(self, pending: PendingTrial, history: list[dict[str, float]] = ()) -> None:
-        constrain(self.spec, pending.trial, history)
+        record_end(self.spec, pending.trial, history)
         self.study.tell(pending.trial, state=TrialState.PRUNED)
 
     def fail(self, trial: PendingTrial | optuna.trial.FrozenTrial, reason: str, kind: str,
@@ -491,6 +489,15 @@ class SweepStudy:
             return None
         return objectives.stop_reason(self.spec.stop_when, self.trials(),
                                       self.spec.objective.goal, self.spec.objective.label)
+
+
+def record_end(spec: SweepSpec, trial: optuna.Trial, history: list[dict[str, float]]) -> None:
+    """Record on a trial that ends (complete or pruned) with epochs ``history`` what Optuna's
+    tell does not: its constraint values (:func:`constrain`) and, in a study of several
+    objectives (told no epoch values), how many epochs it trained."""
+    constrain(spec, trial, history)
+    if spec.is_multi_objective:
+        trial.set_user_attr(keys.EPOCHS, len(history))
 
 
 def constrain(spec: SweepSpec, trial: optuna.Trial, history: list[dict[str, float]]) -> None:
