@@ -78,6 +78,7 @@ def default_tracking_uri() -> str:
     return f"sqlite:///{Path('mlflow.db').resolve()}"
 
 
+RDB_SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")  # SQLAlchemy database URLs
 # database drivers SQLAlchemy may look for, and how a user gets one
 DRIVERS = {"MySQLdb": "write the URL as mysql+pymysql://... and install the project's mysql "
                       "extra (pip install -e '.[mysql]')",
@@ -151,8 +152,7 @@ def check_driver(url: str, option: str) -> None:
         SweepError: SQLAlchemy's driver for that database cannot be imported.
     """
     scheme = urlsplit(url).scheme.split("+")[0]
-    if scheme in ("", "sqlite", "file", "http", "https", "grpc", "journal", "databricks") \
-            or "://" not in url:
+    if scheme not in RDB_SCHEMES or scheme == "sqlite":  # sqlite's driver is Python's own
         return
     from sqlalchemy.engine import make_url
 

@@ -31,7 +31,7 @@ from . import compare, keys, objectives, paths, proxy, readcache
 from . import space as sp
 from .errors import SweepError
 from .locks import store_lock
-from .paths import mask
+from .paths import RDB_SCHEMES, mask
 from .spec import SweepSpec, settings_of
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -40,7 +40,6 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
 
 JOIN_WAIT_S = 60  # a machine joining a study waits this long for its creator's bookkeeping
-RDB_SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")
 
 
 def default_storage(tracking_uri: str) -> str:

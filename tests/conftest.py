@@ -290,26 +290,34 @@ def _admin():
     return conn
 
 
-@pytest.fixture(scope="module")
-def databases():
-    """``new()`` makes a fresh database and returns its URL; all are dropped at the end."""
+def _fresh_databases(admin, create: str, drop: str, url: str):
+    """Yield ``new()``, which makes a fresh database through ``admin()`` (statements ``create``
+    and ``drop`` with ``{name}``) and returns ``url`` with its name; all dropped at the end."""
     made = []
+
+    def run(statement: str, names: list[str]) -> None:
+        conn = admin()
+        with conn.cursor() as cur:
+            for name in names:
+                cur.execute(statement.format(name=name))
+        conn.close()
 
     def new() -> str:
         name = f"sweep_test_{uuid.uuid4().hex[:10]}"
-        conn = _admin()
-        with conn.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}"')
-        conn.close()
+        run(create, [name])
         made.append(name)
-        return f"postgresql://{PG['user']}@{PG['host']}:{PG['port']}/{name}"
+        return url.format(name=name)
 
     yield new
-    conn = _admin()
-    with conn.cursor() as cur:
-        for name in made:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    conn.close()
+    run(drop, made)
+
+
+@pytest.fixture(scope="module")
+def databases():
+    """``new()`` makes a fresh PostgreSQL database and returns its URL."""
+    yield from _fresh_databases(_admin, 'CREATE DATABASE "{name}"',
+                                'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+                                f"postgresql://{PG['user']}@{PG['host']}:{PG['port']}/{{name}}")
 
 
 # MariaDB (or MySQL) on this machine: root without a password, as the machine's service has it
@@ -328,24 +336,10 @@ def _mysql_admin():
 
 @pytest.fixture(scope="module")
 def mysql_databases():
-    """``new()`` makes a fresh MySQL database and returns its URL; all are dropped at the end."""
-    made = []
-
-    def new() -> str:
-        name = f"sweep_test_{uuid.uuid4().hex[:10]}"
-        conn = _mysql_admin()
-        with conn.cursor() as cur:
-            cur.execute(f"CREATE DATABASE `{name}`")
-        conn.close()
-        made.append(name)
-        return f"mysql+pymysql://{MYSQL['user']}@{MYSQL['host']}:{MYSQL['port']}/{name}"
-
-    yield new
-    conn = _mysql_admin()
-    with conn.cursor() as cur:
-        for name in made:
-            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-    conn.close()
+    """``new()`` makes a fresh MySQL database and returns its URL."""
+    yield from _fresh_databases(
+        _mysql_admin, "CREATE DATABASE `{name}`", "DROP DATABASE IF EXISTS `{name}`",
+        f"mysql+pymysql://{MYSQL['user']}@{MYSQL['host']}:{MYSQL['port']}/{{name}}")
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import yaml
 
 from orchestrator import keys
@@ -115,17 +116,12 @@ def test_processes_starting_together_on_new_sqlite_stores_all_succeed(tmp_path, 
     assert_one_trial_each(storage, tracking_uri)
 
 
-def test_processes_starting_together_on_new_postgresql_databases_all_succeed(databases,
-                                                                              tmp_path, pace):
-    storage, tracking_uri = databases(), databases()
-    ends = start_together(storage, tracking_uri, tmp_path, pace)
-    assert [code for code, _ in ends] == [0] * MACHINES, [err[-3000:] for _, err in ends]
-    assert_one_trial_each(storage, tracking_uri)
-
-
-def test_processes_starting_together_on_new_mysql_databases_all_succeed(mysql_databases,
-                                                                         tmp_path, pace):
-    storage, tracking_uri = mysql_databases(), mysql_databases()
+@pytest.mark.parametrize("databases_of", ["databases", "mysql_databases"],
+                         ids=["postgresql", "mysql"])
+def test_processes_starting_together_on_new_databases_all_succeed(databases_of, request,
+                                                                  tmp_path, pace):
+    new = request.getfixturevalue(databases_of)  # a fresh database of that server each call
+    storage, tracking_uri = new(), new()
     ends = start_together(storage, tracking_uri, tmp_path, pace)
     assert [code for code, _ in ends] == [0] * MACHINES, [err[-3000:] for _, err in ends]
     assert_one_trial_each(storage, tracking_uri)
