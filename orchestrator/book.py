@@ -522,6 +522,8 @@ class TrialBook:
 
     def _end(self, active: Active, done: Done) -> None:
         metrics = {keys.TRAIN_SECONDS: done.train_seconds}
+        if done.val_items:
+            metrics[keys.VAL_ITEMS] = done.val_items
         tags = {keys.RESUMED_FROM: str(done.resumed_from), **active.warning_tags()}
         if done.discarded_checkpoint:
             tags[keys.CHECKPOINT_DISCARDED] = done.discarded_checkpoint
@@ -676,9 +678,15 @@ def record_best(book: TrialBook) -> None:
         return
     if best[0].number != book.best_value:
         book.best_value = best[0].number
-        book.tracker.record_best(book.parent_id, best[0].value,
+        found = book.study.answer()  # a finished comparison: its level's confirmed mean
+        book.tracker.record_best(book.parent_id, found.mean if found else best[0].value,
                                  best[0].user_attrs.get(keys.RUN_ID, ""), best[0].number,
                                  book.study.counts()["finished"])
+        if found is not None:
+            book.tracker.log_final(book.parent_id, {}, tags={keys.ANSWER: found.why})
+            book.study.study.set_user_attr(keys.ANSWER, {
+                "level": found.level, "mean": found.mean, "seeds": found.seeds,
+                "trial": found.trial.number, "text": found.why})
 
 
 def others_running(study: SweepStudy) -> bool:

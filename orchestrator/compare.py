@@ -1,6 +1,6 @@
 """A comparison of a setting's levels (``compare:``): every level tuned with the same budget, each
 level's best configuration trained again on fresh paired seeds, and the levels decided by
-:mod:`orchestrator.decide`.
+:mod:`orchestrator.stats`.
 
 :func:`plan` is the whole procedure as a pure function of the study's trials: start a tuning trial
 of a level (:class:`Tune`), a confirmation trial (:class:`Confirm`), :class:`Wait` for running
@@ -20,11 +20,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import decide, keys
+from . import keys, stats
 from .spec import SweepSpec, compare_levels
 
 TUNE, CONFIRM = "tune", "confirm"  # the values of keys.PHASE
-CSV_COLUMNS = ("factor", "a", "b", "pairs", "diff", "ci_low", "ci_high", "p", "p_holm", "verdict")
+CSV_COLUMNS = stats.CSV_COLUMNS
 
 
 def level_label(factors: Sequence[str], values: Sequence[Any]) -> str:
@@ -106,8 +106,22 @@ class Wait:
 class Done:
     """The comparison is decided (or out of seeds): the decision at the last look."""
 
-    results: tuple[decide.PairResult, ...]
+    results: tuple[stats.PairResult, ...]
     values: dict[str, dict[int, float]] = field(hash=False)  # level -> {seed: value}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A finished comparison's one answer, named alike by the parent run, the export, the end
+    table, ``sweep status`` and the report: ``level`` with its ``mean`` objective over its
+    ``seeds`` finite confirmation values, ``trial`` the confirmation run whose weights stand for
+    it, and ``why`` in words."""
+
+    level: str
+    mean: float
+    seeds: int
+    trial: FrozenTrial = field(hash=False)
+    why: str
 
 
 @dataclass(frozen=True)
@@ -161,48 +175,92 @@ def plan(c: Comparison, trials: Sequence[FrozenTrial]) -> Plan:
         mine = [confirms[lv.label, s] for s, lv in itertools.product(seeds, levels)]
         if any(not t.state.is_finished() for t in mine):
             return Plan(Wait(), c.total(rounds))
-        values = {lv.label: {s: confirms[lv.label, s].value for s in seeds
-                             if confirms[lv.label, s].state == TrialState.COMPLETE}
+        values = {lv.label: {s: confirmed_value(confirms[lv.label, s]) for s in seeds}
                   for lv in levels}
         results = decide_look(c, values, rounds)
-        if rounds == c.max_seeds or decide.decided(results, c.precision):
+        if rounds == c.max_seeds or stats.decided(results):
             return Plan(Done(results, values), c.total(rounds))
     raise AssertionError("unreachable: the last round is always Done")
 
 
-def decide_look(c: Comparison, values: dict[str, dict[int, float]],
-                rounds: int) -> tuple[decide.PairResult, ...]:
-    """:func:`decide.compare_levels` at the look of ``rounds`` seeds (cached: the plan replays
+def confirmed_value(trial: FrozenTrial) -> float | None:
+    """A confirmation trial's value for the comparison: its objective when complete; NaN when
+    it failed for good (diverged or crashed: the worst outcome of its level, see
+    :mod:`orchestrator.stats`); None while it has none yet."""
+    if trial.state == TrialState.COMPLETE:
+        return trial.value
+    return math.nan if trial.state == TrialState.FAIL else None
+
+
+def decide_look(c: Comparison, values: dict[str, dict[int, float | None]],
+                rounds: int) -> tuple[stats.PairResult, ...]:
+    """:func:`stats.compare_paired` at the look of ``rounds`` seeds (cached: the plan replays
     every look each time it is asked)."""
     frozen = tuple((label, tuple(sorted(v.items()))) for label, v in values.items())
-    return _decide(c.factor, c.direction, c.metric, frozen, rounds - c.seeds + 1,
-                   c.max_seeds - c.seeds + 1)
+    return _decide(c.factor, c.direction, c.metric, c.precision, c.seeds, frozen,
+                   rounds - c.seeds + 1, c.max_seeds - c.seeds + 1)
 
 
 @lru_cache(maxsize=256)
-def _decide(factor, direction, metric, frozen, look, looks) -> tuple[decide.PairResult, ...]:
+def _decide(factor, direction, metric, precision, seeds, frozen, look,
+            looks) -> tuple[stats.PairResult, ...]:
     values = {label: dict(v) for label, v in frozen}
-    return tuple(decide.compare_levels(values, factor=factor, direction=direction,
-                                       bounds=decide.METRIC_BOUNDS.get(metric, (None, None)),
-                                       look=look, looks=looks))
+    return tuple(stats.compare_paired(values, factor=factor, direction=direction,
+                                      bounds=stats.METRIC_BOUNDS.get(metric), look=look,
+                                      looks=looks, precision=precision, seeds=seeds))
 
 
-def verdict_sentence(c: Comparison, results: Sequence[decide.PairResult]) -> str:
+def answer(c: Comparison, trials: Sequence[FrozenTrial], done: Done) -> Answer | None:
+    """The level a finished comparison names, and its run (None when no level has a finite
+    confirmation value).
+
+    The level: among the levels no other level is better than (:mod:`orchestrator.stats`), the
+    one with the fewest seeds without a finite value, then the best mean over its confirmation
+    seeds (ties: level order). So a level better than every other is named; when no pair is
+    decided, the best confirmed mean is named, and ``why`` says that the evidence does not
+    single it out. Its run: the complete confirmation run whose value is closest to that mean
+    (ties: the lower seed), a typical seed rather than the luckiest.
+    """
+    beaten = {r.loser for r in done.results if r.winner is not None}
+    sign = -1 if c.direction == "maximize" else 1
+    ranks = []
+    for label in stats.level_order(done.values):
+        found = [v for v in done.values[label].values() if v is not None]
+        finite = [v for v in found if math.isfinite(v)]
+        if finite and label not in beaten:
+            mean = math.fsum(finite) / len(finite)
+            ranks.append((len(found) - len(finite), sign * mean, label, mean, len(finite)))
+    if not ranks:
+        return None
+    *_, label, mean, n = min(ranks, key=lambda r: r[:2])
+    runs = [t for t in trials if t.user_attrs.get(keys.PHASE) == CONFIRM
+            and t.user_attrs.get(keys.LEVEL) == label and t.state == TrialState.COMPLETE
+            and t.value is not None and math.isfinite(t.value)]
+    run = min(runs, key=lambda t: (abs(t.value - mean), t.user_attrs.get(keys.SEED, 0)))
+    others = [lv for lv in done.values if lv != label]
+    wins = {r.loser for r in done.results if r.winner == label}
+    if others and wins >= set(others):
+        reason = f"better than {'every other level' if len(others) > 1 else others[0]}"
+    else:
+        reason = (f"no level is better than {'all the others' if len(others) > 1 else 'the other'}"
+                  f" with evidence: {label} has the best mean over its confirmation seeds"
+                  + (" among the levels no other beats" if beaten else ""))
+    why = (f"{label}: {c.metric} {mean:.4g}, mean over {n} confirmation seed"
+           f"{'s' if n != 1 else ''} ({reason}); its weights: the run of seed "
+           f"{run.user_attrs.get(keys.SEED)} (trial {run.number}), the confirmation run closest "
+           f"to that mean")
+    return Answer(label, mean, n, run, why)
+
+
+def verdict_sentence(c: Comparison, results: Sequence[stats.PairResult]) -> str:
     """The comparison in one sentence (keys.VERDICT), a clause per pair of levels."""
     if not results:
         return f"no comparison of {c.factor}: fewer than two levels have a complete tuning trial"
     return "; ".join(_pair_sentence(c, r) for r in results)
 
 
-def _pair_sentence(c: Comparison, r: decide.PairResult) -> str:
-    over = f"over {r.pairs} paired seeds (Holm p = {r.p_holm:.2g})"
-    if r.better is None:
-        return (f"no clear difference between {r.a} and {r.b}: {r.b} - {r.a} = {r.diff:+.3g} "
-                f"{c.metric} [{r.ci_low:+.3g}, {r.ci_high:+.3g}] {over}")
-    worse = r.a if r.better == r.b else r.b
-    ahead, low, high = r.lead(c.direction)
-    return (f"{r.better} better than {worse} by {ahead:.3g} {c.metric} "
-            f"[{low:.3g}, {high:.3g}] {over}")
+def _pair_sentence(c: Comparison, r: stats.PairResult) -> str:
+    return stats.describe(r, metric=c.metric, direction=c.direction)
 
 
 # ------------------------------------------------------------------ Optuna's view of one level

@@ -137,7 +137,11 @@ TEST_TRIALS = _key("sweep.test_trials", PARENT_TAG,
                    "the trials whose weights saw the held-out test split")
 VERDICT = _key("sweep.verdict", PARENT_TAG,
                "a comparison's verdict in one sentence (which level is better, by how much)")
-BEST_VALUE = _key("best_value", PARENT_METRIC, "the best objective so far (step: trials finished)")
+ANSWER = _key("sweep.answer", (STUDY_ATTR, PARENT_TAG),
+              "a finished comparison's one answer: the level it names, its mean over the "
+              "confirmation seeds, and which confirmation run's weights stand for it")
+BEST_VALUE = _key("best_value", PARENT_METRIC, "the best objective so far (step: trials "
+                  "finished); a finished comparison's: the named level's confirmed mean")
 SPEC_FILE = _key("sweep.yaml", PARENT_ARTIFACT, "the sweep YAML as written")
 RESOLVED_FILE = _key("sweep.resolved.yaml", PARENT_ARTIFACT, "the sweep with every default filled")
 PREFLIGHT_DIR = _key("preflight", PARENT_ARTIFACT, "the preflight's JSON, Markdown and images")
@@ -180,6 +184,8 @@ EPOCH_METRIC = _key("<epoch metric>", TRIAL_METRIC,
                     "train_loss, train_acc, val_loss, val_acc, ... (step: epoch)")
 LR = _key("lr", TRIAL_METRIC, "the learning rate of every optimizer step (step: global step)")
 TRAIN_SECONDS = _key("train_seconds", TRIAL_METRIC, "the trial's training time")
+VAL_ITEMS = _key("val_items", TRIAL_METRIC, "the validation items each val_* metric counts: "
+                 "an accuracy moves in steps of 1 / val_items")
 EXPORT_SECONDS = _key("export_seconds", TRIAL_METRIC,
                       "the export of the best trial, timed apart from its training")
 EXPORT_METRIC = _key("export_<format>_<figure>", TRIAL_METRIC,

@@ -139,6 +139,7 @@ class Done(Message):
     warnings: tuple[str, ...] = ()
     discarded_checkpoint: str = ""  # why a damaged checkpoint made it start over, if one did
     system: tuple = ()  # samples since the last epoch, as in Epoch
+    val_items: int = 0  # the validation items its val_* metrics count (their resolution)
 
     @classmethod
     def from_fields(cls, values: dict[str, Any]) -> Done:

@@ -546,7 +546,10 @@ def configurations(study) -> list[dict[str, Any]]:
                      "run_ids": [t.user_attrs.get(keys.RUN_ID) or "" for t in group],
                      "trials": [t.number for t in group]})
     sign = -1 if study.spec.objective.goal == "maximize" else 1
-    return sorted(rows, key=lambda r: (sign * r["mean"], min(r["trials"])))
+    found = study.answer() if study.comparison is not None else None
+    named = found.trial.number if found else None  # the comparison's answer first
+    return sorted(rows, key=lambda r: (named not in r["trials"], sign * r["mean"],
+                                       min(r["trials"])))
 
 
 def log_comparison(book: TrialBook) -> str | None:

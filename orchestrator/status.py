@@ -98,10 +98,13 @@ def sweep_row(study: optuna.Study, now: datetime) -> dict[str, str]:
     activity = [d for t in trials for d in (t.datetime_start, t.datetime_complete) if d]
     best = _best(study, trials)
     front = best_trials(study, trials)
+    found = study.user_attrs.get(keys.ANSWER)  # a finished comparison names a level
     return {"sweep": study.study_name, "trials": str(len(trials)),
             "complete": str(c["complete"]), "running": str(c["running"]),
             "pruned": str(c["pruned"]), "failed": str(c["fail"]),
-            "best": f"{_metric(study)} {best.value:.4f} ({_direction(study)[:3]})" if best
+            "best": f"{found['level']}: {_metric(study)} {found['mean']:.4f} (mean of "
+                    f"{found['seeds']})" if found else
+            f"{_metric(study)} {best.value:.4f} ({_direction(study)[:3]})" if best
             else f"Pareto front: {len(front)} trials" if front else "-",
             "started": _age(min(starts), now) if starts else "-",
             "last activity": _age(max(activity), now) if activity else "-"}
@@ -113,10 +116,13 @@ def trial_rows(study: optuna.Study, now: datetime) -> list[dict[str, str]]:
     retried = retried_numbers(trials)
     best = _best(study, trials)
     front = {t.number for t in best_trials(study, trials)} if best is None else set()
+    found = study.user_attrs.get(keys.ANSWER)
     rows = []
     for t in trials:
         notes = []
-        if best is not None and t.number == best.number:
+        if found and t.number == found["trial"]:
+            notes.append(f"the answer: {found['level']}'s run")
+        elif best is not None and t.number == best.number and not found:
             notes.append("best")
         if t.number in front:
             notes.append("Pareto front")
@@ -150,7 +156,9 @@ def summary_line(study: optuna.Study) -> str:
     best = _best(study, trials)
     front = best_trials(study, trials) if len(study.directions) > 1 else []
     feasible = " feasible" if objectives.is_constrained(trials) else ""
-    tail = (f"; best{feasible} {_metric(study)} {best.value:.4f} ({_direction(study)}) at trial "
+    found = study.user_attrs.get(keys.ANSWER)
+    tail = (f"; the comparison names {found['text']}" if found else
+            f"; best{feasible} {_metric(study)} {best.value:.4f} ({_direction(study)}) at trial "
             f"{best.number}" if best else
             f"; Pareto front ({_objectives_text(study)}): {len(front)} trials: "
             f"{', '.join(f'#{t.number}' for t in sorted(front, key=lambda t: t.number))}"

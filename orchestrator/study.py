@@ -479,8 +479,24 @@ class SweepStudy:
 
     def best(self, n: int = 5) -> list[optuna.trial.FrozenTrial]:
         """The best ``n`` trials (several objectives: of the Pareto front, best on the first
-        objective first); see :func:`objectives.best_trials`."""
-        return objectives.best_trials(self.trials(), self.spec.directions)[:n]
+        objective first); see :func:`objectives.best_trials`. A finished comparison names one:
+        its answer's run (:func:`compare.answer`)."""
+        trials = self.trials()
+        found = self.answer(trials)
+        if found is not None:
+            return [found.trial]
+        return objectives.best_trials(trials, self.spec.directions)[:n]
+
+    def answer(self, trials=None) -> compare.Answer | None:
+        """A finished comparison's answer (:func:`compare.answer`); None before, or without a
+        comparison."""
+        if self.comparison is None:
+            return None
+        trials = self.trials() if trials is None else trials
+        plan = compare.plan(self.comparison, trials)
+        if not isinstance(plan.action, compare.Done):
+            return None
+        return compare.answer(self.comparison, compare.counted(trials), plan.action)
 
     def stop_reason(self) -> str | None:
         """Why ``stop_when`` ends the sweep now (:func:`objectives.stop_reason`), else None."""

@@ -198,7 +198,7 @@ def _train(request: Train, trainers, on_epoch_end) -> Done | Failed:
     return Done(state="pruned" if result.stopped else "complete", epochs=result.epochs_run,
                 train_seconds=result.train_seconds, device=result.device,
                 resumed_from=result.resumed_from, weights=str(weights), export=export,
-                discarded_checkpoint=result.discarded_checkpoint)
+                discarded_checkpoint=result.discarded_checkpoint, val_items=result.val_items)
 
 
 def run_export(settings: dict, model, formats, folder: str, trainers) -> Exported:

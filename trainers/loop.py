@@ -61,6 +61,7 @@ class TrainResult:
     model: nn.Module = field(repr=False)
     resumed_from: int = 0
     discarded_checkpoint: str = ""  # why a damaged checkpoint made the run start over
+    val_items: int = 0  # validation items each epoch's val_* metrics are computed over
 
 
 @dataclass
@@ -85,6 +86,7 @@ class Run:
     checked_devices: bool = False
     step_fn: Callable | None = None
     metric_fns: dict[str, Callable] = field(default_factory=dict)
+    val_items: int = 0  # the validation split's size (all ranks together)
 
     def state(self) -> dict[str, Any]:
         """The checkpoint of this run; on several ranks every rank takes part (their random
@@ -136,7 +138,8 @@ def build_run(settings: TrainSettings, device: torch.device, data: Data,
                torch.amp.GradScaler(device.type, enabled=settings.amp == "fp16"),
                build_loss(settings), train_batches, val_batches, generators, ranks,
                step_fn=step_fn,
-               metric_fns={name: seams.resolve("metrics", name) for name in settings.metrics})
+               metric_fns={name: seams.resolve("metrics", name) for name in settings.metrics},
+               val_items=len(data.val))
 
 
 def _warn_about_batchnorm(settings: TrainSettings, module: nn.Module) -> None:
@@ -257,7 +260,7 @@ def train_rank(settings: TrainSettings, ranks: Ranks, on_epoch_end,
                        history=[r.metrics for r in reports],
                        train_seconds=time.perf_counter() - started - hook_seconds,
                        device=str(device), model=run.module, resumed_from=resumed_from,
-                       discarded_checkpoint=discarded)
+                       discarded_checkpoint=discarded, val_items=run.val_items)
 
 
 def train_one_epoch(run: Run, epoch: int, first_step: int) -> tuple[dict[str, float], list]:

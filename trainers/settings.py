@@ -31,7 +31,7 @@ EPOCH_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "grad_norm",
 CUDA_METRICS = ("peak_memory_mb",)  # reported after every epoch on CUDA devices only
 # the names of a run's other metrics (logged by the trainer or the tool that runs it), which a
 # user's metric function may not return: its value would be mixed into their curves
-TAKEN_METRICS = (*CUDA_METRICS, "lr", "train_seconds", "export_seconds")
+TAKEN_METRICS = (*CUDA_METRICS, "lr", "train_seconds", "export_seconds", "val_items")
 TAKEN_PREFIXES = ("test_", "export_", "system/")
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 USER_CODE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # module.path:function

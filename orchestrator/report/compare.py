@@ -1,8 +1,10 @@
-"""A comparison's answer, from its trials: which level is better (the paired tests of
-:mod:`orchestrator.decide` over the confirmation seeds), each level's tuned settings, how far
-each level's learning rate can move before the objective drops (over its tuning trials), the
-time to reach ``compare.target``, and for a batch-size comparison the exponent of the best
-learning rate against the batch size.
+"""A comparison's answer, from its trials: which level is better, equivalent or undecided (the
+same procedure and the same trials as ``sweep run``: :func:`orchestrator.compare.plan` and
+:func:`orchestrator.stats.compare_paired`), the level the sweep names, what each level was given
+(its sub-space, tuning budget in trials and epochs, pruned and failed trials, tuned settings,
+confirmation seeds), each level's learning rates near its best tuning trial (a table, not a
+claim), the time to reach ``compare.target`` compared over the paired seeds, and for a
+batch-size comparison the exponent of the best learning rate against the batch size.
 
 Rules the numbers follow:
 
@@ -10,12 +12,18 @@ Rules the numbers follow:
   other metric by 1% of its best value (:func:`tolerance`).
 - *learning-rate range*: a level's tuning trials sorted by lr; from the best trial outwards,
   the widest run of neighbours whose objective stays within the tolerance of the best; the range
-  is its highest lr over its lowest (:func:`lr_sensitivity`).
+  is its highest lr over its lowest (:func:`lr_sensitivity`). Each tuning trial is one seed, and
+  the best is the luckiest of them: the table is shown without a sentence drawn from it.
 - *scaling exponent*: a least-squares line through (log batch size, log lr) of every tuning
   trial inside each level's range (the trials near each optimum); the 95% interval of its slope
   is Student's t on the residuals (:func:`scaling_exponent`).
 - *time to target*: per confirmation run, the first epoch whose objective reaches the target
-  (>= when maximizing, <= when minimizing) and the seconds its epochs took until then.
+  (>= when maximizing, <= when minimizing) and the seconds its epochs took until then; the
+  levels' epochs are compared over the paired seeds by :func:`orchestrator.stats.compare_paired`
+  (a seed that never reached the target is its level's worst outcome).
+- *resolution*: a ``val_*`` accuracy counts ``val_items`` images, so it moves in steps of
+  ``1 / val_items``; a difference below one step, or levels within one step of the ceiling, is
+  said so.
 """
 from __future__ import annotations
 
@@ -26,7 +34,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import decide
+from .. import compare as plan
+from .. import keys, stats
 from .load import SECONDS, SweepData
 
 POINT = 0.01  # one point of a metric in [0, 1]
@@ -84,7 +93,7 @@ class Comparison:
     metric: str
     direction: str
     levels: list[str]
-    results: list[decide.PairResult]
+    results: list[stats.PairResult]
     tuned: dict[str, dict[str, Any]]
     confirm: dict[str, dict[int, float]]
     sensitivity: dict[str, Sensitivity]
@@ -93,16 +102,20 @@ class Comparison:
     rule: str
     sentences: list[str] = field(default_factory=list)
     target: float | None = None
+    answer: plan.Answer | None = None  # the level the sweep names (when finished)
+    finished: bool = False  # the plan is done: no more seeds will be added
+    budget: pd.DataFrame = field(default_factory=pd.DataFrame)  # a row per level
+    val_items: int | None = None  # the validation items an accuracy counts
+    reach_results: list[stats.PairResult] = field(default_factory=list)
 
     @property
     def headline(self) -> str:
         return self.sentences[0]
 
     def table(self) -> pd.DataFrame:
-        """``comparison.csv``: a row per pair of levels (diff = b - a)."""
-        return pd.DataFrame([r.as_row() for r in self.results],
-                            columns=["factor", "a", "b", "pairs", "diff", "ci_low", "ci_high",
-                                     "p", "p_holm", "verdict"])
+        """``comparison.csv``: a row per pair of levels (diff = b - a), with the interval's
+        level and method (:data:`orchestrator.stats.CSV_COLUMNS`)."""
+        return pd.DataFrame([r.as_row() for r in self.results], columns=list(stats.CSV_COLUMNS))
 
 
 def factor_name(compare: dict) -> str:
@@ -113,13 +126,13 @@ def factor_name(compare: dict) -> str:
 
 def tolerance(metric: str, best: float) -> float:
     """What "within 1 point" means for ``metric`` at its ``best`` value (see the module)."""
-    if decide.METRIC_BOUNDS.get(metric) == (0.0, 1.0):
+    if stats.METRIC_BOUNDS.get(metric) == (0.0, 1.0):
         return POINT
     return RELATIVE * abs(best)
 
 
 def tolerance_words(metric: str) -> str:
-    return "1 point" if decide.METRIC_BOUNDS.get(metric) == (0.0, 1.0) else "1%"
+    return "1 point" if stats.METRIC_BOUNDS.get(metric) == (0.0, 1.0) else "1%"
 
 
 def phase(trials: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -205,23 +218,21 @@ def time_to_target(data: SweepData, target: float) -> pd.DataFrame:
 
 
 def compare(data: SweepData) -> Comparison | None:
-    """The comparison of ``data`` (None when the sweep is not a comparison)."""
+    """The comparison of ``data`` (None when the sweep is not a comparison): its verdicts are
+    the plan's own, replayed from the study's trials (``data.frozen``) as ``sweep run`` does."""
     if not data.compare:
         return None
     spec, block = data.spec, data.compare
     factor = [block["factor"]] if isinstance(block["factor"], str) else list(block["factor"])
     metric, direction = spec.objective.metric, spec.objective.direction
-    confirm = confirmation_values(data.trials)
-    seeds, max_seeds = int(block.get("seeds") or 3), block.get("max_seeds")
-    looks = int(max_seeds) - seeds + 1 if max_seeds else 1
-    found = len({s for v in confirm.values() for s in v})
-    look = min(looks, max(1, found - seeds + 1))
-    results = decide.compare_levels(confirm, factor=factor_name(block), direction=direction,
-                                    bounds=decide.METRIC_BOUNDS.get(metric, (None, None)),
-                                    look=look, looks=looks) if len(confirm) > 1 else []
+    c = plan.Comparison.of(spec)
+    results, values, finished, found = _decision(c, data.frozen) if c is not None else \
+        ([], {}, False, None)
+    seeds = int(block.get("seeds") or 3)
+    looks = (int(block.get("max_seeds") or seeds)) - seeds + 1
     tune = phase(data.trials, "tune")
-    levels = decide.level_order(set(tune["level"].map(str)) | set(confirm)) if len(tune) \
-        else decide.level_order(confirm)
+    levels = stats.level_order(set(tune["level"].map(str)) | set(values)) if len(tune) \
+        else stats.level_order(values)
     sensitivity = {}
     if "params.lr" in tune and "lr" in data.factors:
         for level, group in tune.groupby(tune["level"].map(str)):
@@ -229,14 +240,73 @@ def compare(data: SweepData) -> Comparison | None:
                                                 group["value"].to_numpy(float), direction,
                                                 metric)
     target = block.get("target")
-    out = Comparison(factor_name(block), metric, direction, levels, results,
-                     tuned_settings(data.trials, factor, direction), confirm, sensitivity,
-                     time_to_target(data, float(target)) if target is not None else
-                     pd.DataFrame(columns=["level", "seed", "trial", "epochs", "seconds"]),
+    reach = time_to_target(data, float(target)) if target is not None else \
+        pd.DataFrame(columns=["level", "seed", "trial", "epochs", "seconds"])
+    out = Comparison(factor_name(block), metric, direction, levels, list(results),
+                     tuned_settings(data.trials, factor, direction),
+                     {k: {s: v for s, v in seeds_.items() if v is not None}
+                      for k, seeds_ in values.items()}, sensitivity, reach,
                      _scaling(tune, sensitivity) if factor == ["batch_size"] else None,
-                     decide.sequential_rule(looks), target=target)
+                     stats.sequential_rule(looks, seeds), target=target, answer=found,
+                     finished=finished, budget=budget(data, levels),
+                     val_items=_val_items(data) if metric.startswith("val_") else None)
+    if target is not None and len(reach):
+        out.reach_results = _reach_results(out)
     out.sentences = sentences(out, data)
     return out
+
+
+def _decision(c: plan.Comparison, trials) -> tuple:
+    """(results, values, finished, answer): the plan's decision at its last look when it is
+    done, else the look the finished confirmation rounds reached so far (an interim look)."""
+    step = plan.plan(c, trials)
+    if isinstance(step.action, plan.Done):
+        done = step.action
+        return done.results, done.values, True, plan.answer(c, plan.counted(trials), done)
+    counted = plan.counted(trials)
+    values: dict[str, dict[int, float | None]] = {}
+    for t in counted:
+        if t.user_attrs.get(keys.PHASE) == plan.CONFIRM and t.state.is_finished():
+            values.setdefault(str(t.user_attrs.get(keys.LEVEL)), {})[
+                int(t.user_attrs.get(keys.SEED))] = plan.confirmed_value(t)
+    paired = set.intersection(*(set(v) for v in values.values())) if len(values) > 1 else set()
+    if len(paired) < 2:
+        return [], values, False, None
+    rounds = min(max(len(paired), c.seeds), c.max_seeds)
+    return plan.decide_look(c, values, rounds), values, False, None
+
+
+def budget(data: SweepData, levels: list[str]) -> pd.DataFrame:
+    """What each level was given: its sub-space (the settings its tuning trials searched), its
+    tuning trials and the epochs they trained, how many were pruned or failed, and its
+    confirmation seeds."""
+    t = data.trials
+    rows = []
+    for level in levels:
+        mine = t[t["level"].map(str) == level] if "level" in t else t.iloc[0:0]
+        tune, confirm = mine[mine["phase"] == "tune"], mine[mine["phase"] == "confirm"]
+        searched = sorted({s for text in tune.get("searched", pd.Series(dtype=object)).dropna()
+                           for s in str(text).split(",") if s})
+        rows.append({"level": level, "sub-space": ", ".join(searched) or "-",
+                     "tuning trials": len(tune),
+                     "epochs trained": int(pd.to_numeric(tune["epochs"], errors="coerce")
+                                           .fillna(0).sum()) if "epochs" in tune else 0,
+                     "pruned": int((tune["state"] == "PRUNED").sum()),
+                     "failed": int((tune["state"] == "FAIL").sum()),
+                     "confirmation seeds": ", ".join(
+                         str(int(s)) for s in sorted(confirm["seed"].dropna().unique()))
+                     or "-"})
+    return pd.DataFrame(rows, columns=["level", "sub-space", "tuning trials", "epochs trained",
+                                       "pruned", "failed", "confirmation seeds"])
+
+
+def _val_items(data: SweepData) -> int | None:
+    """The validation items every trial's accuracy counted (None when unknown or mixed)."""
+    col = f"metrics.{keys.VAL_ITEMS}"
+    if col not in data.trials:
+        return None
+    found = pd.to_numeric(data.trials[col], errors="coerce").dropna().unique()
+    return int(found[0]) if len(found) == 1 and found[0] > 0 else None
 
 
 def _scaling(tune: pd.DataFrame, sensitivity: dict[str, Sensitivity]) -> Scaling | None:
@@ -254,32 +324,37 @@ def _scaling(tune: pd.DataFrame, sensitivity: dict[str, Sensitivity]) -> Scaling
 # ------------------------------------------------------------------------------ sentences
 
 def sentences(c: Comparison, data: SweepData) -> list[str]:
-    """The answer in sentences: the verdict (the headline) first, then the learning-rate
-    ranges, the time to target and the scaling exponent where there are any."""
+    """The answer in sentences: the verdict (the headline) first, then the level the sweep
+    names, the resolution of the metric where it matters, the time to target and the scaling
+    exponent where there are any. Every number comes with its interval's level and method."""
     out = [_verdict_sentence(c, data)]
-    if c.sensitivity:
-        out.append(_sensitivity_sentence(c))
-    if c.target is not None and len(c.reach):
+    if c.answer is not None:
+        out.append(f"The sweep names {c.answer.why}.")
+    resolution = _resolution_sentence(c)
+    if resolution:
+        out.append(resolution)
+    if c.reach_results:
         out.append(_reach_sentence(c))
     if c.scaling is not None:
         s = c.scaling
         interval = "" if math.isnan(s.ci_low) else f" [{s.ci_low:.2f}, {s.ci_high:.2f}]"
         out.append(f"The best learning rate grows as batch_size^{s.exponent:.2f}{interval} "
-                   f"(fit over {s.points} tuning trials near the optimum of {s.levels} batch "
-                   f"sizes): {s.supports if interval else 'too few points for an interval'}.")
+                   f"(95% t interval of a least-squares slope over {s.points} single-seed "
+                   f"tuning trials near the optimum of {s.levels} batch sizes): "
+                   f"{s.supports if interval else 'too few points for an interval'}.")
     return out
 
 
 def _amount(c: Comparison, value: float) -> str:
     """A difference in the metric's words: points for a [0, 1] metric, else its units."""
-    if decide.METRIC_BOUNDS.get(c.metric) == (0.0, 1.0):  # points: 0.8, 2.0, 12.5
+    if stats.METRIC_BOUNDS.get(c.metric) == (0.0, 1.0):  # points: 0.8, 2.0, 12.5
         points = 100 * value
         return f"{points:.1f}" if abs(points) >= 1 else f"{points:.2g}"
     return f"{value:.3g}"
 
 
 def _unit(c: Comparison) -> str:
-    return f"points of {c.metric}" if decide.METRIC_BOUNDS.get(c.metric) == (0.0, 1.0) \
+    return f"points of {c.metric}" if stats.METRIC_BOUNDS.get(c.metric) == (0.0, 1.0) \
         else c.metric
 
 
@@ -296,65 +371,74 @@ def _named(c: Comparison, level: str) -> str:
 
 def _verdict_sentence(c: Comparison, data: SweepData) -> str:
     if not c.results:
-        tune = phase(data.trials, "tune")
-        planned = int(data.compare.get("tune_trials") or 0) * max(1, len(c.levels))
-        return (f"The comparison of {c.factor} is not finished: {len(tune)} of {planned} "
-                f"tuning trials and {sum(map(len, c.confirm.values()))} confirmation runs "
-                f"complete; `sweep run` again resumes it.")
-    decided_ = [r for r in c.results if r.better is not None]
-    if decided_:
-        rest = len(c.results) - len(decided_)
-        return " ".join(_pair_sentence(c, r) for r in decided_) + \
-            (f" The other {rest} pair{'s' if rest > 1 else ''} show no clear difference."
-             if rest else "")
-    if len(c.results) == 1:
-        return _pair_sentence(c, c.results[0])
-    return (f"No clear difference among the {len(c.levels)} levels of {c.factor} over "
-            f"{min(r.pairs for r in c.results)} paired seeds (smallest Holm p = "
-            f"{np.nanmin([r.p_holm for r in c.results]):.2g}).")
+        return _no_verdict(c, data)
+    said = "; ".join(stats.describe(r, metric=c.metric, direction=c.direction,
+                                    fmt=lambda v: _amount(c, v), unit=_unit(c),
+                                    named=lambda lv: _named(c, lv)) for r in c.results)
+    said = said[0].upper() + said[1:]
+    return said + ("." if c.finished else
+                   " (an interim look: the comparison is not finished; `sweep run` again "
+                   "resumes it).")
 
 
-def _pair_sentence(c: Comparison, r: decide.PairResult) -> str:
-    over = f"over {r.pairs} paired seeds (Holm p = {r.p_holm:.2g})"
-    if r.better is None:
-        return (f"No clear difference between {_named(c, r.a)} and {_named(c, r.b)}: "
-                f"{r.b} minus {r.a} = {_amount(c, r.diff)} {_unit(c)} "
-                f"[{_amount(c, r.ci_low)}, {_amount(c, r.ci_high)}] {over}.")
-    ahead, low, high = r.lead(c.direction)
-    worse = r.a if r.better == r.b else r.b
-    return (f"{_named(c, r.better)} beats {_named(c, worse)} by {_amount(c, ahead)} "
-            f"{_unit(c)} [{_amount(c, low)}, {_amount(c, high)}] {over}.")
+def _no_verdict(c: Comparison, data: SweepData) -> str:
+    """Why there is no verdict yet, or none to come."""
+    tune = data.trials[data.trials["phase"] == "tune"] if "phase" in data.trials else \
+        data.trials.iloc[0:0]
+    planned = int(data.compare.get("tune_trials") or 0)
+    empty = [lv for lv in c.levels if len(tune[tune["level"].map(str) == lv]) >= planned
+             and not (tune[tune["level"].map(str) == lv]["state"] == "COMPLETE").any()]
+    if c.finished or empty:
+        who = ", ".join(empty) if empty else "fewer than two levels"
+        return (f"No comparison of {c.factor}: {who} completed none of its {planned} tuning "
+                f"trials (each pruned or failed; the trials table says why), so there is no "
+                f"tuned configuration to confirm; running the sweep again will not change "
+                f"that: fix the failure, or widen that level's sub-space, and start it anew "
+                f"with --new.")
+    return (f"The comparison of {c.factor} is not finished: {len(phase(data.trials, 'tune'))} "
+            f"of {planned * max(1, len(c.levels))} tuning trials and "
+            f"{sum(map(len, c.confirm.values()))} confirmation runs complete; `sweep run` again "
+            f"resumes it.")
 
 
-def _sensitivity_sentence(c: Comparison) -> str:
-    words = tolerance_words(c.metric)
-    parts = []
-    for i, (level, s) in enumerate(c.sensitivity.items()):
-        span = (f"a {s.ratio:.2g}x range of learning rates" if s.within > 1 else
-                f"its best learning rate alone (1 of {s.trials} tuning trials)")
-        parts.append(f"{level} stays within {words} of its best over {span}" if i == 0 else
-                     f"{level} over {span if s.within == 1 else f'{s.ratio:.2g}x'}")
-    return ", ".join(parts) + "."
+def _resolution_sentence(c: Comparison) -> str | None:
+    """What one validation item is worth, when a difference or the ceiling is that close."""
+    if c.val_items is None or stats.METRIC_BOUNDS.get(c.metric) != (0.0, 1.0):
+        return None
+    step = 1.0 / c.val_items
+    notes = []
+    small = [r for r in c.results if not math.isnan(r.diff) and abs(r.diff) < step]
+    if small:
+        notes.append("the difference" + (" of " + ", ".join(f"{r.b} - {r.a}" for r in small)
+                                         if len(c.results) > 1 else "")
+                     + " is smaller than one item")
+    means = {lv: np.mean([v for v in vals.values() if math.isfinite(v)])
+             for lv, vals in c.confirm.items() if any(math.isfinite(v) for v in vals.values())}
+    ceiling = (1.0 - step) if c.direction == "maximize" else step
+    at = [lv for lv, m in means.items() if (m >= ceiling if c.direction == "maximize"
+                                            else m <= ceiling)]
+    if at:
+        notes.append(f"{' and '.join(at)} {'are' if len(at) > 1 else 'is'} within one item of "
+                     f"the {'ceiling' if c.direction == 'maximize' else 'floor'}")
+    if not notes:
+        return None
+    return (f"{c.metric} counts {c.val_items} validation items, so it moves in steps of "
+            f"{_amount(c, step)} {_unit(c)}: " + "; ".join(notes) + ".")
+
+
+def _reach_results(c: Comparison) -> list[stats.PairResult]:
+    """The levels' epochs to ``target`` compared over the paired seeds (fewer is better; a
+    seed that never reached it is its level's worst outcome)."""
+    values = {lv: {int(r.seed): (float(r.epochs) if not math.isnan(r.epochs) else math.inf)
+                   for r in g.itertuples()} for lv, g in c.reach.groupby(c.reach["level"])}
+    if len(values) < 2:
+        return []
+    return stats.compare_paired(values, direction="minimize", factor=c.factor)
 
 
 def _reach_sentence(c: Comparison) -> str:
-    per = c.reach.groupby("level").agg(epochs=("epochs", "mean"), seconds=("seconds", "mean"),
-                                       reached=("epochs", "count"), runs=("seed", "count"))
     target = f"{c.metric} {c.target:g}"
-    missed = [f"{lvl} on {int(r.runs - r.reached)} of {int(r.runs)} seeds"
-              for lvl, r in per.iterrows() if r.reached < r.runs]
-    full = per[per["reached"] == per["runs"]].sort_values("epochs")
-    if len(full) >= 2:
-        fast, slow = full.index[0], full.index[1]
-        gap = full.loc[slow, "epochs"] - full.loc[fast, "epochs"]
-        text = (f"{fast} reaches {target} {gap:.2g} epochs sooner than {slow} "
-                f"({full.loc[fast, 'epochs']:.2g} against {full.loc[slow, 'epochs']:.2g} "
-                f"epochs, mean over seeds)" if gap > 0 else
-                f"{fast} and {slow} reach {target} after {full.loc[fast, 'epochs']:.2g} epochs")
-    elif len(full) == 1:
-        text = f"Only {full.index[0]} reaches {target} on every seed " \
-               f"({full['epochs'].iloc[0]:.2g} epochs, mean over seeds)"
-    else:
-        text = f"No level reaches {target} on every seed"
-    return text + (f"; it is never reached by {', '.join(missed)}"
-                                         if missed else "") + "."
+    parts = [stats.describe(r, metric="epochs", direction="minimize", unit="",
+                            fmt=lambda v: f"{v:.2g}").replace(" better than ", " is faster than ")
+             for r in c.reach_results]
+    return f"Epochs to reach {target}, compared over the paired seeds: " + "; ".join(parts) + "."

@@ -2,6 +2,8 @@
 level, the forest plot of every pairwise difference, time to target and the lr scaling exponent."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .compare import LINEAR, SQUARE_ROOT, Comparison, phase, tolerance_words
@@ -39,9 +41,9 @@ def comparison_plots(c: Comparison, data: SweepData) -> dict[str, Figure]:
             f"the mean, and a band from the lowest to the highest seed."))
     if c.results:
         out["differences.png"] = Figure(_forest(c), (
-            "Every pairwise difference (b minus a, in the metric's units) with its confidence "
-            "interval; an interval away from 0 with a Holm-corrected p below the level is a "
-            "verdict."))
+            f"Every pairwise difference (b minus a, in the metric's units) with its interval "
+            f"({c.results[0].level_text()}); green: one level is better (Holm-corrected), "
+            f"blue: equivalent within +-precision, grey: undecided."))
     if c.target is not None and len(c.reach):
         out["time_to_target.png"] = Figure(_reach(c), (
             f"Epochs each confirmation seed needed to reach {c.metric} {c.target:g}; a seed "
@@ -124,7 +126,10 @@ def _forest(c: Comparison) -> bytes:
     rows = c.results[::-1]
     fig, ax = plt.subplots(figsize=(7, 0.8 + 0.45 * len(rows)))
     for y, r in enumerate(rows):
-        color = "tab:green" if r.better is not None else "tab:grey"
+        color = {"better": "tab:green", "equivalent": "tab:blue"}.get(r.verdict, "tab:grey")
+        if math.isnan(r.ci_low):  # no interval (no spread, too few pairs): the point alone
+            ax.plot([r.diff], [y], "o", color=color)
+            continue
         ax.errorbar([r.diff], [y], xerr=[[r.diff - r.ci_low], [r.ci_high - r.diff]], fmt="o",
                     color=color, capsize=4)
     ax.axvline(0, color="k", lw=0.8)

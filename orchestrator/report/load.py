@@ -42,6 +42,8 @@ class SweepData:
     best_group: list[int] = field(default_factory=list)
     # the trials the study names best (objectives.best_trials): ranked, or the Pareto front
     best: list[int] = field(default_factory=list)
+    # the study's own trials (Optuna's), from which a comparison's plan is replayed
+    frozen: list = field(default_factory=list, repr=False, compare=False)
 
     @property
     def factors(self) -> list[str]:
@@ -82,7 +84,8 @@ def load_sweep(spec_or_name: str, tracking_uri: str | None = None,
                      dict(parent.data.tags) if parent else {}, tracker,
                      json.loads(compare) if compare else None,
                      [t.number for t in best_configuration(spec, every)],
-                     [t.number for t in objectives.best_trials(every, spec.directions)])
+                     [t.number for t in objectives.best_trials(every, spec.directions)],
+                     every)
 
 
 def _name_in(path: str) -> str:

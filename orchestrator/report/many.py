@@ -8,10 +8,10 @@ Rules the numbers follow:
   same seed. What the sweeps fixed differently (``train.epochs``, the dataset, the code) is what
   is compared. Within a sweep, a second trial of a configuration and seed is left out (listed).
 - *all matched trials*: every two sweeps, b minus a over the configurations and seeds both ran,
-  by :func:`orchestrator.decide.compare_levels` (paired t-test and its interval, or a bootstrap
-  interval for a bounded metric; Wilcoxon signed-rank; Holm over the pairs of sweeps), the
-  verdict turned the way of the objective. Fewer than :data:`~orchestrator.report.stats.MIN_PAIRS`
-  pairs: insufficient evidence.
+  by :func:`orchestrator.stats.compare_paired` (paired t-test and its 95% t interval, clipped to
+  the range of a bounded metric's difference; Wilcoxon signed-rank; Holm over the pairs of
+  sweeps), the verdict turned the way of the objective. Fewer than
+  :data:`~orchestrator.report.stats.MIN_PAIRS` pairs: undecided, no interval.
 - *per configuration*: the same over that configuration's seeds (each configuration on its own:
   Holm over its pairs of sweeps, not across configurations).
 - a trial of one sweep that no other sweep matched is listed with why.
@@ -25,15 +25,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import decide, keys
+from .. import keys, stats
 from ..errors import SweepError
 from .load import SweepData
 from .plots import Figure, png_bytes
 from .render import Document, Table, markdown, number, p_value, to_html
 from .stats import MIN_PAIRS
 
-COLUMNS = ["scope", "a", "b", "pairs", "diff_b_minus_a", "ci95_low", "ci95_high", "t_test_p",
-           "wilcoxon_p", "p_holm", "verdict"]
+COLUMNS = ["scope", "a", "b", "pairs", "diff_b_minus_a", "ci_low", "ci_high", "ci_level",
+           "ci_method", "t_test_p", "wilcoxon_p", "p_holm", "verdict", "winner"]
 ALL = "all matched trials"
 
 
@@ -51,7 +51,7 @@ class Many:
     results: pd.DataFrame
     unmatched: pd.DataFrame
     differences: list[str]
-    overall: list[decide.PairResult] = field(default_factory=list)
+    overall: list[stats.PairResult] = field(default_factory=list)
 
     def sentences(self) -> list[str]:
         """A sentence per pair of sweeps over all their matched trials (the headline first)."""
@@ -91,23 +91,23 @@ def compare_sweeps(datas: list[SweepData]) -> Many:
     factors = list(dict.fromkeys(f for d in datas for f in d.factors))
     values, unmatched = _values(datas, factors)
     pairs = _pairs_table(values, names)
-    bounds = decide.METRIC_BOUNDS.get(objective.metric, (None, None))
+    bounds = stats.METRIC_BOUNDS.get(objective.metric)
     label = {str(i): name for i, name in enumerate(names)}  # "0" < "1" < ...: the given order
 
     def by_sweep(frame: pd.DataFrame, key) -> dict[str, dict]:
         return {str(i): {k: v for k, v in zip(key(frame), frame[f"value:{n}"]) if not
                          pd.isna(v)} for i, n in enumerate(names)}
 
-    overall = decide.compare_levels(
+    overall = stats.compare_paired(
         by_sweep(pairs, lambda f: zip(f["configuration"], f["seed"])), factor="sweep",
         direction=objective.direction, bounds=bounds, min_pairs=MIN_PAIRS)
     rows = [_row(ALL, r, label) for r in overall]
     for config, group in pairs.groupby("configuration", sort=False):
         if group[[f"value:{n}" for n in names]].notna().sum(axis=1).max() < 2:
             continue  # one sweep alone ran it: listed as unmatched
-        found = decide.compare_levels(by_sweep(group, lambda f: f["seed"]), factor="sweep",
-                                      direction=objective.direction, bounds=bounds,
-                                      min_pairs=MIN_PAIRS)
+        found = stats.compare_paired(by_sweep(group, lambda f: f["seed"]), factor="sweep",
+                                     direction=objective.direction, bounds=bounds,
+                                     min_pairs=MIN_PAIRS)
         rows += [_row(config, r, label) for r in found if r.pairs]
     unmatched += _alone(pairs, names)
     overall = [_named(r, label) for r in overall]
@@ -182,27 +182,22 @@ def _alone(pairs: pd.DataFrame, names: list[str]) -> list[dict]:
     return out
 
 
-def _named(r: decide.PairResult, label: dict[str, str]) -> decide.PairResult:
+def _named(r: stats.PairResult, label: dict[str, str]) -> stats.PairResult:
     """A result with the sweeps' names for its level labels."""
     from dataclasses import replace
 
-    better = label.get(r.better) if r.better is not None else None
-    worse = label[r.a] if better == label[r.b] else label[r.b]
-    return replace(r, a=label[r.a], b=label[r.b], better=better,
-                   verdict=f"{better} better than {worse}" if better else r.verdict)
+    return replace(r, a=label[r.a], b=label[r.b],
+                   winner=label.get(r.winner) if r.winner is not None else None)
 
 
-def _row(scope: str, r: decide.PairResult, label: dict[str, str]) -> dict:
+def _row(scope: str, r: stats.PairResult, label: dict[str, str]) -> dict:
     r = _named(r, label)
-    if r.pairs < MIN_PAIRS:
-        verdict = f"insufficient evidence ({r.pairs} pairs, need {MIN_PAIRS})"
-    elif math.isnan(r.p):
-        verdict = "every pair differs by the same amount"
-    else:
-        verdict = r.verdict
+    verdict = r.verdict if r.finite_pairs >= MIN_PAIRS else \
+        f"undecided ({r.finite_pairs} pairs, need {MIN_PAIRS})"
     return {"scope": scope, "a": r.a, "b": r.b, "pairs": r.pairs, "diff_b_minus_a": r.diff,
-            "ci95_low": r.ci_low, "ci95_high": r.ci_high, "t_test_p": r.p,
-            "wilcoxon_p": r.p_wilcoxon, "p_holm": r.p_holm, "verdict": verdict}
+            "ci_low": r.ci_low, "ci_high": r.ci_high, "ci_level": r.ci_level,
+            "ci_method": r.ci_method, "t_test_p": r.p, "wilcoxon_p": r.p_wilcoxon,
+            "p_holm": r.p_holm, "verdict": verdict, "winner": r.winner or ""}
 
 
 def differences(datas: list[SweepData], factors: list[str]) -> list[str]:
@@ -225,7 +220,7 @@ def differences(datas: list[SweepData], factors: list[str]) -> list[str]:
 
 
 def _points(metric: str) -> bool:
-    return decide.METRIC_BOUNDS.get(metric) == (0.0, 1.0)
+    return stats.METRIC_BOUNDS.get(metric) == (0.0, 1.0)
 
 
 def amount(metric: str, value: float) -> str:
@@ -239,19 +234,14 @@ def interval(metric: str, low: float, high: float) -> str:
     return f"[{scale * low:.3g}, {scale * high:.3g}]"
 
 
-def pair_sentence(m: Many, r: decide.PairResult) -> str:
+def pair_sentence(m: Many, r: stats.PairResult) -> str:
     """One pair of sweeps over all their matched trials, said the way of the objective."""
-    over = f"over {r.pairs} matched trials (same configuration and seed"
-    if r.pairs < MIN_PAIRS:
-        return (f"{r.b} against {r.a}: insufficient evidence {over}; need {MIN_PAIRS}).")
-    over += f"; Holm p = {r.p_holm:.2g})" if not math.isnan(r.p_holm) else ")"
-    if r.better is None:
-        return (f"No clear difference between {r.a} and {r.b}: {r.b} minus {r.a} = "
-                f"{amount(m.metric, r.diff)} {interval(m.metric, r.ci_low, r.ci_high)} {over}.")
-    worse = r.a if r.better == r.b else r.b
-    ahead, low, high = r.lead(m.direction)
-    return (f"{r.better} beats {worse} by {amount(m.metric, ahead)} "
-            f"{interval(m.metric, low, high)} {over}.")
+    scale = 100.0 if _points(m.metric) else 1.0
+    said = stats.describe(r, metric=m.metric, direction=m.direction,
+                          fmt=lambda v: f"{scale * v:.3g}",
+                          unit=f"points of {m.metric}" if _points(m.metric) else m.metric)
+    said = said.replace("paired seed", "matched trial")
+    return said[0].upper() + said[1:] + " (matched: the same configuration and seed)."
 
 
 # ------------------------------------------------------------------------------ the files
@@ -299,14 +289,16 @@ def _document(m: Many, datas: list[SweepData], figures: dict[str, Figure]) -> Do
     doc.blocks.append(Table(
         f"b minus a in {m.metric} over the configurations and seeds both sweeps ran (first row "
         f"per pair: all of them; then each configuration over its seeds): paired t-test and its "
-        f"95% interval (bootstrap for a bounded metric), Wilcoxon signed-rank, Holm over the "
-        f"pairs of sweeps within a row's scope; fewer than {MIN_PAIRS} pairs is insufficient "
-        f"evidence. Also in comparison.csv.",
-        ["scope", "a", "b", "pairs", "b - a", "95% CI low", "95% CI high", "t-test p",
-         "Wilcoxon p", "Holm p", "verdict"],
-        [[r.scope, r.a, r.b, str(r.pairs), number(r.diff_b_minus_a), number(r.ci95_low),
-          number(r.ci95_high), p_value(r.t_test_p), p_value(r.wilcoxon_p), p_value(r.p_holm),
-          r.verdict] for r in m.results.itertuples()]))
+        f"95% Student t interval (clipped to the range a difference of a bounded metric can "
+        f"take, as the method column says), Wilcoxon signed-rank, Holm over the pairs of sweeps "
+        f"within a row's scope; fewer than {MIN_PAIRS} pairs is undecided, without an "
+        f"interval. Also in comparison.csv.",
+        ["scope", "a", "b", "pairs", "b - a", "95% CI low", "95% CI high", "method",
+         "t-test p", "Wilcoxon p", "Holm p", "verdict"],
+        [[r.scope, r.a, r.b, str(r.pairs), number(r.diff_b_minus_a), number(r.ci_low),
+          number(r.ci_high), r.ci_method, p_value(r.t_test_p), p_value(r.wilcoxon_p),
+          p_value(r.p_holm), f"{r.winner} better" if r.winner else r.verdict]
+         for r in m.results.itertuples()]))
     doc.heading("Matched trials")
     value_cols = [f"value:{n}" for n in m.names]
     doc.blocks.append(Table(

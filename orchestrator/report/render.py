@@ -21,18 +21,21 @@ from .plots import Figure, plots
 from .stats import (
     MIN_PAIRS,
     configuration,
+    continuous,
     export_table,
     factor_table,
     missing,
     paired_differences,
+    trend_table,
 )
 
 STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
 COMPARISON_FILE = Path(keys.COMPARISON_CSV).name  # report/comparison.csv on the parent run
 PAIRED_HEADERS = {"factor": "setting", "a": "a", "b": "b", "pairs": "pairs",
-                  "mean_diff_b_minus_a": "b - a", "ci95_low": "95% CI low",
-                  "ci95_high": "95% CI high", "t_test_p": "t-test p", "wilcoxon_p": "Wilcoxon p",
-                  "p_holm": "Holm p", "friedman_p": "Friedman p", "verdict": "verdict"}
+                  "mean_diff_b_minus_a": "b - a", "ci_low": "95% CI low",
+                  "ci_high": "95% CI high", "ci_level": "level", "ci_method": "method",
+                  "t_test_p": "t-test p", "wilcoxon_p": "Wilcoxon p", "p_holm": "Holm p",
+                  "friedman_p": "Friedman p", "verdict": "verdict"}
 P_COLUMNS = {"t_test_p", "wilcoxon_p", "p_holm", "friedman_p", "p"}
 
 
@@ -92,7 +95,7 @@ class Report:
 def build_report(data: SweepData, out_dir: str | os.PathLike, by: str | None = None) -> Report:
     """Write report.html, report.md, trials.csv, trials.parquet, plots/*.png and, for a
     comparison, comparison.csv into ``out_dir``."""
-    from ..decide import METRIC_BOUNDS
+    from ..stats import METRIC_BOUNDS
 
     out = Path(out_dir)
     (out / "plots").mkdir(parents=True, exist_ok=True)
@@ -102,10 +105,11 @@ def build_report(data: SweepData, out_dir: str | os.PathLike, by: str | None = N
     # a comparison's levels are compared on their confirmation seeds (its own section): the
     # tables of any sweep would mix tuning and confirmation trials
     trials = data.trials.iloc[0:0] if comparison is not None else data.trials
-    ftable = factor_table(trials, factors)
+    bounds, ranges = METRIC_BOUNDS.get(data.spec.objective.metric), continuous(data.spec)
+    ftable = factor_table(trials, factors, ranges=ranges, bounds=bounds)
+    trends = trend_table(trials, factors, ranges)
     paired = paired_differences(trials, factors, direction=data.spec.objective.goal,
-                                bounds=METRIC_BOUNDS.get(data.spec.objective.metric,
-                                                         (None, None)))
+                                bounds=bounds, ranges=ranges)
     gaps = missing(data) if comparison is None else comparison_gaps(data, comparison)
     if data.parent_tags.get(keys.STOP_REASON):  # stop_when ended it: nothing is missing
         gaps = [f"ended early by {data.parent_tags[keys.STOP_REASON]}"] + \
@@ -124,7 +128,7 @@ def build_report(data: SweepData, out_dir: str | os.PathLike, by: str | None = N
     if comparison is not None:
         comparison.table().to_csv(out / COMPARISON_FILE, index=False)
         files.append(out / COMPARISON_FILE)
-    doc = _document(data, ftable, paired, gaps, export_table(data.trials), comparison)
+    doc = _document(data, ftable, paired, gaps, export_table(data.trials), comparison, trends)
     _plots_section(doc, figures, notes)
     _trials_section(doc, data)
     (out / "report.md").write_text(markdown(doc))
@@ -239,7 +243,7 @@ def _front_section(doc: Document, data: SweepData) -> None:
           configuration(r, data.factors)] for _, r in best.iterrows()]))
 
 
-def _document(data, ftable, paired, gaps, exports, comparison) -> Document:
+def _document(data, ftable, paired, gaps, exports, comparison, trends=None) -> Document:
     headline = comparison.sentences if comparison is not None else [_best_line(data)]
     doc = Document(f"Sweep report: {data.study_name}", headline)
     for line in _summary_lines(data):
@@ -253,22 +257,48 @@ def _document(data, ftable, paired, gaps, exports, comparison) -> Document:
     metric = data.spec.objective.metric
     if comparison is not None:
         return doc
-    doc.heading("Objective per level")
-    doc.blocks.append(Table(
-        f"{metric} of the complete trials per level of each searched setting, over repeats; "
-        f"the interval is Student's t at 95%.",
-        ["setting", "level", f"mean {metric}", "std", "95% CI low", "95% CI high", "trials"],
-        [[r.factor, r.level, number(r.mean), number(r.std), number(r.ci95_low),
-          number(r.ci95_high), str(r.n)] for r in ftable.itertuples()]))
+    observational = (" Observational: the trials of a level differ in their other settings "
+                     "too (a search chose them), so a gap between levels is not the setting's "
+                     "effect alone; a comparison (compare:) or the paired table below is what "
+                     "to cite.")
+    if len(ftable):
+        doc.heading("Objective per level (observational)")
+        doc.blocks.append(Table(
+            f"{metric} of the complete trials per level of each setting chosen from levels, "
+            f"over the trials that searched it (repeats included); the interval is Student's t "
+            f"at 95%, clipped to the metric's range, and needs 2 trials." + observational,
+            ["setting", "level", f"mean {metric}", "std", "95% CI low", "95% CI high",
+             "trials"],
+            [[r.factor, r.level, number(r.mean), number(r.std), number(r.ci_low),
+              number(r.ci_high), str(r.n)] for r in ftable.itertuples()]))
+    if trends is not None and len(trends):
+        doc.heading("Trends of ranged settings (observational)")
+        doc.blocks.append(Table(
+            f"Each setting searched over a range: Spearman's rank correlation of its value with "
+            f"{metric} over the complete trials that searched it (positive: higher values went "
+            f"with higher {metric}), with an approximate 95% interval (Fisher's z, variance "
+            f"1.06 / (n - 3); none below 5 trials)." + observational,
+            ["setting", "trials", "Spearman rho", "95% CI low", "95% CI high", "lowest tried",
+             "highest tried"],
+            [[r.factor, str(r.n), number(r.spearman_rho, 3), number(r.ci_low, 3),
+              number(r.ci_high, 3), number(r.low, 3), number(r.high, 3)]
+             for r in trends.itertuples()]))
     if len(paired):
         doc.heading("Paired differences (same other settings, same seed)")
         doc.blocks.append(Table(
             f"Level b minus level a in {metric}, over trials equal in every other setting and "
-            f"seed: paired t-test with its 95% interval, Wilcoxon signed-rank, Holm over the "
-            f"pairs of a setting; fewer than {MIN_PAIRS} pairs is insufficient evidence.",
+            f"seed: paired t-test with its 95% Student t interval (clipped to the range a "
+            f"difference can take where the method says so), Wilcoxon signed-rank, Holm over "
+            f"the pairs of a setting; pairs of levels with fewer than {MIN_PAIRS} such pairs "
+            f"are left out.",
             [PAIRED_HEADERS.get(c, c) for c in paired.columns],
             [[p_value(row[c]) if c in P_COLUMNS else number(row[c]) for c in paired.columns]
              for _, row in paired.iterrows()]))
+    elif len(data.trials):
+        doc.say(f"No paired differences: no two complete trials differ in one setting alone "
+                f"with the same seed ({MIN_PAIRS} such pairs are needed for a pair of levels); "
+                f"a sampler searching the space rarely makes them. A grid with repeats, or a "
+                f"comparison (compare:), does.")
     if not exports.empty:
         doc.heading("Export parity")
         doc.blocks.append(Table(
@@ -280,32 +310,51 @@ def _document(data, ftable, paired, gaps, exports, comparison) -> Document:
 
 
 def _comparison_section(doc: Document, c: Comparison, data: SweepData) -> None:
+    from ..stats import level_percent, mean_interval
+
     doc.heading(f"The comparison of {c.factor}")
     doc.say(c.rule)
     if c.results:
         doc.blocks.append(Table(
             f"Every pair of levels over their paired confirmation seeds: b minus a in "
-            f"{c.metric}, its interval, the paired t-test's p and Holm's over the pairs. "
-            f"Also in {COMPARISON_FILE}.",
-            ["a", "b", "pairs", f"b - a ({c.metric})", "interval", "p", "Holm p", "verdict"],
-            [[r.a, r.b, str(r.pairs), number(r.diff), f"[{number(r.ci_low)}, "
-              f"{number(r.ci_high)}]", p_value(r.p), p_value(r.p_holm), r.verdict]
-             for r in c.results]))
+            f"{c.metric}, its interval with its level and method, the paired t-test's p and "
+            f"Holm's over the pairs, and the verdict (better, equivalent within +-precision, or "
+            f"undecided). Also in {COMPARISON_FILE}.",
+            ["a", "b", "pairs", f"b - a ({c.metric})", "interval", "level, method", "p",
+             "Holm p", "verdict"],
+            [[r.a, r.b, str(r.pairs), number(r.diff),
+              f"[{number(r.ci_low)}, {number(r.ci_high)}]" if not math.isnan(r.ci_low) else "-",
+              f"{level_percent(r.ci_level)} {r.ci_method}", p_value(r.p), p_value(r.p_holm),
+              f"{r.winner} better" if r.winner else r.verdict] for r in c.results]))
+    if len(c.budget):
+        doc.blocks.append(Table(
+            "What each level was given: the settings its tuning trials searched (its "
+            "sub-space), its tuning trials and the epochs they trained (a pruned trial stops "
+            "early), how many were pruned or failed, and the seeds its tuned configuration was "
+            "confirmed on.", list(c.budget.columns),
+            [[number(v) for v in row] for row in c.budget.itertuples(index=False)]))
     rows = []
+    bounds = _bounds(c.metric)
     for level in c.levels:
         seeds = c.confirm.get(level, {})
-        values = pd.Series(list(seeds.values()), dtype=float)
-        rows.append([level, settings_text(c.tuned.get(level, {})) or "-",
-                     number(values.mean()) if len(values) else "-",
-                     number(values.std()) if len(values) > 1 else "-", str(len(values))])
+        values = [v for v in seeds.values() if math.isfinite(v)]
+        mean, low, high, method = mean_interval(values, bounds)
+        rows.append([level, settings_text(c.tuned.get(level, {})) or "-", number(mean),
+                     f"[{number(low)}, {number(high)}]" if not math.isnan(low) else "-",
+                     number(float(pd.Series(values).std())) if len(values) > 1 else "-",
+                     f"{len(values)}" + (f" (+{len(seeds) - len(values)} without a value)"
+                                         if len(seeds) > len(values) else "")])
     doc.blocks.append(Table(
         f"Each level's best tuning trial (its settings) and that configuration retrained on "
-        f"fresh seeds: mean and standard deviation of {c.metric} over them.",
-        ["level", "tuned settings", f"mean {c.metric}", "std", "seeds"], rows))
+        f"fresh seeds: mean of {c.metric} over them with its 95% Student t interval (clipped "
+        f"to the metric's range), standard deviation and seeds.",
+        ["level", "tuned settings", f"mean {c.metric}", "95% t interval", "std", "seeds"],
+        rows))
     if c.sensitivity:
         doc.blocks.append(Table(
-            f"Learning rates within {tolerance_words(c.metric)} of each level's best, around "
-            f"its best tuning trial.",
+            f"Learning rates within {tolerance_words(c.metric)} of each level's best tuning "
+            f"trial, around it. Each tuning trial ran one seed and the best is the luckiest of "
+            f"them, so these ranges are descriptive, not a claim about sensitivity.",
             ["level", "best lr", "lowest lr", "highest lr", "range", "tuning trials in it"],
             [[s.level, number(s.best_lr, 3), number(s.low, 3), number(s.high, 3),
               f"{s.ratio:.2g}x", f"{s.within} of {s.trials}"]
@@ -314,10 +363,17 @@ def _comparison_section(doc: Document, c: Comparison, data: SweepData) -> None:
         per = c.reach.groupby("level")
         doc.blocks.append(Table(
             f"Time for the confirmation runs to reach {c.metric} {c.target:g}: means over the "
-            f"seeds that reached it.",
+            f"seeds that reached it (the comparison over paired seeds is in the sentences "
+            f"above).",
             ["level", "seeds that reached it", "mean epochs", "mean seconds"],
             [[level, f"{int(g['epochs'].count())} of {len(g)}", number(g["epochs"].mean(), 3),
               number(g["seconds"].mean(), 3)] for level, g in per]))
+
+
+def _bounds(metric: str):
+    from ..stats import METRIC_BOUNDS
+
+    return METRIC_BOUNDS.get(metric)
 
 
 def _plots_section(doc: Document, figures: dict[str, Figure], notes: list[str]) -> None:

@@ -1,12 +1,23 @@
 """The report's statistics, from the trial table alone.
 
-Per searched setting, the objective per level over complete trials (mean, standard deviation,
-95% t confidence interval, count); for settings of 2 to :data:`MAX_LEVELS` levels, the paired
-difference between every two levels over trials that share every other setting and the repeat
-index (so the same seed), decided by :mod:`orchestrator.decide` (95% interval, paired t-test,
-Wilcoxon signed-rank, Holm over the setting's pairs; Friedman across 3 or more levels). Fewer than
-:data:`MIN_PAIRS` pairs: the evidence is called insufficient and no p-value is printed. Levels sort
-as numbers where they are numbers; a configuration several trials ran is counted once.
+Every number here describes a search: the trials differ in more than the setting a row is about,
+so these tables are observational; a comparison (``compare:``, confirmed on paired seeds) is
+the thing to cite for which level is better. Each setting is summarised over the trials that
+searched it only (a setting of one option's sub-space, such as SGD's momentum, is not grouped
+with trials of the other options).
+
+- *levels* (a setting chosen from a list or options): the objective per level over complete
+  trials: mean, standard deviation, count and a 95% Student t interval of the mean, clipped to
+  the metric's range (the column ``ci_method`` says when it was).
+- *trend* (a setting searched over a range, such as ``lr``): Spearman's rank correlation of the
+  setting with the objective and its approximate 95% interval (Fisher's z with the variance
+  1.06 / (n - 3) of Fieller, Hartley and Pearson), never a row per value.
+- *paired differences*: for settings of 2 to :data:`MAX_LEVELS` levels, every two levels over
+  trials that share every other searched setting and the repeat index (the same seed), by
+  :func:`orchestrator.stats.compare_paired` (95% t interval, paired t-test, Wilcoxon
+  signed-rank, Holm over the setting's pairs; Friedman across 3 or more levels). Pairs of
+  levels with fewer than :data:`MIN_PAIRS` such pairs get no row. Levels sort as numbers where
+  they are numbers; a configuration several trials ran is counted once.
 """
 from __future__ import annotations
 
@@ -16,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from .. import keys
-from ..decide import PairResult, compare_levels, friedman, level_order
+from .. import space as sp
+from ..stats import PairResult, compare_paired, friedman, level_order, mean_interval
 from .load import SweepData
 
 MIN_PAIRS = 3
@@ -25,74 +37,129 @@ MAX_LEVELS = 12  # a setting with more distinct values is continuous: see the im
 SCALED_LR_SETTINGS = ("lr", "lr_scaling", "reference_batch_size")
 
 
-def mean_ci(values: np.ndarray) -> tuple[float, float, float, float]:
-    """(mean, sample std, CI low, CI high) with a 95% Student t interval (NaN below 2 values)."""
-    from scipy import stats
-
+def mean_ci(values: np.ndarray, bounds: tuple[float | None, float | None] | None = None
+            ) -> tuple[float, float, float, float]:
+    """(mean, sample std, CI low, CI high): :func:`orchestrator.stats.mean_interval`'s 95%
+    Student t interval, clipped to ``bounds`` (NaN below 2 values)."""
     values = np.asarray(values, dtype=float)
-    n = len(values)
-    mean = float(values.mean()) if n else math.nan
-    if n < 2:
+    mean, low, high, _ = mean_interval(values, bounds)
+    if len(values) < 2:
         return mean, math.nan, math.nan, math.nan
     std = float(values.std(ddof=1))
-    half = float(stats.t.ppf(0.975, n - 1)) * std / math.sqrt(n)
-    return mean, std, mean - half, mean + half
+    if not std > 0:  # no spread: the interval is the value itself
+        return mean, std, mean, mean
+    return mean, std, low, high
 
 
-def factor_table(trials: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
-    """Objective per level of each searched setting over complete trials, levels in
-    :func:`~orchestrator.decide.level_order`; a configuration that several trials of a level ran
-    (the same effective settings and repeat) is counted once."""
+def searched_by(trials: pd.DataFrame, factor: str) -> pd.DataFrame:
+    """The trials that searched ``factor`` (their ``searched`` column names it): the only ones
+    whose value of it was chosen, and trained with."""
+    if "searched" not in trials:
+        return trials
+    return trials[trials["searched"].fillna("").map(lambda s: factor in str(s).split(","))]
+
+
+def continuous(spec) -> set[str]:
+    """The settings ``spec`` searches over a range (summarised as a trend, not by level)."""
+    return {node.setting for _, node in sp.walk(spec.space) if isinstance(node, sp.Range)}
+
+
+def factor_table(trials: pd.DataFrame, factors: list[str], *,
+                 ranges: set[str] | frozenset = frozenset(),
+                 bounds: tuple[float | None, float | None] | None = None) -> pd.DataFrame:
+    """Objective per level of each setting chosen from levels, over the complete trials that
+    searched it, levels in :func:`~orchestrator.stats.level_order`; a configuration that several
+    trials of a level ran (the same effective settings and repeat) is counted once. Settings in
+    ``ranges`` (or with more than :data:`MAX_LEVELS` values) are left to :func:`trend_table`."""
     done = trials[trials["state"] == "COMPLETE"]
     done = done.assign(_config=configuration_ids(done))
     rows = []
     for factor in factors:
         col = f"params.{factor}"
-        if col not in done or done[col].nunique(dropna=False) > MAX_LEVELS:
+        mine = searched_by(done, factor)
+        if factor in ranges or col not in mine or mine[col].nunique(dropna=False) > MAX_LEVELS:
             continue
-        labels = done[col].map(str)
-        groups = dict(list(done.groupby(labels, sort=False)))
+        labels = mine[col].map(str)
+        groups = dict(list(mine.groupby(labels, sort=False)))
         for level in level_order(groups):
             group = groups[level].drop_duplicates(["_config", "repeat"])
-            mean, std, low, high = mean_ci(group["value"].to_numpy())
+            mean, std, low, high = mean_ci(group["value"].to_numpy(), bounds)
             rows.append({"factor": factor, "level": level, "mean": mean, "std": std,
-                         "ci95_low": low, "ci95_high": high, "n": len(group)})
-    return pd.DataFrame(rows, columns=["factor", "level", "mean", "std", "ci95_low",
-                                       "ci95_high", "n"])
+                         "ci_low": low, "ci_high": high, "n": len(group)})
+    return pd.DataFrame(rows, columns=["factor", "level", "mean", "std", "ci_low", "ci_high",
+                                       "n"])
 
 
-PAIRED_COLUMNS = ["factor", "a", "b", "pairs", "mean_diff_b_minus_a", "ci95_low", "ci95_high",
-                  "t_test_p", "wilcoxon_p", "p_holm", "friedman_p", "verdict"]
+TREND_COLUMNS = ["factor", "n", "spearman_rho", "ci_low", "ci_high", "low", "high"]
+
+
+def trend_table(trials: pd.DataFrame, factors: list[str], ranges: set[str]) -> pd.DataFrame:
+    """For each setting searched over a range: Spearman's rank correlation with the objective
+    over the complete trials that searched it, with its approximate 95% interval (Fisher's z,
+    variance 1.06 / (n - 3); NaN below 5 trials), and the range of values tried."""
+    from scipy import stats
+
+    done = trials[trials["state"] == "COMPLETE"]
+    rows = []
+    for factor in factors:
+        col = f"params.{factor}"
+        mine = searched_by(done, factor)
+        if factor not in ranges or col not in mine:
+            continue
+        x = pd.to_numeric(mine[col], errors="coerce")
+        ok = x.notna() & mine["value"].notna()
+        x, y = x[ok].to_numpy(float), mine["value"][ok].to_numpy(float)
+        n = len(x)
+        rho = low = high = math.nan
+        if n >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0:
+            rho = float(stats.spearmanr(x, y).statistic)
+        if n >= 5 and math.isfinite(rho):
+            z, se = math.atanh(min(max(rho, -0.999999), 0.999999)), math.sqrt(1.06 / (n - 3))
+            low, high = math.tanh(z - 1.96 * se), math.tanh(z + 1.96 * se)
+        rows.append({"factor": factor, "n": n, "spearman_rho": rho, "ci_low": low,
+                     "ci_high": high, "low": float(x.min()) if n else math.nan,
+                     "high": float(x.max()) if n else math.nan})
+    return pd.DataFrame(rows, columns=TREND_COLUMNS)
+
+
+PAIRED_COLUMNS = ["factor", "a", "b", "pairs", "mean_diff_b_minus_a", "ci_low", "ci_high",
+                  "ci_level", "ci_method", "t_test_p", "wilcoxon_p", "p_holm", "friedman_p",
+                  "verdict"]
 
 
 def paired_differences(trials: pd.DataFrame, factors: list[str], *, direction: str,
-                       bounds: tuple[float | None, float | None] = (None, None)) -> pd.DataFrame:
-    """For each setting with 2 to :data:`MAX_LEVELS` levels, every pair of levels (B minus A)
-    over pairs of complete trials equal in every other searched setting and in the repeat index
-    (the same seed), compared by :func:`orchestrator.decide.compare_levels` (Holm over the
-    setting's pairs); ``friedman_p`` tests all levels at once (3 or more levels). A pair whose
-    two trials ran the same effective configuration is left out.
+                       bounds: tuple[float | None, float | None] | None = None,
+                       ranges: set[str] | frozenset = frozenset()) -> pd.DataFrame:
+    """For each setting with 2 to :data:`MAX_LEVELS` levels (not in ``ranges``), every pair of
+    levels (B minus A) over pairs of complete trials that searched it, equal in every other
+    searched setting and in the repeat index (the same seed), compared by
+    :func:`orchestrator.stats.compare_paired` (Holm over the setting's pairs); ``friedman_p``
+    tests all levels at once (3 or more levels). A pair whose two trials ran the same effective
+    configuration is left out; a pair of levels with fewer than :data:`MIN_PAIRS` pairs has no
+    row.
 
     Args:
         direction: the objective's, ``maximize`` or ``minimize``: which sign of the difference
             makes B the better level in the verdict.
-        bounds: the objective's range (:data:`orchestrator.decide.METRIC_BOUNDS`); both given:
-            bootstrap intervals that stay inside it.
+        bounds: the objective's range (:data:`orchestrator.stats.METRIC_BOUNDS`): intervals
+            are clipped to the range its differences can take.
     """
     done = trials[trials["state"] == "COMPLETE"]
     done = done.assign(_config=configuration_ids(done))
     rows = []
     for factor in factors:
         col = f"params.{factor}"
-        if col not in done or not 2 <= done[col].map(str).nunique() <= MAX_LEVELS:
+        mine = searched_by(done, factor)
+        if factor in ranges or col not in mine or \
+                not 2 <= mine[col].map(str).nunique() <= MAX_LEVELS:
             continue
-        values, configs = _blocks(done, factor, factors)
-        results = compare_levels(values, factor=factor, direction=direction, bounds=bounds,
+        values, configs = _blocks(mine, factor, factors)
+        results = compare_paired(values, factor=factor, direction=direction, bounds=bounds,
                                  configs=configs, min_pairs=MIN_PAIRS)
         # a block where every level ran the same configuration is all ties: Friedman's
         # statistic (tie-corrected) does not change with it, so it needs no removal
         p_all = friedman(values)
-        rows += [_paired_row(r, p_all) for r in results]
+        rows += [_paired_row(r, p_all) for r in results if r.finite_pairs >= MIN_PAIRS]
     return pd.DataFrame(rows, columns=PAIRED_COLUMNS)
 
 
@@ -111,17 +178,12 @@ def _blocks(done: pd.DataFrame, factor: str, factors: list[str]) -> tuple[dict, 
 
 
 def _paired_row(r: PairResult, friedman_p: float) -> dict:
-    """A :class:`~orchestrator.decide.PairResult` in the report's columns."""
-    if r.pairs < MIN_PAIRS:
-        text = f"insufficient evidence ({r.pairs} pairs, need {MIN_PAIRS})"
-    elif math.isnan(r.p):  # no spread: the tests are undefined
-        text = "every pair differs by the same amount"
-    else:
-        text = r.verdict
+    """A :class:`~orchestrator.stats.PairResult` in the report's columns."""
     return {"factor": r.factor, "a": r.a, "b": r.b, "pairs": r.pairs,
-            "mean_diff_b_minus_a": r.diff, "ci95_low": r.ci_low, "ci95_high": r.ci_high,
-            "t_test_p": r.p, "wilcoxon_p": r.p_wilcoxon, "p_holm": r.p_holm,
-            "friedman_p": friedman_p, "verdict": text}
+            "mean_diff_b_minus_a": r.diff, "ci_low": r.ci_low, "ci_high": r.ci_high,
+            "ci_level": r.ci_level, "ci_method": r.ci_method, "t_test_p": r.p,
+            "wilcoxon_p": r.p_wilcoxon, "p_holm": r.p_holm, "friedman_p": friedman_p,
+            "verdict": f"{r.winner} better" if r.winner else r.verdict}
 
 
 def configuration_ids(trials: pd.DataFrame) -> pd.Series:
@@ -177,5 +239,8 @@ def export_table(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 def configuration(row: pd.Series, factors: list[str]) -> str:
-    """A trial's searched settings as ``name=value, ...`` (a configuration's label)."""
-    return ", ".join(f"{f}={row.get(f'params.{f}')}" for f in factors)
+    """A trial's searched settings as ``name=value, ...`` (a configuration's label): only those
+    it searched (an Adam trial has no momentum of SGD's sub-space)."""
+    searched = row.get("searched")
+    mine = set(str(searched).split(",")) if isinstance(searched, str) else set(factors)
+    return ", ".join(f"{f}={row.get(f'params.{f}')}" for f in factors if f in mine)

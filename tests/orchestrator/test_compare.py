@@ -1,5 +1,6 @@
 """A comparison (``compare:``): equal tuning budgets per level, paired fresh confirmation seeds,
-sequential seeding, and the comparison logged on the parent run as decide computes it."""
+sequential seeding, one answer, and the comparison logged on the parent run as
+orchestrator.stats computes it."""
 from __future__ import annotations
 
 import math
@@ -13,7 +14,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 from scipy import stats
 
-from orchestrator import compare, decide, keys
+from orchestrator import compare, keys, stats as st
 from orchestrator.errors import SpecError
 from orchestrator.spec import validate
 from tests.conftest import tiny_spec
@@ -157,7 +158,7 @@ def test_confirmation_trains_each_levels_best_on_shared_fresh_seeds(direction):
         best = (max if direction == "maximize" else min)(mine, key=lambda t: t.value)
         assert best.params[f"{lv}.lr"] == 0.01
         assert all(t.params == best.params for t in confirmed if t.user_attrs[keys.LEVEL] == lv)
-    assert last.action.results[0].better == "sgd"  # the direction decides which is better
+    assert last.action.results[0].winner == "sgd"  # the direction decides which is better
 
 
 def test_sequential_seeding_stops_once_decided_and_else_at_max_seeds():
@@ -171,16 +172,33 @@ def test_sequential_seeding_stops_once_decided_and_else_at_max_seeds():
     noise = [0.3, -0.2, 0.1, 0.25, -0.3, 0.05]
     _, p = simulate(c, lambda lv, seed, _: 0.5 + (noise[seed - 1] if lv == "sgd" else 0))
     assert p.total == 2 * (1 + 6) and p.action.results[0].pairs == 6
-    assert p.action.results[0].verdict == decide.NO_DIFFERENCE
-    # a precision the interval meets decides "no clear difference" early
+    assert p.action.results[0].verdict == st.UNDECIDED
+    # a precision the whole interval lies within decides "equivalent" early
     c = compare.Comparison.of(validate(compare_spec(compare={
         "factor": "optimizer", "tune_trials": 1, "seeds": 3, "max_seeds": 6,
-        "precision": 1.0})))
+        "precision": 2.0})))
     _, p = simulate(c, lambda lv, seed, _: 0.5 + (noise[seed - 1] if lv == "sgd" else 0))
-    assert p.total == 2 * (1 + 3)
+    assert p.total == 2 * (1 + 3) and p.action.results[0].verdict == st.EQUIVALENT
+    # a precision the interval reaches beyond is no decision: seeding goes on
+    c = compare.Comparison.of(validate(compare_spec(compare={
+        "factor": "optimizer", "tune_trials": 1, "seeds": 3, "max_seeds": 6,
+        "precision": 0.3})))
+    _, p = simulate(c, lambda lv, seed, _: 0.5 + (noise[seed - 1] if lv == "sgd" else 0))
+    assert p.total == 2 * (1 + 6) and p.action.results[0].verdict == st.UNDECIDED
 
 
-def test_a_confirmation_that_failed_for_good_leaves_its_seed_unpaired():
+def test_identical_differences_never_stop_the_seeding_from_precision_alone():
+    """Every pair differs by exactly the same amount: no spread, no interval, no decision."""
+    c = compare.Comparison.of(validate(compare_spec(compare={
+        "factor": "optimizer", "tune_trials": 1, "seeds": 3, "max_seeds": 5,
+        "precision": 0.5})))
+    _, p = simulate(c, lambda lv, seed, _: 0.9 if lv == "sgd" else 0.9 - 1 / 180)
+    [r] = p.action.results
+    assert p.total == 2 * (1 + 5) and r.verdict == st.UNDECIDED and math.isnan(r.ci_low)
+    assert "no spread" in r.ci_method
+
+
+def test_a_confirmation_that_failed_for_good_is_its_levels_worst_outcome():
     c = compare.Comparison.of(validate(compare_spec()))
     study = optuna.create_study(direction="maximize")
     adam, sgd = c.levels
@@ -191,8 +209,11 @@ def test_a_confirmation_that_failed_for_good_leaves_its_seed_unpaired():
     _add(study, adam, compare.CONFIRM, 2, 0.7)
     _add(study, sgd, compare.CONFIRM, 2, 0.9)
     p = compare.plan(c, study.trials)
-    assert isinstance(p.action, compare.Done) and p.action.results[0].pairs == 1
-    assert p.action.values == {"adam": {1: 0.6, 2: 0.7}, "sgd": {2: 0.9}}
+    [r] = p.action.results
+    assert isinstance(p.action, compare.Done) and (r.pairs, r.finite_pairs) == (2, 1)
+    assert (r.nonfinite_a, r.nonfinite_b, r.winner) == (0, 1, None)
+    assert p.action.values["adam"] == {1: 0.6, 2: 0.7}
+    assert p.action.values["sgd"][2] == 0.9 and math.isnan(p.action.values["sgd"][1])
 
 
 # ----------------------------------------------------------- Optuna's view of a level
@@ -275,13 +296,16 @@ def test_a_planted_difference_is_decided_early_and_logged_as_decide_computes_it(
     assert sorted(confirm.seed) == [6, 6, 7, 7, 8, 8]  # decided at the first look
     assert set(runs[runs.phase == "tune"].seed) == {5}
     values = {lv: dict(zip(g.seed, g.value)) for lv, g in confirm.groupby("level")}
-    expected = decide.compare_levels(values, factor="optimizer", direction="maximize",
-                                     bounds=(0.0, 1.0), look=1, looks=4)
+    expected = st.compare_paired(values, factor="optimizer", direction="maximize",
+                                 bounds=(0.0, 1.0), look=1, looks=4, seeds=3)
     table, verdict = logged_comparison(stores, "cmp")
-    pd.testing.assert_frame_equal(table, pd.DataFrame([r.as_row() for r in expected]),
-                                  check_dtype=False)
-    assert table.verdict[0] == "adam better than sgd" and verdict.startswith(
-        "adam better than sgd by ")
+    pd.testing.assert_frame_equal(table.fillna(""), pd.DataFrame(
+        [r.as_row() for r in expected]).fillna(""), check_dtype=False)
+    assert (table.verdict[0], table.winner[0]) == ("better", "adam")
+    assert verdict.startswith("adam better than sgd by ")
+    level = 1 - st.boundary_alpha(0.05, 4, 3)  # 4 looks: a wider interval than 95%
+    assert table.ci_level[0] == pytest.approx(level) and table.ci_method[0].startswith("t")
+    assert f"({st.level_percent(level)} t interval, look 1 of 4)" in verdict
     # the pair by hand: paired t-test on sgd - adam
     wide = confirm.pivot(index="seed", columns="level", values="value")
     diff = wide.sgd - wide.adam
@@ -303,8 +327,8 @@ def test_identical_levels_run_to_max_seeds_with_no_clear_difference(cli, stores,
     confirm = trial_frame(stores, "cmp").query("phase == 'confirm'")
     assert sorted(confirm.seed) == [1, 1, 2, 2, 3, 3, 4, 4]
     table, verdict = logged_comparison(stores, "cmp")
-    assert list(table.verdict) == ["no clear difference"] and table.pairs[0] == 4
-    assert verdict.startswith("no clear difference between false and true")
+    assert list(table.verdict) == ["undecided"] and table.pairs[0] == 4
+    assert verdict.startswith("false against true undecided after 4 paired seeds")
 
 
 def test_an_interrupted_comparison_resumes_with_equal_tuning_budgets(cli, stores, write_spec,
@@ -337,22 +361,21 @@ def test_an_interrupted_comparison_resumes_with_equal_tuning_budgets(cli, stores
     assert len(trials) == 2 * (3 + 2)
 
 
-@pytest.mark.parametrize("direction,better,amount,interval", [
+@pytest.mark.parametrize("direction,winner,amount,interval", [
     # b - a = -0.02 [-0.03, -0.01]: b is lower, which wins a minimized loss, loses an accuracy
     ("minimize", "b", "0.02", "[0.01, 0.03]"),
     ("maximize", "a", "0.02", "[0.01, 0.03]")])
-def test_the_verdict_sentence_says_how_far_ahead_the_better_level_is(direction, better, amount,
+def test_the_verdict_sentence_says_how_far_ahead_the_better_level_is(direction, winner, amount,
                                                                      interval):
     c = compare.Comparison(factor="f", levels=(), tune_trials=1, seeds=2, max_seeds=2,
                            precision=None, seed=0, direction=direction, metric="m")
-    r = decide.PairResult(factor="f", a="a", b="b", pairs=5, diff=-0.02, ci_low=-0.03,
-                          ci_high=-0.01, p=0.001, p_wilcoxon=0.06, p_holm=0.001,
-                          verdict=f"{better} better than {'a' if better == 'b' else 'b'}",
-                          better=better)
-    worse = "a" if better == "b" else "b"
+    r = st.PairResult(factor="f", a="a", b="b", pairs=5, diff=-0.02, ci_low=-0.03,
+                      ci_high=-0.01, ci_level=0.95, ci_method="t", p=0.001, p_holm=0.001,
+                      verdict=st.BETTER, winner=winner, finite_pairs=5)
+    loser = "a" if winner == "b" else "b"
     assert compare.verdict_sentence(c, [r]) == (
-        f"{better} better than {worse} by {amount} m {interval} over 5 paired seeds "
-        f"(Holm p = 0.001)")
+        f"{winner} better than {loser} by {amount} m {interval} (95% t interval) over 5 paired "
+        f"seeds; Holm p = 0.001")
 
 
 def test_a_changed_compare_block_is_refused_on_rerun_like_any_changed_yaml(tmp_path):
