@@ -592,12 +592,17 @@ def cmd_report(args, console: Console) -> int:
         console.print(report.comparison.table().drop(columns="factor").to_string(
             index=False, float_format=lambda v: f"{v:.4g}"), soft_wrap=True)
     else:
-        console.print(report.factors.to_string(index=False, float_format=lambda v: f"{v:.4g}"),
-                      soft_wrap=True)
+        t95 = {"ci_low": "95% t low", "ci_high": "95% t high"}
+        if len(report.factors):
+            console.print("observational (a search: other settings differ too):",
+                          soft_wrap=True)
+            console.print(report.factors.rename(columns=t95).to_string(
+                index=False, float_format=lambda v: f"{v:.4g}"), soft_wrap=True)
         if len(report.paired):
             console.print(report.paired[["factor", "a", "b", "pairs", "mean_diff_b_minus_a",
-                                         "ci95_low", "ci95_high", "verdict"]].to_string(
-                index=False, float_format=lambda v: f"{v:.4g}"), soft_wrap=True)
+                                         "ci_low", "ci_high", "verdict"]].rename(
+                columns=t95).to_string(index=False, float_format=lambda v: f"{v:.4g}"),
+                soft_wrap=True)
     console.print(f"report: {out / 'report.html'} (also on the parent run under report/)",
                   soft_wrap=True)
     return 0

@@ -429,8 +429,10 @@ def export_best(book: TrialBook, workers: Workers, ahead: Speculation | None = N
         weights = book.tracker.weights_path(run_id, scratch / "weights")
         if not weights:
             return
-        book.say(f"exporting trial {best[0].number} as {', '.join(spec.export)} and checking "
-                 f"parity...")
+        found = book.study.answer()  # a comparison's: its level's typical confirmation run
+        whose = f" ({found.level}'s confirmation run closest to its mean)" if found else ""
+        book.say(f"exporting trial {best[0].number}{whose} as {', '.join(spec.export)} and "
+                 f"checking parity...")
         shares = export_shares(spec.export, workers.count)
         seconds = export_deadline(spec, max(len(f) for f in shares), best)
         done = ahead.take(best[0].number, workers, seconds) if ahead else None

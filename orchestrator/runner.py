@@ -570,4 +570,7 @@ def log_comparison(book: TrialBook) -> str | None:
         book.tracker.client.log_artifact(book.parent_id, str(path), folder)
     book.tracker.log_final(book.parent_id, {}, tags={keys.VERDICT: sentence})
     book.say(sentence)
+    found = book.study.answer()
+    if found is not None:
+        book.say(f"the sweep names {found.why}")
     return sentence

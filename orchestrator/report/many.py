@@ -236,6 +236,9 @@ def interval(metric: str, low: float, high: float) -> str:
 
 def pair_sentence(m: Many, r: stats.PairResult) -> str:
     """One pair of sweeps over all their matched trials, said the way of the objective."""
+    if r.finite_pairs < MIN_PAIRS:
+        return (f"{r.b} against {r.a}: undecided, insufficient evidence over {r.pairs} matched "
+                f"trials (same configuration and seed; need {MIN_PAIRS}).")
     scale = 100.0 if _points(m.metric) else 1.0
     said = stats.describe(r, metric=m.metric, direction=m.direction,
                           fmt=lambda v: f"{scale * v:.3g}",

@@ -72,7 +72,7 @@ def test_paired_difference_and_tests_match_scipy(grid):
         assert row["t_test_p"] == pytest.approx(stats.ttest_rel(wide["sgd"], wide["adam"]).pvalue)
         assert row["wilcoxon_p"] == pytest.approx(stats.wilcoxon(diff).pvalue)
     half = stats.t.ppf(0.975, 5) * diff.std(ddof=1) / math.sqrt(6)
-    assert row["ci95_low"] == pytest.approx(diff.mean() - half)
+    assert row["ci_low"] == pytest.approx(diff.mean() - half) and row["ci_level"] == 0.95
 
 
 def test_html_opens_with_every_plot_embedded_and_is_logged(grid):
@@ -126,7 +126,7 @@ def test_a_report_opens_the_study_and_the_tracking_store_once(grid, tmp_path, mo
     assert opened == {"tracker": 1, "load_study": 1, "create_study": 1}
 
 
-def test_too_few_pairs_is_insufficient_evidence_and_a_partial_sweep_says_so(tmp_path):
+def test_too_few_pairs_get_no_row_but_a_line_and_a_partial_sweep_says_so(tmp_path):
     import yaml
 
     spec = tiny_spec(name="few", sampler={"name": "grid"}, trials=2, train={"epochs": 1},
@@ -137,8 +137,8 @@ def test_too_few_pairs_is_insufficient_evidence_and_a_partial_sweep_says_so(tmp_
     rep = run_cli("report", "few", "--out", "rep", cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "insufficient evidence (1 pairs, need 3)" in md
-    assert "t-test p" in md and "| adam | sgd | 1 |" in md
+    assert "No paired differences: no two complete trials differ in one setting alone" in md
+    assert "t-test p" not in md and "| adam | sgd | 1 |" not in md  # no row of 1 pair
     # the grid holds 4 trials (2 configurations x 2 repeats); trials: 2 stopped half way
     assert "Incomplete: 2 of 4 trials finished: 2 missing" in md
     assert "incomplete:" in rep.stdout
@@ -176,13 +176,14 @@ def test_the_verdict_names_the_level_the_objective_prefers(direction, b_shift):
     row = paired_differences(trials, ["optimizer"], direction=direction).iloc[0]
     diff = b - a
     half = stats.t.ppf(0.975, len(diff) - 1) * diff.std(ddof=1) / math.sqrt(len(diff))
-    assert (row["ci95_low"], row["ci95_high"]) == pytest.approx(
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(
         (diff.mean() - half, diff.mean() + half))
+    assert (row["ci_level"], row["ci_method"]) == (0.95, "t")
     means = {"adam": a.mean(), "sgd": b.mean()}
     pick = max if direction == "maximize" else min
     better = pick(means, key=means.get)
     worse = "sgd" if better == "adam" else "adam"
-    assert row["verdict"] == f"{better} better than {worse}"
+    assert row["verdict"] == f"{better} better" and worse != better
     assert row["p_holm"] == pytest.approx(stats.ttest_rel(b, a).pvalue)  # one pair: as is
 
 
@@ -202,24 +203,26 @@ def _paired_trials(diffs: list[float]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_pairs_that_all_differ_alike_get_an_interval_but_no_t_test():
+def test_pairs_that_all_differ_alike_get_no_interval_and_no_t_test():
     from orchestrator.report import paired_differences
 
     row = paired_differences(_paired_trials([0.25, 0.25, 0.25]), ["opt"],
                              direction="maximize").iloc[0]
     assert row["pairs"] == 3 and row["mean_diff_b_minus_a"] == pytest.approx(0.25)
-    assert row["verdict"] == "every pair differs by the same amount"
+    assert row["verdict"] == "undecided" and "no spread" in row["ci_method"]
+    assert math.isnan(row["ci_low"]) and math.isnan(row["ci_high"])
     assert math.isnan(row["t_test_p"]) and math.isnan(row["p_holm"])
     # the signed ranks are defined (every pair has the same sign)
     assert row["wilcoxon_p"] == pytest.approx(stats.wilcoxon([0.25, 0.25, 0.25]).pvalue)
 
 
-def test_a_pair_short_of_the_minimum_has_no_interval():
+def test_a_pair_short_of_the_minimum_has_no_row():
     from orchestrator.report import paired_differences
 
-    row = paired_differences(_paired_trials([0.1, 0.3]), ["opt"], direction="minimize").iloc[0]
-    assert row["verdict"] == "insufficient evidence (2 pairs, need 3)"
-    assert math.isnan(row["ci95_low"]) and math.isnan(row["t_test_p"])
+    table = paired_differences(_paired_trials([0.1, 0.3]), ["opt"], direction="minimize")
+    assert table.empty
+    assert len(paired_differences(_paired_trials([0.1, 0.3, 0.2]), ["opt"],
+                                  direction="minimize")) == 1
 
 
 @pytest.mark.parametrize("direction", ["maximize", "minimize"])

@@ -19,18 +19,22 @@ def _by_hand(stores, metric: str) -> dict[str, dict[int, float]]:
                    for r in stores.runs(name, "trial")} for name in ("short", "long")}
 
 
-def _bootstrap(diff: np.ndarray, limits: tuple[float, float]) -> tuple[float, float]:
-    """decide.bootstrap_ci's documented recipe, written out: 10000 resamples, seed 0."""
-    rng = np.random.default_rng(0)
-    means = diff[rng.integers(0, len(diff), size=(10_000, len(diff)))].mean(axis=1)
-    low, high = np.quantile(means, [0.025, 0.975])
-    return float(np.clip(low, *limits)), float(np.clip(high, *limits))
-
-
 def _verdict(p: float, low: float, high: float, diff: float, maximize: bool) -> str:
     if not p < 0.05 or low <= 0 <= high:
-        return "no clear difference"
-    return "long better than short" if (diff > 0) == maximize else "short better than long"
+        return "undecided"
+    return "long better" if (diff > 0) == maximize else "short better"
+
+
+def _said(row) -> str:
+    """A results row's verdict with its winner (the CSV's verdict and winner columns)."""
+    return f"{row['winner']} better" if row["verdict"] == "better" else row["verdict"]
+
+
+def _t(diff: np.ndarray, limits=None) -> tuple[float, float]:
+    """The 95% Student t interval of the mean difference, clipped to ``limits``."""
+    half = stats.t.ppf(0.975, len(diff) - 1) * diff.std(ddof=1) / math.sqrt(len(diff))
+    low, high = diff.mean() - half, diff.mean() + half
+    return (low, high) if limits is None else (max(low, limits[0]), min(high, limits[1]))
 
 
 @pytest.fixture(scope="module")
@@ -49,18 +53,18 @@ def test_matched_trials_and_their_paired_difference_match_a_hand_computation(rep
     row = table[table["scope"] == "all matched trials"].iloc[0]
     assert (row["a"], row["b"], row["pairs"]) == ("short", "long", 3)
     assert row["diff_b_minus_a"] == pytest.approx(diff.mean())
-    low, high = _bootstrap(diff, (-1.0, 1.0))  # val_acc lives in [0, 1]: bootstrap interval
-    assert (row["ci95_low"], row["ci95_high"]) == pytest.approx((low, high))
+    low, high = _t(diff, (-1.0, 1.0))  # val_acc lives in [0, 1]: t, clipped to [-1, 1]
+    assert (row["ci_low"], row["ci_high"], row["ci_level"]) == pytest.approx((low, high, 0.95))
     p = stats.ttest_rel([acc["long"][b] for b in sizes], [acc["short"][b] for b in sizes]).pvalue
     assert row["t_test_p"] == pytest.approx(p) and row["p_holm"] == pytest.approx(p)
     assert row["wilcoxon_p"] == pytest.approx(stats.wilcoxon(diff).pvalue)
-    assert row["verdict"] == _verdict(p, low, high, diff.mean(), maximize=True)
+    assert _said(row) == _verdict(p, low, high, diff.mean(), maximize=True)
     # each configuration on its own: one seed, so no test
     per = table[table["scope"] != "all matched trials"].set_index("scope")
     assert sorted(per.index) == sorted(f"batch_size={b}" for b in sizes)
     for b, d in zip(sizes, diff):
         assert per.loc[f"batch_size={b}", "diff_b_minus_a"] == pytest.approx(d)
-        assert per.loc[f"batch_size={b}", "verdict"].startswith("insufficient evidence (1 pairs")
+        assert per.loc[f"batch_size={b}", "verdict"] == "undecided (1 pairs, need 3)"
     pairs = pd.read_csv(out / "pairs.csv").set_index("configuration")
     assert pairs.loc["batch_size=256", "value:long"] == pytest.approx(acc["long"][256])
     assert math.isnan(pairs.loc["batch_size=256", "value:short"])
@@ -70,11 +74,13 @@ def test_matched_trials_and_their_paired_difference_match_a_hand_computation(rep
     assert "no trial of short ran this configuration with seed 0" in unmatched["why"][0]
     html = (out / "report.html").read_text()
     headline = stdout.splitlines()[0]
-    assert headline.startswith(("long beats short", "short beats long", "No clear difference"))
+    assert headline.startswith(("Long better than short", "Short better than long",
+                                "Short against long undecided"))
     # the interval in the headline's units (points), turned with the lead
-    sign = -1 if row["verdict"] == "short better than long" else 1
+    sign = -1 if _said(row) == "short better" else 1
     low, high = sorted((100 * sign * low, 100 * sign * high))
-    assert f"[{low:.3g}, {high:.3g}] over 3 matched trials" in headline
+    assert f"[{low:.3g}, {high:.3g}] (95% t interval" in headline
+    assert "over 3 matched trials" in headline
     assert headline in (out / "report.md").read_text()
     assert "epochs: 1 (short), 2 (long)" in html and "data:image/png;base64," in html
 
@@ -99,23 +105,20 @@ def test_a_minimized_objective_is_compared_the_other_way(two_sweeps):
         diff = np.array([values["long"][b] - values["short"][b] for b in (32, 64, 128)])
         row = many.results.iloc[0]
         assert row["diff_b_minus_a"] == pytest.approx(diff.mean())
-        if metric == "val_acc":
-            low, high = _bootstrap(diff, (-1.0, 1.0))
-        else:
-            half = stats.t.ppf(0.975, 2) * diff.std(ddof=1) / math.sqrt(3)
-            low, high = diff.mean() - half, diff.mean() + half
-        assert (row["ci95_low"], row["ci95_high"]) == pytest.approx((low, high))
+        low, high = _t(diff, (-1.0, 1.0) if metric == "val_acc" else None)
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high))
         p = stats.ttest_1samp(diff, 0.0).pvalue
         verdict = _verdict(p, low, high, diff.mean(), maximize=False)
-        assert row["verdict"] == verdict
+        assert _said(row) == verdict
         sentence = many.sentences()[0]
-        if verdict == "no clear difference":
-            assert sentence.startswith("No clear difference between short and long")
+        if verdict == "undecided":
+            assert sentence.startswith("Short against long undecided after 3 matched trials")
         else:  # the lower value wins, by a positive amount
-            winner, loser = verdict.split(" better than ")
-            amount = f"{100 * abs(diff.mean()):.2g} points of val_acc" if metric == "val_acc" \
+            winner = verdict.split()[0]
+            loser = "long" if winner == "short" else "short"
+            amount = f"{100 * abs(diff.mean()):.3g} points of val_acc" if metric == "val_acc" \
                 else f"{abs(diff.mean()):.3g} val_loss"
-            assert sentence.startswith(f"{winner} beats {loser} by {amount}")
+            assert sentence.startswith(f"{winner.title()} better than {loser} by {amount}")
     # named the other way round (a = long): b - a changes sign, the winner's lead does not
     acc = _by_hand(two_sweeps, "val_acc")
     diff = np.array([acc["short"][b] - acc["long"][b] for b in (32, 64, 128)])
@@ -123,14 +126,15 @@ def test_a_minimized_objective_is_compared_the_other_way(two_sweeps):
     row = many.results.iloc[0]
     assert (row["a"], row["b"]) == ("long", "short")
     assert row["diff_b_minus_a"] == pytest.approx(diff.mean())
-    low, high = _bootstrap(diff, (-1.0, 1.0))
+    low, high = _t(diff, (-1.0, 1.0))
     verdict = _verdict(stats.ttest_1samp(diff, 0.0).pvalue, low, high, -diff.mean(), True)
-    assert row["verdict"] == verdict
-    if verdict != "no clear difference":
-        winner, loser = verdict.split(" better than ")
+    assert _said(row) == verdict
+    if verdict != "undecided":
+        winner = verdict.split()[0]
+        loser = "long" if winner == "short" else "short"
         lead = -diff.mean() if winner == "long" else diff.mean()
-        assert many.sentences()[0].startswith(f"{winner} beats {loser} by "
-                                              f"{100 * lead:.2g} points of val_acc")
+        assert many.sentences()[0].startswith(f"{winner.title()} better than {loser} by "
+                                              f"{100 * lead:.3g} points of val_acc")
 
 
 def test_sweeps_that_ask_another_question_are_refused_with_one_line(two_sweeps, capsys):
@@ -152,7 +156,8 @@ def test_sweeps_that_ask_another_question_are_refused_with_one_line(two_sweeps, 
     # not a refusal: a sweep without trials yet leaves every trial of the other unmatched
     many = compare_sweeps([replace(short, trials=pd.DataFrame()), long])
     assert many.results.iloc[0]["pairs"] == 0 and len(many.unmatched) == 4
-    assert many.sentences()[0].startswith("long against short: insufficient evidence")
+    assert many.sentences()[0].startswith("long against short: undecided, insufficient "
+                                          "evidence")
     from orchestrator.cli import main
 
     assert main(["report", "short", "long", "--by", "batch_size", "--tracking-uri",

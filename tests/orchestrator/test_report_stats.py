@@ -71,8 +71,8 @@ def test_every_pair_of_three_levels_with_holm_and_friedman(grid):
     friedman = stats.friedmanchisquare(wide[32], wide[64], wide[128]).pvalue
     assert list(rows["friedman_p"]) == pytest.approx([friedman] * 3)
     for _, r in rows.iterrows():
-        named = r["verdict"] != "no clear difference"
-        assert named == (r["p_holm"] < 0.05 and (r["ci95_low"] > 0 or r["ci95_high"] < 0))
+        named = r["verdict"].endswith(" better")
+        assert named == (r["p_holm"] < 0.05 and (r["ci_low"] > 0 or r["ci_high"] < 0))
 
 
 def test_a_pair_or_block_that_ran_the_same_configuration_is_not_counted(grid):
@@ -103,3 +103,47 @@ def test_a_setting_some_runs_did_not_log_still_names_their_configurations():
     ids = configuration_ids(trials)
     assert ids.tolist() == ["0.1|0.9|sgd", "0.01|nan|adam", "0.01|nan|adam"]
     assert ids.nunique() == 2  # the two adam runs are one configuration
+
+
+def test_a_setting_is_summarised_over_the_trials_that_searched_it_only():
+    """SGD's momentum is not a setting of Adam's trials: they are not in its rows, even when
+    their runs carry a momentum param."""
+    from orchestrator.report import factor_table
+
+    rows = []
+    for i, (opt, momentum, value) in enumerate([("sgd", 0.9, 0.8), ("sgd", 0.9, 0.84),
+                                                ("adam", 0.9, 0.95), ("adam", 0.9, 0.97),
+                                                ("sgd", 0.8, 0.7), ("sgd", 0.8, 0.72)]):
+        rows.append({"trial": i, "state": "COMPLETE", "value": value, "repeat": i % 2,
+                     "params.optimizer": opt, "params.momentum": momentum,
+                     "searched": "optimizer,momentum" if opt == "sgd" else "optimizer"})
+    table = factor_table(pd.DataFrame(rows), ["optimizer", "momentum"])
+    momentum = table[table["factor"] == "momentum"].set_index("level")
+    assert momentum.loc["0.9", "n"] == 2 and momentum.loc["0.9", "mean"] == pytest.approx(0.82)
+
+
+def test_a_ranged_setting_is_a_trend_with_an_interval_never_a_row_per_value():
+    from orchestrator.report import factor_table
+    from orchestrator.report.stats import trend_table
+
+    rng = np.random.default_rng(5)
+    lr = 10 ** rng.uniform(-4, -1, 12)
+    value = 0.5 + 0.1 * np.log10(lr) + rng.normal(0, 0.05, 12)
+    trials = pd.DataFrame({"trial": range(12), "state": "COMPLETE", "value": value,
+                           "repeat": 0, "params.lr": lr, "searched": "lr"})
+    assert factor_table(trials, ["lr"], ranges={"lr"}).empty
+    [row] = trend_table(trials, ["lr"], {"lr"}).to_dict("records")
+    rho = stats.spearmanr(lr, value).statistic
+    z, se = np.arctanh(rho), np.sqrt(1.06 / 9)
+    assert row["spearman_rho"] == pytest.approx(rho) and row["n"] == 12
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(
+        (np.tanh(z - 1.96 * se), np.tanh(z + 1.96 * se)))
+
+
+def test_a_level_mean_interval_stays_inside_the_metric_range():
+    from orchestrator.report import factor_table
+
+    trials = pd.DataFrame({"trial": range(3), "state": "COMPLETE", "value": [0.99, 1.0, 0.97],
+                           "repeat": [0, 1, 2], "params.opt": "a", "searched": "opt"})
+    [row] = factor_table(trials, ["opt"], bounds=(0.0, 1.0)).to_dict("records")
+    assert row["ci_high"] == 1.0 and row["ci_low"] < row["mean"] < 1.0
