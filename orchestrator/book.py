@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from . import keys, objectives, paths
+from . import compare, keys, objectives, paths
 from . import space as sp
 from .display import config_name
 from .errors import SweepError, disk_full
@@ -625,7 +625,7 @@ def patience_stop(spec: SweepSpec, curve: list[float]) -> str | None:
     maximize = spec.objective.direction == "maximize"
     if not objectives.patience_spent(curve, spec.patience, maximize):
         return None
-    best = (max if maximize else min)(v for v in curve if math.isfinite(v))
+    best = objectives.best_of(curve, spec.objective.direction)
     return (f"patience: {spec.objective.metric} did not improve on {best:.4g} (epoch "
             f"{curve.index(best) + 1}) for {spec.patience} epochs")
 
@@ -678,7 +678,8 @@ def record_best(book: TrialBook) -> None:
         return
     if best[0].number != book.best_value:
         book.best_value = best[0].number
-        found = book.study.answer()  # a finished comparison: its level's confirmed mean
+        # a finished comparison: its level's confirmed mean
+        found = compare.final_answer(book.study.comparison, book.study.trials())
         book.tracker.record_best(book.parent_id, found.mean if found else best[0].value,
                                  best[0].user_attrs.get(keys.RUN_ID, ""), best[0].number,
                                  book.study.counts()["finished"])

@@ -20,7 +20,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import keys, stats
+from . import keys, objectives, stats
 from .spec import SweepSpec, compare_levels
 
 TUNE, CONFIRM = "tune", "confirm"  # the values of keys.PHASE
@@ -142,8 +142,8 @@ def best_tuned(trials: Sequence[FrozenTrial], direction: str) -> FrozenTrial | N
     """The complete tuning trial with the best value (ties: the earliest); None if none."""
     done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None
             and math.isfinite(t.value)]
-    sign = -1 if direction == "maximize" else 1
-    return min(done, key=lambda t: (sign * t.value, t.number), default=None)
+    return min(done, key=lambda t: (objectives.sign(direction) * t.value, t.number),
+               default=None)
 
 
 def plan(c: Comparison, trials: Sequence[FrozenTrial]) -> Plan:
@@ -222,7 +222,7 @@ def answer(c: Comparison, trials: Sequence[FrozenTrial], done: Done) -> Answer |
     (ties: the lower seed), a typical seed rather than the luckiest.
     """
     beaten = {r.loser for r in done.results if r.winner is not None}
-    sign = -1 if c.direction == "maximize" else 1
+    sign = objectives.sign(c.direction)
     ranks = []
     for label in stats.level_order(done.values):
         found = [v for v in done.values[label].values() if v is not None]
@@ -252,6 +252,17 @@ def answer(c: Comparison, trials: Sequence[FrozenTrial], done: Done) -> Answer |
            f"{run.user_attrs.get(keys.SEED)} (trial {run.number}), the confirmation run closest "
            f"to that mean")
     return Answer(label, mean, n, run, why)
+
+
+def final_answer(c: Comparison | None, trials: Sequence[FrozenTrial]) -> Answer | None:
+    """The answer of comparison ``c`` once its plan is done (:func:`answer`); None before, or
+    without a comparison."""
+    if c is None:
+        return None
+    step = plan(c, trials)
+    if not isinstance(step.action, Done):
+        return None
+    return answer(c, counted(trials), step.action)
 
 
 def verdict_sentence(c: Comparison, results: Sequence[stats.PairResult]) -> str:

@@ -16,13 +16,54 @@ from optuna.trial import FrozenTrial, TrialState
 
 from . import keys
 
+# ------------------------------------------------------------------ the one direction rule
+
+def sign(direction: str) -> int:
+    """-1 for ``maximize``, +1 for ``minimize``: ``sign * value`` is smaller for the better
+    value. Every order of values by an objective's direction goes through it."""
+    if direction not in ("maximize", "minimize"):
+        raise ValueError(f"direction must be maximize or minimize, got {direction!r}")
+    return -1 if direction == "maximize" else 1
+
+
+def is_better(a: float, b: float, direction: str) -> bool:
+    """Whether ``a`` is strictly better than ``b`` (higher when maximizing); a NaN is never
+    better, nor worse."""
+    return sign(direction) * a < sign(direction) * b
+
+
+def reaches(value: float, target: float, direction: str) -> bool:
+    """Whether ``value`` is at ``target`` or beyond it in ``direction`` (``>=`` when
+    maximizing, ``<=`` when minimizing); a non-finite value never does."""
+    return math.isfinite(value) and sign(direction) * value <= sign(direction) * target
+
+
+def best_of(values, direction: str) -> float | None:
+    """The best finite value in ``direction``; None when none is finite (a NaN anywhere does
+    not change the answer, unlike ``max`` over a list with NaN)."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return min(finite, key=lambda v: sign(direction) * v) if finite else None
+
+
+def running_best(values, direction: str) -> list[float]:
+    """The best value so far at each position (non-finite values skipped; NaN before the
+    first finite one)."""
+    out, best = [], None
+    for v in values:
+        if v is not None and math.isfinite(v) and (best is None or is_better(v, best,
+                                                                             direction)):
+            best = v
+        out.append(math.nan if best is None else best)
+    return out
+
 
 def reached_at(curve: Sequence[float], target: float, maximize: bool) -> int | None:
     """The first epoch (1-based) whose value reaches ``target`` (``>=`` when maximizing,
     ``<=`` when minimizing); None when none does. A comparison's time to target counts the same
     way (:func:`orchestrator.report.compare.time_to_target`)."""
+    direction = "maximize" if maximize else "minimize"
     for epoch, value in enumerate(curve, start=1):
-        if math.isfinite(value) and (value >= target if maximize else value <= target):
+        if reaches(value, target, direction):
             return epoch
     return None
 
@@ -101,8 +142,8 @@ def candidates(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
 
 
 def _signs(directions: Sequence[str]) -> list[int]:
-    """+1 per minimized objective, -1 per maximized: smaller signed values are better."""
-    return [-1 if d == "maximize" else 1 for d in directions]
+    """:func:`sign` per objective: smaller signed values are better."""
+    return [sign(d) for d in directions]
 
 
 def dominates(a: Sequence[float], b: Sequence[float], directions: Sequence[str]) -> bool:
@@ -121,8 +162,7 @@ def pareto_front(trials: Sequence[FrozenTrial], directions: Sequence[str]) -> li
 
 def ranked(trials: Sequence[FrozenTrial], direction: str) -> list[FrozenTrial]:
     """The :func:`candidates` of a single-objective study, best first (ties: earliest)."""
-    sign = _signs([direction])[0]
-    return sorted(candidates(trials), key=lambda t: (sign * t.values[0], t.number))
+    return sorted(candidates(trials), key=lambda t: (sign(direction) * t.values[0], t.number))
 
 
 def best_trials(trials: Sequence[FrozenTrial], directions: Sequence[str]) -> list[FrozenTrial]:
@@ -135,9 +175,10 @@ def best_trials(trials: Sequence[FrozenTrial], directions: Sequence[str]) -> lis
 def patience_spent(curve: Sequence[float], patience: int, maximize: bool) -> bool:
     """Whether the last ``patience`` epochs of ``curve`` brought no improvement on the best
     value before them (equal is no improvement; a non-finite value never improves)."""
+    direction = "maximize" if maximize else "minimize"
     best, since = None, 0
     for value in curve:
-        if math.isfinite(value) and (best is None or (value > best if maximize else value < best)):
+        if math.isfinite(value) and (best is None or is_better(value, best, direction)):
             best, since = value, 0
         else:
             since += 1
@@ -152,13 +193,13 @@ def stop_reason(stop_when, trials: Sequence[FrozenTrial], direction: str,
     mine = sorted((t for t in trials if not is_copied(t) and
                    t.state in (TrialState.COMPLETE, TrialState.PRUNED)),
                   key=lambda t: (t.datetime_complete is None, t.datetime_complete, t.number))
-    sign = _signs([direction])[0]
     best: FrozenTrial | None = None
     since = 0
     for t in mine:
-        if t in candidates([t]) and (best is None or sign * t.values[0] < sign * best.values[0]):
+        if t in candidates([t]) and (best is None or is_better(t.values[0], best.values[0],
+                                                               direction)):
             best, since = t, 0
-            if stop_when.value is not None and sign * t.values[0] <= sign * stop_when.value:
+            if stop_when.value is not None and reaches(t.values[0], stop_when.value, direction):
                 word = ">=" if direction == "maximize" else "<="
                 return (f"stop_when.value: trial {t.number} reached {metric} {t.values[0]:.4g} "
                         f"({word} {stop_when.value:g}); no new trials start")

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from optuna.trial import TrialState
 
-from . import keys, objectives
+from . import compare, keys, objectives
 from . import preflight as pf
 from .book import TrialBook
 from .errors import SweepError
@@ -34,6 +34,7 @@ from .protocol import (
 )
 from .slots import plan_slots
 from .spec import SweepSpec
+from .study import best_configuration
 from .workers import Worker, WorkerPool
 
 # Deadlines of a request to a worker, derived from the work it asks for: a preflight trains
@@ -356,7 +357,7 @@ def evaluate_test_split(book: TrialBook, workers: Workers) -> dict[str, Any] | N
     Returns:
         The :func:`summarize_test` of the trials evaluated, or None when none was.
     """
-    group = book.study.best_configuration()
+    group = best_configuration(book.spec, book.study.trials())
     if not group or workers.interrupted():
         return None
     book.attach_tracking()
@@ -429,7 +430,8 @@ def export_best(book: TrialBook, workers: Workers, ahead: Speculation | None = N
         weights = book.tracker.weights_path(run_id, scratch / "weights")
         if not weights:
             return
-        found = book.study.answer()  # a comparison's: its level's typical confirmation run
+        # a comparison's: its level's typical confirmation run
+        found = compare.final_answer(book.study.comparison, book.study.trials())
         whose = f" ({found.level}'s confirmation run closest to its mean)" if found else ""
         book.say(f"exporting trial {best[0].number}{whose} as {', '.join(spec.export)} and "
                  f"checking parity...")

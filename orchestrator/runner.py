@@ -9,7 +9,6 @@ idle worker from it.
 from __future__ import annotations
 
 import csv
-import math
 import posixpath
 import signal
 import statistics
@@ -492,10 +491,8 @@ class _View:
             self.measured += 1
         objective = self.book.spec.objective
         value = msg.metrics.get(objective.metric)
-        better = max if objective.direction == "maximize" else min
         row.epoch, row.value, row.last_epoch_at = msg.epoch, value, now
-        if value is not None and math.isfinite(value):
-            row.best = value if row.best is None else better(row.best, value)
+        row.best = objectives.best_of([row.best, value], objective.direction)
         row.samples_per_second = msg.metrics.get("samples_per_second")
 
     def snapshot(self, started: float, force: bool = False) -> Snapshot:
@@ -545,8 +542,8 @@ def configurations(study) -> list[dict[str, Any]]:
                      "std": statistics.stdev(values) if len(values) > 1 else 0.0,
                      "run_ids": [t.user_attrs.get(keys.RUN_ID) or "" for t in group],
                      "trials": [t.number for t in group]})
-    sign = -1 if study.spec.objective.goal == "maximize" else 1
-    found = study.answer() if study.comparison is not None else None
+    sign = objectives.sign(study.spec.objective.goal)
+    found = compare.final_answer(study.comparison, study.trials())
     named = found.trial.number if found else None  # the comparison's answer first
     return sorted(rows, key=lambda r: (named not in r["trials"], sign * r["mean"],
                                        min(r["trials"])))
@@ -570,7 +567,7 @@ def log_comparison(book: TrialBook) -> str | None:
         book.tracker.client.log_artifact(book.parent_id, str(path), folder)
     book.tracker.log_final(book.parent_id, {}, tags={keys.VERDICT: sentence})
     book.say(sentence)
-    found = book.study.answer()
+    found = compare.final_answer(book.study.comparison, book.study.trials())
     if found is not None:
         book.say(f"the sweep names {found.why}")
     return sentence

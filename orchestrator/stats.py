@@ -45,6 +45,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from . import objectives
+
 BETTER, EQUIVALENT, UNDECIDED = "better", "equivalent", "undecided"
 CI_METHOD = "t"
 BOUNDARY_DRAWS = 200_000  # simulated comparisons behind each calibrated boundary
@@ -99,7 +101,8 @@ class PairResult:
         """How far the winner is ahead in the objective's ``direction`` (a lower loss is
         ahead), with its interval turned the same way: ``(amount, low, high)``, the amount
         positive. Only for a pair with a winner."""
-        sign = 1.0 if (self.winner == self.b) == (direction == "maximize") else -1.0
+        # the winner's lead over the loser is (b - a) or (a - b), turned so that better is up
+        sign = -objectives.sign(direction) * (1.0 if self.winner == self.b else -1.0)
         low, high = sorted((sign * self.ci_low, sign * self.ci_high))
         return sign * self.diff, low, high
 
@@ -220,8 +223,7 @@ def compare_paired(values: Mapping[str, Mapping[Hashable, float | None]], *,
     Raises:
         ValueError: ``direction``, ``look``/``looks``, ``alpha`` or ``precision`` out of range.
     """
-    if direction not in ("maximize", "minimize"):
-        raise ValueError(f"direction must be maximize or minimize, got {direction!r}")
+    objectives.sign(direction)  # ValueError for anything but maximize or minimize
     if not 1 <= look <= looks:
         raise ValueError(f"look must be within 1..looks={looks}, got {look}")
     if not 0 < alpha < 1:
@@ -305,7 +307,7 @@ def _result(a: str, b: str, s: dict, p_holm: float, level_alpha: float,
     verdict, winner = UNDECIDED, None
     precision = common["precision"]
     if s["spread"] and p_holm < level_alpha and (low > 0 or high < 0):
-        winner = b if (low > 0) == (direction == "maximize") else a
+        winner = b if objectives.is_better(s["diff"], 0.0, direction) else a
         # a level whose runs diverged more often is not the better one, whatever its finite
         # seeds say
         more_nonfinite = a if s["nonfinite_a"] > s["nonfinite_b"] else \

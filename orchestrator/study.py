@@ -473,30 +473,13 @@ class SweepStudy:
         return {**settings_of(self.spec, sp.settings_for(self.spec.space, trial.params)),
                 "seed": trial.user_attrs[keys.SEED]}
 
-    def best_configuration(self) -> list[optuna.trial.FrozenTrial]:
-        """See :func:`best_configuration`."""
-        return best_configuration(self.spec, self.trials())
-
     def best(self, n: int = 5) -> list[optuna.trial.FrozenTrial]:
-        """The best ``n`` trials (several objectives: of the Pareto front, best on the first
-        objective first); see :func:`objectives.best_trials`. A finished comparison names one:
-        its answer's run (:func:`compare.answer`)."""
+        """The best ``n`` trials (:func:`objectives.best_trials`); a finished comparison's: its
+        answer's run (:func:`compare.answer`)."""
         trials = self.trials()
-        found = self.answer(trials)
-        if found is not None:
-            return [found.trial]
-        return objectives.best_trials(trials, self.spec.directions)[:n]
-
-    def answer(self, trials=None) -> compare.Answer | None:
-        """A finished comparison's answer (:func:`compare.answer`); None before, or without a
-        comparison."""
-        if self.comparison is None:
-            return None
-        trials = self.trials() if trials is None else trials
-        plan = compare.plan(self.comparison, trials)
-        if not isinstance(plan.action, compare.Done):
-            return None
-        return compare.answer(self.comparison, compare.counted(trials), plan.action)
+        found = compare.final_answer(self.comparison, trials)
+        return [found.trial] if found is not None else \
+            objectives.best_trials(trials, self.spec.directions)[:n]
 
     def stop_reason(self) -> str | None:
         """Why ``stop_when`` ends the sweep now (:func:`objectives.stop_reason`), else None."""
@@ -537,7 +520,7 @@ def best_configuration(spec: SweepSpec, trials) -> list[optuna.trial.FrozenTrial
         groups.setdefault(_key(t.params), []).append(t)
     if not groups:
         return []
-    sign = -1 if spec.objective.goal == "maximize" else 1
+    sign = objectives.sign(spec.objective.goal)
     return min(groups.values(), key=lambda g: (sign * sum(t.value for t in g) / len(g),
                                                min(t.number for t in g)))
 

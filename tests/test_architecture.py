@@ -28,7 +28,7 @@ LAYERS: list[set[str]] = [
     {"trainers"},
     # orchestrator: pure pieces, the stores, the coordinator's rooms, the loop, the commands
     {"orchestrator.errors", "orchestrator.paths", "orchestrator.keys", "orchestrator.protocol"},
-    {"orchestrator.space", "orchestrator.slots", "orchestrator.locks", "orchestrator.decide",
+    {"orchestrator.space", "orchestrator.slots", "orchestrator.locks", "orchestrator.stats",
      "orchestrator.usage", "orchestrator.objectives"},
     {"orchestrator.spec"},
     {"orchestrator.compare"},

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from .. import compare as plan
-from .. import keys, stats
+from .. import keys, objectives, stats
 from .load import SECONDS, SweepData
 
 POINT = 0.01  # one point of a metric in [0, 1]
@@ -155,8 +155,8 @@ def tuned_settings(trials: pd.DataFrame, factor: list[str],
     """level -> the settings its best tuning trial sampled (the compared ones left out)."""
     out = {}
     for level, group in phase(trials, "tune").groupby("level", sort=False):
-        best = group.sort_values("value", ascending=direction == "minimize",
-                                 kind="stable").iloc[0]
+        best = group.iloc[np.argsort(objectives.sign(direction) * group["value"].to_numpy(float),
+                                     kind="stable")].iloc[0]
         names = [s for s in str(best.get("searched") or "").split(",") if s and s not in factor]
         out[str(level)] = {s: best.get(f"params.{s}") for s in dict.fromkeys(names)}
     return out
@@ -167,10 +167,10 @@ def lr_sensitivity(level: str, lr: np.ndarray, value: np.ndarray, direction: str
     """A level's learning-rate range within the tolerance of its best (see the module)."""
     order = np.argsort(lr, kind="stable")
     lr, value = np.asarray(lr, float)[order], np.asarray(value, float)[order]
-    best = int(np.argmax(value) if direction == "maximize" else np.argmin(value))
+    best = int(np.argmin(objectives.sign(direction) * value))
     tol = tolerance(metric, value[best])
-    good = (value >= value[best] - tol) if direction == "maximize" else \
-        (value <= value[best] + tol)
+    # within tol of the best: its signed distance behind the best is at most tol
+    good = objectives.sign(direction) * (value - value[best]) <= tol
     left = right = best
     while left > 0 and good[left - 1]:
         left -= 1
@@ -202,13 +202,13 @@ def scaling_exponent(batch: np.ndarray, lr: np.ndarray) -> Scaling | None:
 def time_to_target(data: SweepData, target: float) -> pd.DataFrame:
     """A row per complete confirmation run: level, seed, epochs and seconds until its objective
     first reached ``target`` (NaN when it never did)."""
-    metric, maximize = data.spec.objective.metric, data.spec.objective.direction == "maximize"
+    metric, direction = data.spec.objective.metric, data.spec.objective.direction
     rows = []
     for _, t in phase(data.trials, "confirm").iterrows():
         mine = data.curves[data.curves["trial"] == t["trial"]]
         curve = mine[mine["metric"] == metric].sort_values("epoch")
         seconds = mine[mine["metric"] == SECONDS].set_index("epoch")["value"]
-        hit = curve[curve["value"] >= target] if maximize else curve[curve["value"] <= target]
+        hit = curve[[objectives.reaches(v, target, direction) for v in curve["value"]]]
         epoch = float(hit["epoch"].iloc[0]) if len(hit) else math.nan
         spent = float(seconds[seconds.index <= epoch].sum()) if len(hit) and len(seconds) \
             else math.nan
@@ -414,9 +414,8 @@ def _resolution_sentence(c: Comparison) -> str | None:
                      + " is smaller than one item")
     means = {lv: np.mean([v for v in vals.values() if math.isfinite(v)])
              for lv, vals in c.confirm.items() if any(math.isfinite(v) for v in vals.values())}
-    ceiling = (1.0 - step) if c.direction == "maximize" else step
-    at = [lv for lv, m in means.items() if (m >= ceiling if c.direction == "maximize"
-                                            else m <= ceiling)]
+    ceiling = (1.0 - step) if c.direction == "maximize" else step  # the best value's side
+    at = [lv for lv, m in means.items() if objectives.reaches(m, ceiling, c.direction)]
     if at:
         notes.append(f"{' and '.join(at)} {'are' if len(at) > 1 else 'is'} within one item of "
                      f"the {'ceiling' if c.direction == 'maximize' else 'floor'}")

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from ..objectives import running_best
 from .compare import LINEAR, SQUARE_ROOT, Comparison, phase, tolerance_words
 from .load import SweepData
 from .plots import Figure, png_bytes
@@ -85,8 +86,7 @@ def _progress(c: Comparison, tune) -> bytes:
     colors = _colors(c.levels)
     for level, group in tune.sort_values("trial").groupby(tune["level"].map(str)):
         values = group["value"].to_numpy(float)
-        best = np.maximum.accumulate(values) if c.direction == "maximize" else \
-            np.minimum.accumulate(values)
+        best = running_best(values, c.direction)
         index = np.arange(1, len(values) + 1)
         ax.scatter(index, values, color=colors.get(level), s=12, alpha=0.5)
         ax.step(index, best, where="post", color=colors.get(level), label=level)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .. import objectives
 from .load import SweepData
 from .stats import MAX_LEVELS, configuration
 
@@ -196,8 +197,7 @@ def _plot_history(data: SweepData) -> bytes:
                        label=f"{state.lower()} ({len(rows)})")
     done = t[t["state"] == "COMPLETE"].sort_values("trial")
     if len(done):
-        best = (done["value"].cummax() if data.spec.objective.goal == "maximize"
-                else done["value"].cummin())
+        best = objectives.running_best(done["value"], data.spec.objective.goal)
         ax.step(done["trial"], best, where="post", color="k", lw=1, label="best so far")
     ax.set_xlabel("trial")
     ax.set_ylabel(data.spec.objective.metric)

@@ -254,9 +254,22 @@ def _document(data, ftable, paired, gaps, exports, comparison, trends=None) -> D
         _front_section(doc, data)
     if comparison is not None:
         _comparison_section(doc, comparison, data)
-    metric = data.spec.objective.metric
     if comparison is not None:
         return doc
+    _search_sections(doc, data, ftable, trends, paired)
+    if not exports.empty:
+        doc.heading("Export parity")
+        doc.blocks.append(Table(
+            "Each exported format against the eager model on the validation images: largest "
+            "absolute output difference, top-1 agreement, accuracy change, ms per image.",
+            list(exports.columns), [[number(v) for v in row] for row in
+                                    exports.itertuples(index=False)]))
+    return doc
+
+
+def _search_sections(doc: Document, data: SweepData, ftable, trends, paired) -> None:
+    """What a search says per setting: levels, trends and paired differences."""
+    metric = data.spec.objective.metric
     observational = (" Observational: the trials of a level differ in their other settings "
                      "too (a search chose them), so a gap between levels is not the setting's "
                      "effect alone; a comparison (compare:) or the paired table below is what "
@@ -299,14 +312,6 @@ def _document(data, ftable, paired, gaps, exports, comparison, trends=None) -> D
                 f"with the same seed ({MIN_PAIRS} such pairs are needed for a pair of levels); "
                 f"a sampler searching the space rarely makes them. A grid with repeats, or a "
                 f"comparison (compare:), does.")
-    if not exports.empty:
-        doc.heading("Export parity")
-        doc.blocks.append(Table(
-            "Each exported format against the eager model on the validation images: largest "
-            "absolute output difference, top-1 agreement, accuracy change, ms per image.",
-            list(exports.columns), [[number(v) for v in row] for row in
-                                    exports.itertuples(index=False)]))
-    return doc
 
 
 def _comparison_section(doc: Document, c: Comparison, data: SweepData) -> None:

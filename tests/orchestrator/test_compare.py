@@ -14,7 +14,8 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 from scipy import stats
 
-from orchestrator import compare, keys, stats as st
+from orchestrator import compare, keys
+from orchestrator import stats as st
 from orchestrator.errors import SpecError
 from orchestrator.spec import validate
 from tests.conftest import tiny_spec
