@@ -248,7 +248,7 @@ def compare(data: SweepData) -> Comparison | None:
                       for k, seeds_ in values.items()}, sensitivity, reach,
                      _scaling(tune, sensitivity) if factor == ["batch_size"] else None,
                      stats.sequential_rule(looks, seeds), target=target, answer=found,
-                     finished=finished, budget=budget(data, levels),
+                     finished=finished, budget=budget(data, levels, factor),
                      val_items=_val_items(data) if metric.startswith("val_") else None)
     if target is not None and len(reach):
         out.reach_results = _reach_results(out)
@@ -276,7 +276,7 @@ def _decision(c: plan.Comparison, trials) -> tuple:
     return plan.decide_look(c, values, rounds), values, False, None
 
 
-def budget(data: SweepData, levels: list[str]) -> pd.DataFrame:
+def budget(data: SweepData, levels: list[str], factor: list[str] = ()) -> pd.DataFrame:
     """What each level was given: its sub-space (the settings its tuning trials searched), its
     tuning trials and the epochs they trained, how many were pruned or failed, and its
     confirmation seeds."""
@@ -286,7 +286,7 @@ def budget(data: SweepData, levels: list[str]) -> pd.DataFrame:
         mine = t[t["level"].map(str) == level] if "level" in t else t.iloc[0:0]
         tune, confirm = mine[mine["phase"] == "tune"], mine[mine["phase"] == "confirm"]
         searched = sorted({s for text in tune.get("searched", pd.Series(dtype=object)).dropna()
-                           for s in str(text).split(",") if s})
+                           for s in str(text).split(",") if s and s not in factor})
         rows.append({"level": level, "sub-space": ", ".join(searched) or "-",
                      "tuning trials": len(tune),
                      "epochs trained": int(pd.to_numeric(tune["epochs"], errors="coerce")
