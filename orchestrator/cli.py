@@ -21,7 +21,7 @@ from rich.table import Table
 from trainers import DEFAULT_EXPORT_FORMATS, EXPORT_FORMATS
 
 from . import api, paths
-from .display import params_text
+from .display import params_text, sweep_command
 from .errors import SweepError, disk_full
 from .objectives import values_text
 from .server import (
@@ -380,8 +380,9 @@ def print_summary(console: Console, spec, outcome) -> None:
     trials, every shown trial's full MLflow run id on a line of its own (a table would cut it
     on a narrow or piped console), then the commands that look at it."""
     c = outcome.counts
+    name = outcome.study_name or spec.name  # NAME-2... after --new: the study that ran
     state = "interrupted" if outcome.exit_code == EXIT_INTERRUPTED else "finished"
-    console.print(f"sweep {spec.name!r} {state} in {outcome.elapsed:.1f} s: {c['complete']} "
+    console.print(f"sweep {name!r} {state} in {outcome.elapsed:.1f} s: {c['complete']} "
                   f"complete, {c['pruned']} pruned, {c['fail']} failed", soft_wrap=True)
     objective = "; ".join(f"{o.label}, {o.goal}" for o in spec.objectives)
     if outcome.configurations:
@@ -412,11 +413,11 @@ def print_summary(console: Console, spec, outcome) -> None:
         for number, run in ids:
             console.print(f"  trial {number}: {run or '(none)'}", soft_wrap=True,
                           highlight=False)
-    headline = _report_headline(spec.name, outcome) if outcome.configurations else None
+    headline = _report_headline(name, outcome) if outcome.configurations else None
     if headline:  # repeats or a comparison: the report's answer
         console.print(f"sweep report: {headline}", soft_wrap=True, markup=False,
                       highlight=False)
-    console.print(_browse_lines(spec.name, outcome), soft_wrap=True, highlight=False)
+    console.print(_browse_lines(name, outcome), soft_wrap=True, highlight=False)
 
 
 def _report_headline(name: str, outcome) -> str | None:
@@ -448,12 +449,13 @@ def _browse_lines(name: str, outcome) -> str:
     uri_flag = "" if uri == paths.default_tracking_uri() else f" --tracking-uri {mask(uri)}"
     storage_flag = "" if outcome.storage == default_storage(uri) else \
         f" --storage {mask(outcome.storage)}"
-    lines = [f"the report: sweep report {name}{uri_flag}{storage_flag}",
-             f"the trials: sweep status {name}{uri_flag}{storage_flag}"]
+    sweep = sweep_command()
+    lines = [f"the report: {sweep} report {name}{uri_flag}{storage_flag}",
+             f"the trials: {sweep} status {name}{uri_flag}{storage_flag}"]
     if uri.startswith(("http://", "https://")):  # a tracking server serves the UI itself
         lines.append(f"browse it: {mask(uri).rstrip('/')}{runs}")
     else:
-        lines.append(f"browse it: sweep ui {name}{uri_flag}   (then "
+        lines.append(f"browse it: {sweep} ui {name}{uri_flag}   (then "
                      f"http://127.0.0.1:5000{runs}, the runs table of the trials)")
     return "\n".join(lines)
 
@@ -497,7 +499,7 @@ def cmd_submit(args, console: Console) -> int:
         sys.stdout.write(done.text)
         say(f"(dry run: wrote {done.file}; nothing created or submitted)")
         return 0
-    follow = f"sweep status {spec.name} --storage {paths.mask(args.storage)}"
+    follow = f"{sweep_command()} status {spec.name} --storage {paths.mask(args.storage)}"
     say(f"study {done.study!r} and its parent run {done.parent_run_id} are ready")
     if kind == "slurm":
         say(f"submitted job {done.job_id}: {args.jobs} array tasks ({done.file})")

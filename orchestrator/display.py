@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
+import shlex
+import shutil
 import statistics
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,6 +25,31 @@ def clock(seconds: float) -> str:
     if s >= 3600:
         return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
     return f"{s // 60}:{s % 60:02d}"
+
+
+def sweep_command(argv0: str | None = None, executable: str | None = None) -> str:
+    """How to call ``sweep`` again the way this process was started, for the commands it
+    prints: ``sweep`` when that name on PATH is this program, else its path (``.venv/bin/sweep``
+    with the venv not activated), and ``python -m orchestrator.cli`` when started that way.
+    ``argv0`` and ``executable`` default to this process's."""
+    argv0 = argv0 if argv0 is not None else sys.argv[0]
+    executable = executable or sys.executable
+    if argv0.endswith(os.path.join("orchestrator", "cli.py")):  # python -m orchestrator.cli
+        return f"{_as_typed(executable, 'python')} -m orchestrator.cli"
+    if os.path.basename(argv0) == "sweep":
+        return _as_typed(argv0, "sweep")
+    return "sweep"  # called in-process (a notebook, the tests): the installed command
+
+
+def _as_typed(path: str, name: str) -> str:
+    """``name`` when PATH finds ``path`` by it, else ``path`` relative to here when below."""
+    found = shutil.which(name)
+    if found and os.path.abspath(found) == os.path.abspath(path):
+        return name
+    full = os.path.abspath(path)
+    here = os.path.relpath(full)
+    typed = full if here.startswith("..") else here if os.sep in here else f".{os.sep}{here}"
+    return shlex.quote(typed)
 
 
 def params_text(params: dict) -> str:

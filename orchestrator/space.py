@@ -26,6 +26,7 @@ from trainers import (
     seam_keywords,
     setting_fields,
     setting_kind,
+    takes_args,
 )
 
 from .errors import SweepError, did_you_mean, key_text
@@ -33,7 +34,7 @@ from .errors import SweepError, did_you_mean, key_text
 RANGE_KEYS = ("low", "high", "log", "step", "type")
 # settings whose user code (torch:NAME, module:function) takes keywords of its own, searched
 # under its option and given to the trainer in <setting>_args
-SEAMS = ("optimizer", "schedule", "loss", "step")
+SEAMS = ("model", "optimizer", "schedule", "loss", "step")
 SET_BY_TRAINER = {"optimizer": ("lr", "weight_decay")}  # in every parameter group
 MAX_RANGE_STEPS = 10**9  # a float step finer than this many steps over its range is a typo
 SCALARS = (str, int, float, bool, type(None))
@@ -383,7 +384,7 @@ def _parse_options(setting, value, path, name, problems):
             continue
         labels[label] = option
         outer = name[:len(name) - len(setting)]  # the options this one is inside, as "sgd."
-        owner = (setting, option) if user and setting in SEAMS else None
+        owner = (setting, option) if setting in SEAMS and takes_args(setting, option) else None
         options.append((option, _parse_mapping(sub or {}, f"{path}.{option}", problems,
                                                prefix=f"{outer}{label}.", owner=owner)))
     return Options(setting, name, tuple(options)) if options else None

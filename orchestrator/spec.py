@@ -426,7 +426,8 @@ def load_spec(path: str | os.PathLike, overrides: list[str] = (),
 
 
 class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-    """The safe loader (libyaml's where installed), refusing a key given twice in a mapping."""
+    """The safe loader (libyaml's where installed), refusing a key given twice in a mapping,
+    and reading ``3e-3`` as a number as YAML 1.2 does (YAML 1.1 wants ``3.0e-3``)."""
 
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, Any] = {}
@@ -441,6 +442,12 @@ class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
                     key_node.start_mark)
             seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.2's floats with an exponent and no dot: YAML 1.1, PyYAML's, reads them as strings
+_YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
+    r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
 
 
 def read_yaml(path: Path) -> Any:
@@ -651,13 +658,20 @@ def _check_settings(top: SweepSpec, problems: list[str]) -> sp.Space:
                 problems.append(f"train.{e.field} {e.fix}, got {e.value!r}")
             elif e.field not in {n.setting for _, n in sp.walk(space)}:  # a default they
                 # do not fit (a dataset's data_dir...): train's to fix, not a searched value's
-                problems.append(f"train.{e.field} {e.fix}, got its default {e.value!r}; set it "
-                                f"in train, or change {', '.join(f'train.{k}' for k in fixed)}")
+                problems.append(f"train.{e.field} {e.fix}, got its default {e.value!r}; "
+                                f"{_default_fix(e, fixed)}")
         else:
             _check_fixed_seams(first, fixed, problems)
     if not problems:
         sp.check_values(space, fixed, problems)
     return space
+
+
+def _default_fix(error: SettingsError, fixed: dict[str, Any]) -> str:
+    """How to fix a default that the fixed settings do not fit: set it, or change the fixed
+    settings its message names (lr_scaling for reference_batch_size), not every one."""
+    named = [f"train.{k}" for k in fixed if re.search(rf"\b{re.escape(k)}\b", error.fix)]
+    return f"set train.{error.field}" + (f", or change {', '.join(named)}" if named else "")
 
 
 def _check_fixed_seams(first: TrainSettings, fixed: dict[str, Any], problems: list[str]) -> None:

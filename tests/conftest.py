@@ -113,6 +113,11 @@ def pace(tmp_path_factory) -> Pace:
     return Pace(**json.loads(out.stdout.splitlines()[-1]))
 
 
+# how the end of a `run_cli` sweep names the command: as it was started (python -m ...)
+AS_STARTED = ("python" if shutil.which("python") == sys.executable else sys.executable) + \
+    " -m orchestrator.cli"
+
+
 def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None):
     """Run ``sweep ARGS`` as a user would (a real process); returns CompletedProcess."""
     full_env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}

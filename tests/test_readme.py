@@ -133,3 +133,16 @@ def test_every_image_the_readme_shows_is_a_small_png_its_script_makes():
             assert image.format == "PNG", path
         assert (ROOT / path).stat().st_size < 300_000, path
         assert f'"{os.path.basename(path)}"' in script, f"{path}: not made by docs/screenshots.py"
+
+
+def test_the_readme_and_the_quickstart_say_the_workers_default_the_code_uses():
+    from orchestrator.slots import plan_slots
+
+    assert len(plan_slots(None, gpus=[], cores=3)) == 3  # no GPU: one per CPU core
+    assert len(plan_slots(None, gpus=["0", "1"], cores=8, workers_per_gpu=2)) == 4
+    said = "`workers_per_gpu` per visible GPU, else one per CPU core"
+    (row,) = [line for line in (ROOT / "README.md").read_text().splitlines()
+              if line.startswith("| `workers` |")]
+    (comment,) = [line for line in (SWEEPS / "quickstart.yaml").read_text().splitlines()
+                  if line.startswith("workers:")]
+    assert said in row and said.replace("`", "") in comment, (row, comment)

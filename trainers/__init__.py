@@ -15,7 +15,7 @@ from .errors import (
     TrainerWarning,
     TrainingDiverged,
 )
-from .seams import check_seams, is_user_code, keyword_default
+from .seams import check_seams, is_user_code, keyword_default, takes_args
 from .seams import keywords as seam_keywords
 from .settings import (
     CUDA_METRICS,
@@ -35,7 +35,7 @@ __all__ = ["CUDA_METRICS", "DEFAULT_EXPORT_FORMATS", "DETERMINISTIC_ERRORS", "EP
            "SettingsError",
            "TrainSettings", "TrainerWarning", "TrainingDiverged", "check_data_files",
            "pending_download", "setting_fields", "setting_kind", "check_seams", "is_user_code",
-           "keyword_default", "seam_keywords", *_LAZY]
+           "keyword_default", "takes_args", "seam_keywords", *_LAZY]
 
 
 def __getattr__(name):

@@ -115,7 +115,7 @@ def build_run(settings: TrainSettings, device: torch.device, data: Data,
     seams.check_seams(settings)
     seed_everything(settings.seed)  # the same initial weights on every rank
     module = build_model(settings.model, data.num_classes, data.in_channels, data.image_size,
-                         settings.weights, settings.download).to(device)
+                         settings.weights, settings.download, settings.model_args).to(device)
     if settings.channels_last:
         module = module.to(memory_format=torch.channels_last)
     if ranks.rank > 0:  # its own dropout masks
@@ -491,7 +491,7 @@ def load_trained_model(settings: TrainSettings, data: Data,
         CheckpointError: the weights cannot be read or do not fit the model.
     """
     model = build_model(settings.model, data.num_classes, data.in_channels, data.image_size,
-                        settings.weights, settings.download)
+                        settings.weights, settings.download, settings.model_args)
     try:
         model.load_state_dict(checkpoint.load_weights(weights))
     except RuntimeError as e:  # missing or unexpected keys, wrong shapes

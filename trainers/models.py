@@ -58,9 +58,10 @@ MODELS = {"small_cnn": small_cnn, "mlp": mlp, "resnet18": resnet18}
 
 
 def build_model(name: str, num_classes: int, in_channels: int, image_size: tuple[int, int],
-                weights: str | None = None, download: bool = False) -> nn.Module:
+                weights: str | None = None, download: bool = False,
+                model_args: dict | None = None) -> nn.Module:
     """A model by name, ``torchvision:NAME``, or ``module:function`` (called with
-    ``num_classes`` and ``in_channels``).
+    ``num_classes``, ``in_channels`` and the keywords ``model_args``).
 
     Raises:
         SettingsError: an unknown torchvision model, weights that are not available, or a
@@ -72,12 +73,15 @@ def build_model(name: str, num_classes: int, in_channels: int, image_size: tuple
     if name.startswith(TORCHVISION):
         return torchvision_model(name[len(TORCHVISION):], num_classes, in_channels, weights,
                                  download)
-    return initialize_lazy(user_model(name, num_classes, in_channels), in_channels, image_size)
+    return initialize_lazy(user_model(name, num_classes, in_channels, model_args or {}),
+                           in_channels, image_size)
 
 
-def user_model(name: str, num_classes: int, in_channels: int) -> nn.Module:
-    """A user's ``module:function`` called with ``num_classes`` and ``in_channels``."""
-    model = seams.resolve("model", name)(num_classes=num_classes, in_channels=in_channels)
+def user_model(name: str, num_classes: int, in_channels: int, model_args: dict) -> nn.Module:
+    """A user's ``module:function`` called with ``num_classes``, ``in_channels`` and
+    ``model_args``."""
+    model = seams.resolve("model", name)(num_classes=num_classes, in_channels=in_channels,
+                                         **model_args)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model {name} returned {type(model).__name__}, not a torch.nn.Module")
     return model

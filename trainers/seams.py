@@ -15,10 +15,11 @@ import sys
 from typing import Any, Callable
 
 from .errors import SettingsError
-from .settings import TORCH_OPTIM, USER_CODE, setting_fields
+from .settings import TORCH_OPTIM, TORCHVISION, USER_CODE, setting_fields
 
 # what the trainer passes to each seam, in this order (positionally); the rest are keywords
-PASSED = {"optimizer": ("params", "settings"),
+PASSED = {"model": ("num_classes", "in_channels"),
+          "optimizer": ("params", "settings"),
           "schedule": ("step", "total_steps", "warmup_steps"),
           "loss": ("settings",),
           "step": ("model", "inputs", "targets", "loss_fn", "settings"),
@@ -32,6 +33,12 @@ def is_user_code(seam: str, value: Any) -> bool:
     """Whether ``value`` of setting ``seam`` names user code (not one of its built-in names)."""
     choices = setting_fields()[seam].metadata["choices"] or ()
     return isinstance(value, str) and value not in choices and bool(USER_CODE.match(value))
+
+
+def takes_args(seam: str, value: Any) -> bool:
+    """Whether ``value`` of setting ``seam`` is user code taking keywords in ``<seam>_args``
+    (a torchvision:NAME model is not: it is built by name)."""
+    return is_user_code(seam, value) and not (seam == "model" and value.startswith(TORCHVISION))
 
 
 def resolve(seam: str, name: str, error: type[SettingsError] = SettingsError) -> Callable:
@@ -160,9 +167,9 @@ def check_seams(settings) -> None:
     Raises:
         SettingsError: naming the seam (or its ``_args``), the value and the fix.
     """
-    for seam in ("optimizer", "schedule", "loss", "step"):
+    for seam in ("model", "optimizer", "schedule", "loss", "step"):
         name = getattr(settings, seam)
-        if is_user_code(seam, name):
+        if takes_args(seam, name):
             check_args(seam, name, getattr(settings, f"{seam}_args"))
     name = settings.optimizer
     if (settings.weight_decay > 0 and name.startswith(TORCH_OPTIM)

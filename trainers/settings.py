@@ -82,6 +82,10 @@ class TrainSettings:
     model: str = _knob("small_cnn", "model name, torchvision:NAME, or "
                                     "module:function(num_classes, in_channels)",
                        choices=MODELS, user_code=True)
+    model_args: dict[str, Any] = _knob(None, "keyword arguments of a user model "
+                                             "(module:function: its width, dropout...), "
+                                             "checked against its signature; searched under "
+                                             "its option in space", factory=dict)
     weights: str | None = _knob(None, "pretrained weights of a torchvision:NAME model (DEFAULT or "
                                       "a weights name such as IMAGENET1K_V1); null = random init")
     channels_last: bool = _knob(False, "channels-last memory format for model and inputs")
@@ -212,11 +216,14 @@ class TrainSettings:
                                 f"plus the warmup's share of the run "
                                 f"({min(self.warmup_epochs, self.epochs) / self.epochs:g}) must "
                                 f"be at most 1: lower one of them")
-        for seam in ("optimizer", "schedule", "loss", "step"):
-            if getattr(self, f"{seam}_args") and getattr(self, seam) in (
-                    *(setting_fields()[seam].metadata["choices"] or ()), None):
+        for seam in ("model", "optimizer", "schedule", "loss", "step"):
+            if getattr(self, f"{seam}_args") and (getattr(self, seam) in (
+                    *(setting_fields()[seam].metadata["choices"] or ()), None)
+                    or str(getattr(self, seam)).startswith(TORCHVISION)):
                 raise SettingsError(f"{seam}_args", getattr(self, f"{seam}_args"),
-                                    f"are for a user {seam} (torch:NAME or module:function); "
+                                    f"are for a user {seam} ("
+                                    f"{'' if seam == 'model' else 'torch:NAME or '}"
+                                    f"module:function); "
                                     f"{seam} {getattr(self, seam)} takes settings instead")
 
     def _check_data_values(self):

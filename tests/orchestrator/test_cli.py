@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator import keys
 from orchestrator.cli import COMPLETION_SHELLS, EXIT_CODES, build_parser, main
@@ -226,3 +227,63 @@ def test_sweep_help_and_the_readme_list_the_same_exit_codes():
     readme = (ROOT / "README.md").read_text()
     table = dict(re.findall(r"^  \| (\d+) \| (.+) \|$", readme, re.M))
     assert {int(k): v for k, v in table.items()} == EXIT_CODES
+
+
+def _next_steps(stdout: str) -> dict[str, str]:
+    """The commands the end of ``sweep run`` prints, by what they show (``report``...)."""
+    return {line.split(":", 1)[0]: line.split(": ", 1)[1].split("   (")[0]
+            for line in stdout.splitlines() if line.startswith(("the report: ", "the trials: ",
+                                                                "browse it: "))}
+
+
+@pytest.fixture(scope="module")
+def tiny_done(tmp_path_factory):
+    """A finished one-trial sweep: rerunning it prints its end at once."""
+    d = tmp_path_factory.mktemp("tiny")
+    spec = d / "tiny.yaml"
+    spec.write_text(yaml.safe_dump(tiny_spec(trials=1, workers=1, train={
+        "dataset": "digits", "model": "small_cnn", "epochs": 1})))
+    out = run_cli("run", str(spec), cwd=d)
+    assert out.returncode == 0, out.stderr
+    return d, spec
+
+
+VENV_BIN = Path(sys.executable).parent
+WITHOUT_VENV = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                               if Path(p).resolve() != VENV_BIN.resolve())
+
+
+@pytest.mark.parametrize("how", ["venv-not-activated", "venv-activated", "python-m"])
+def test_the_next_steps_printed_by_sweep_run_work_as_printed(tiny_done, how):
+    d, spec = tiny_done
+    path = WITHOUT_VENV if how != "venv-activated" else f"{VENV_BIN}{os.pathsep}{WITHOUT_VENV}"
+    env = {**os.environ, "PATH": path}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    start = [sys.executable, "-m", "orchestrator.cli"] if how == "python-m" else \
+        [str(VENV_BIN / "sweep")]
+    out = subprocess.run([*start, "run", str(spec)], cwd=d, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    steps = _next_steps(out.stdout)
+    expected = {"venv-not-activated": str(VENV_BIN / "sweep"), "venv-activated": "sweep",
+                "python-m": f"{sys.executable} -m orchestrator.cli"}[how]
+    assert steps["the trials"] == f"{expected} status tiny", out.stdout
+    assert steps["browse it"] == f"{expected} ui tiny", out.stdout
+    ran = subprocess.run(shlex.split(steps["the trials"]), cwd=d, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert ran.returncode == 0 and "COMPLETE" in ran.stdout, ran.stdout + ran.stderr
+
+
+def test_every_line_after_new_names_the_fresh_study(tiny_done):
+    d, spec = tiny_done
+    out = run_cli("run", str(spec), "--new", cwd=d)
+    assert out.returncode == 0, out.stderr
+    assert "starting a fresh study 'tiny-2' (--new)" in out.stdout
+    assert "sweep 'tiny-2' finished" in out.stdout, out.stdout
+    steps = _next_steps(out.stdout)
+    assert steps["the report"].endswith(" report tiny-2"), out.stdout
+    assert steps["the trials"].endswith(" status tiny-2") and steps["browse it"].endswith(
+        " ui tiny-2"), out.stdout
+    ran = subprocess.run(shlex.split(steps["the trials"]), cwd=d, capture_output=True,
+                         text=True, timeout=300)
+    assert ran.returncode == 0 and "tiny-2" in ran.stdout, ran.stdout + ran.stderr

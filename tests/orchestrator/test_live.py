@@ -10,7 +10,7 @@ import time
 import pytest
 import yaml
 
-from tests.conftest import ROOT, tiny_spec
+from tests.conftest import AS_STARTED, ROOT, tiny_spec
 
 ETA = re.compile(r"ETA (\d+):(\d\d) ± (\d+):(\d\d) from (\d+) epochs")
 ROW = re.compile(r"^\s*(\d+)\s+lr=\S+ bs=\d+\s+(\d)/2\s")
@@ -78,4 +78,4 @@ def test_piped_output_holds_every_trials_full_run_id(quickstart):
     ids = {r.info.run_id for r in stores.runs("quickstart", "trial")}
     assert len(ids) == 4
     assert ids <= set(HEX32.findall(out.stdout)), out.stdout
-    assert "the report: sweep report quickstart" in out.stdout
+    assert f"the report: {AS_STARTED} report quickstart" in out.stdout

@@ -480,3 +480,32 @@ def test_user_code_that_breaks_on_import_or_takes_the_wrong_arguments_is_one_lin
         out = run_cli("validate", str(path), cwd=tmp_path)
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
         assert len(out.stderr.splitlines()) == 1 and line in out.stderr, out.stderr
+
+
+def test_an_exponent_without_a_dot_is_a_number_in_the_file_and_in_set(write_spec):
+    path = write_spec("name: e\nobjective: {metric: val_acc, direction: maximize}\ntrials: 2\n"
+                      "train: {dataset: digits, model: small_cnn, lr: 3e-3}\n"
+                      "space:\n  weight_decay: {low: 1e-5, high: 1E-2, log: true}\n")
+    spec = load_spec(path)
+    assert spec.train["lr"] == 0.003 and isinstance(spec.train["lr"], float)
+    from orchestrator import space as sp
+
+    (node,) = [node for _, node in sp.walk(spec.space)]
+    assert (node.low, node.high) == (1e-5, 0.01)
+    assert load_spec(path, ["train.lr=5e-4"]).train["lr"] == 0.0005
+    quoted = write_spec(path.read_text().replace("lr: 3e-3", "lr: '3e-3'"), "q.yaml")
+    with pytest.raises(SpecError, match="train.lr must be float, got '3e-3'"):
+        load_spec(quoted)  # quoted, it is text as the user wrote
+
+
+def test_a_missing_reference_batch_size_names_the_fix_that_fixes_it(write_spec, tmp_path):
+    path = write_spec(tiny_spec(train={"dataset": "digits", "model": "small_cnn", "epochs": 1,
+                                       "lr_scaling": "linear"}))
+    out = run_cli("validate", str(path), cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [
+        f"sweep: {path}: train.reference_batch_size is needed when lr_scaling is linear (e.g. "
+        f"64), got its default None; set train.reference_batch_size, or change "
+        f"train.lr_scaling"]
+    for fix in ("train.reference_batch_size=64", "train.lr_scaling=none"):
+        assert run_cli("validate", str(path), "--set", fix, cwd=tmp_path).returncode == 0, fix

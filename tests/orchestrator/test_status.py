@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 from rich.console import Console
 
 from orchestrator import keys, status
-from tests.conftest import run_cli, tiny_spec
+from tests.conftest import AS_STARTED, run_cli, tiny_spec
 
 
 def rows_of(text: str, header: str) -> list[list[str]]:
@@ -145,8 +145,8 @@ def test_the_end_of_sweep_run_says_how_to_browse_the_trials(quickstart):
     stores, out = quickstart
     exp = stores.client().get_experiment_by_name("quickstart")
     lines = out.stdout.splitlines()
-    assert lines[-2] == "the trials: sweep status quickstart"
-    assert lines[-1] == (f"browse it: sweep ui quickstart   (then http://127.0.0.1:5000/#/"
+    assert lines[-2] == f"the trials: {AS_STARTED} status quickstart"
+    assert lines[-1] == (f"browse it: {AS_STARTED} ui quickstart   (then http://127.0.0.1:5000/#/"
                          f"experiments/{exp.experiment_id}/runs?workflowType=machine_learning, "
                          f"the runs table of the trials)")
 

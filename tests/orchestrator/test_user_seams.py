@@ -39,3 +39,55 @@ def test_a_sweep_searches_torch_radams_own_keywords_and_logs_them(stores, write_
                                                                   "lr"), key=lambda m: m.step)]
         per_epoch = math.ceil(1437 / 128)
         assert lrs == pytest.approx([lr_at(s, i, per_epoch) for i in range(per_epoch)])
+
+
+WIDE_MODEL = '''
+import os
+from torch import nn
+
+
+def mlp(num_classes, in_channels, width=8, dropout=0.0):
+    with open(os.path.join(os.path.dirname(__file__), "widths.txt"), "a") as f:
+        f.write(f"{width} {dropout}\\n")  # what the trainer built, for the test to read
+    return nn.Sequential(nn.Flatten(), nn.LazyLinear(width), nn.ReLU(), nn.Dropout(dropout),
+                         nn.Linear(width, num_classes))
+'''
+
+
+def test_a_sweep_searches_a_user_models_width_and_fixes_its_dropout(stores, write_spec):
+    (stores.dir / "widemodel.py").write_text(WIDE_MODEL)
+    spec = tiny_spec(name="wide", trials=2, workers=1, sampler={"name": "grid"},
+                     train={"epochs": 1, "batch_size": 128, "model_args": {"dropout": 0.1}},
+                     space={"model": {"widemodel:mlp": {"width": [4, 32]}}})
+    out = run_cli("run", str(write_spec(spec)), cwd=stores.dir)
+    assert out.returncode == 0, out.stdout + out.stderr
+    trials = stores.study("wide").trials
+    assert sorted(t.params["mlp.width"] for t in trials) == [4, 32]
+    built = (stores.dir / "widths.txt").read_text().split("\n")
+    assert {"4 0.1", "32 0.1"} <= set(built), built  # each trial's model had its width
+    by_number = {int(r.data.tags["sweep.trial_number"]): r for r in stores.runs("wide", "trial")}
+    for t in trials:
+        p = by_number[t.number].data.params
+        assert p["model"] == "widemodel:mlp"
+        assert int(p["model_args.width"]) == t.params["mlp.width"]  # a param of its own
+        assert float(p["model_args.dropout"]) == 0.1
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"train": {"dataset": "digits"}, "space": {"model": {"widemodel:mlp": {"depth": [1, 2]}}}},
+     "space.model.widemodel:mlp.depth is neither a keyword of model widemodel:mlp (it takes "
+     "width, dropout) nor a trainer setting (did you mean `width`?); remove it"),
+    ({"train": {"model": "widemodel:mlp", "model_args": {"depth": 2}}},
+     "train.model_args.depth is not a keyword of model widemodel:mlp (it takes width, "
+     "dropout): remove it, got 2"),
+    ({"train": {"model": "small_cnn", "model_args": {"width": 2}}},
+     "train.model_args are for a user model (module:function); model small_cnn takes "
+     "settings instead, got {'width': 2}"),
+])
+def test_a_model_keyword_its_function_does_not_take_is_one_line(stores, write_spec, change,
+                                                               expected):
+    (stores.dir / "widemodel.py").write_text(WIDE_MODEL)
+    spec = tiny_spec(name="wide", **{"space": {}, **change})
+    out = run_cli("validate", str(write_spec(spec)), cwd=stores.dir)
+    assert out.returncode == 2 and out.stderr.splitlines() == [
+        f"sweep: {write_spec(spec)}: {expected}"], out.stderr
