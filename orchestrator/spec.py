@@ -656,6 +656,10 @@ def _check_settings(top: SweepSpec, problems: list[str]) -> sp.Space:
         else:
             _check_fixed_seams(first, fixed, problems)
     if not problems:
+        for key, value in fixed.items():
+            unused = sp.unused_problem(f"train.{key} = {value!r}", key, space, fixed, {})
+            if unused:
+                problems.append(unused)
         sp.check_values(space, fixed, problems)
     return space
 

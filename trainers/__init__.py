@@ -15,13 +15,14 @@ from .errors import (
     TrainerWarning,
     TrainingDiverged,
 )
-from .seams import check_seams, is_user_code, keyword_default
+from .seams import check_seams, is_user_code, keyword_default, reads, unused_fix, unused_settings
 from .seams import keywords as seam_keywords
 from .settings import (
     CUDA_METRICS,
     DEFAULT_EXPORT_FORMATS,
     EPOCH_METRICS,
     EXPORT_FORMATS,
+    READ_BY,
     TrainSettings,
     setting_fields,
     setting_kind,
@@ -31,11 +32,11 @@ _LAZY = ("EpochReport", "TrainResult", "evaluate_test", "load_weights", "save_we
          "warm_up")
 
 __all__ = ["CUDA_METRICS", "DEFAULT_EXPORT_FORMATS", "DETERMINISTIC_ERRORS", "EPOCH_METRICS",
-           "EXPORT_FORMATS", "CheckpointError", "DataError", "RankCrashed", "RankFailed",
+           "EXPORT_FORMATS", "READ_BY", "CheckpointError", "DataError", "RankCrashed", "RankFailed",
            "SettingsError",
            "TrainSettings", "TrainerWarning", "TrainingDiverged", "check_data_files",
            "pending_download", "setting_fields", "setting_kind", "check_seams", "is_user_code",
-           "keyword_default", "seam_keywords", *_LAZY]
+           "keyword_default", "seam_keywords", "reads", "unused_fix", "unused_settings", *_LAZY]
 
 
 def __getattr__(name):
