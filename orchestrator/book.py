@@ -513,7 +513,7 @@ class TrialBook:
         if isinstance(end, Failed):
             self._fail(active, end.reason, "crash" if end.retryable else "deterministic")
         elif end.state == "complete" and not all(
-                math.isfinite(v) for v in [*active.curve, *self.study.values(active.history)]):
+                math.isfinite(v) for v in self.study.values(active.history)):
             self._fail(active, objective_problem(self.spec, active), "deterministic")
         else:
             self._end(active, end)
@@ -636,7 +636,20 @@ def objective_problem(spec: SweepSpec, active: Active) -> str:
         if o.metric not in logged:
             return (f"objective {o.metric}: the trainer logged no such metric (it logged "
                     f"{', '.join(sorted(logged))})")
-    return f"objective {spec.objective.metric} is not finite: {active.curve[-1]}"
+    for o, value in zip(spec.objectives, objectives_values(spec, active)):
+        if not math.isfinite(value):
+            bad = [f"{i}" for i, m in enumerate(active.history, start=1)
+                   if not math.isfinite(m.get(o.metric, math.nan))]
+            return (f"objective {o.metric} ({objectives.reduce_text(o)}) is not finite: "
+                    f"{value}; epochs {', '.join(bad) or 'none'} logged a value that is not "
+                    f"finite")
+    return f"objective {spec.objective.metric} is not finite"
+
+
+def objectives_values(spec: SweepSpec, active: Active) -> list[float]:
+    """Each objective's value from the trial's epochs (as the study records it)."""
+    return [objectives.reduce_curve(o, [m.get(o.metric, math.nan) for m in active.history],
+                                    spec.epochs) for o in spec.objectives]
 
 
 def end_tags(spec: SweepSpec, active: Active) -> dict[str, str]:
