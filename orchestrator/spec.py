@@ -558,6 +558,10 @@ def apply_overrides(raw: dict, overrides, source: str) -> dict:
                                       )) from None
         node = out
         parts = key.strip().split(".")
+        if not all(p.strip() for p in parts):
+            raise SpecError(f"--set {item!r}: the key path {key.strip()!r} is malformed (an "
+                            f"empty part between dots); write it as dotted names, e.g. "
+                            f"--set train.epochs=3")
         for i, part in enumerate(parts[:-1]):
             child = node.get(part)
             if child is None:

@@ -66,7 +66,8 @@ def _torch_optimizer(name: str) -> Callable:
 
     attr = name[len(TORCH_OPTIM):]
     cls = getattr(torch.optim, attr, None)
-    if not (inspect.isclass(cls) and issubclass(cls, torch.optim.Optimizer)):
+    if not (inspect.isclass(cls) and issubclass(cls, torch.optim.Optimizer)) \
+            or cls is torch.optim.Optimizer or inspect.isabstract(cls):  # the base class
         known = sorted(n for n, c in vars(torch.optim).items()
                        if inspect.isclass(c) and issubclass(c, torch.optim.Optimizer)
                        and c is not torch.optim.Optimizer and n not in NEEDS_CLOSURE)

@@ -211,6 +211,9 @@ def test_a_yaml_list_is_not_a_sweep(write_spec):
     ("train.epochs", "expected KEY=VALUE"),
     ("name.x=1", "name is 'tiny', not a mapping"),
     ("train.epochs=[1", "not valid YAML"),
+    ("train..epochs=3", "the key path 'train..epochs' is malformed \\(an empty part between dots\\)"),
+    (".epochs=3", "the key path '.epochs' is malformed"),
+    ("train.epochs.=3", "the key path 'train.epochs.' is malformed"),
 ])
 def test_bad_set_overrides(write_spec, item, expected):
     with pytest.raises(SpecError, match=expected.replace("[", r"\[")):
