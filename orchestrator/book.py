@@ -24,6 +24,7 @@ from .paths import mask
 from .protocol import Done, Epoch, Failed, Ready
 from .spec import SweepSpec
 from .study import PendingTrial, SweepStudy, abandon
+from .tracking import refused_input
 
 # Epochs reach MLflow at least this often (and at every trial's end): one call per flush, not per
 # epoch, keeps this process's share of the CPU small when epochs take a fraction of a second.
@@ -112,6 +113,11 @@ class StoreBroke(SweepError):
     trials it was recording, which are queued for retry."""
 
 
+class StoreRefused(SweepError):
+    """The MLflow store refused a name or value the sweep gave it (a user metric's name against
+    MLflow's rules): the input's fault, so the trials it failed are not retried."""
+
+
 def _store_fix(tracking_uri: str) -> str:
     db = paths.sqlite_file(tracking_uri)
     store = f"{db}" if db is not None else "the store"
@@ -176,7 +182,13 @@ class Guarded:
                 return value(*args, **kwargs)
             except SweepError:
                 raise
-            except Exception as e:  # the driver's, MLflow's and the file system's errors
+            except Exception as e:
+                if refused_input(e):  # the sweep's input, not the store: no retry helps
+                    raise StoreRefused(f"the MLflow store refused what the sweep logged: "
+                                       f"{_root_cause(e)}; the trial failed (not retried): "
+                                       f"fix that name or value in the sweep or its code"
+                                       ) from e
+                # the driver's, MLflow's and the file system's errors
                 error = store_broke(self._tracker.uri, e)
                 self._on_broke(error)
                 raise error from e
@@ -584,7 +596,9 @@ class TrialBook:
                     self._fail(active, reason, kind)
                     continue
             except Exception:  # noqa: BLE001 - before Optuna was told (see _fail): told below
-                pass
+                if self.runs.broken is None and active.run_id is not None:  # the store took
+                    with contextlib.suppress(Exception):  # no epochs (it refused a name): end
+                        self.tracker.fail_run(active.run_id, reason)  # the run without them
             broken = self.runs.broken
             with contextlib.suppress(Exception):  # the Optuna store too: on to the next trial
                 self.study.fail(active.pending, f"the MLflow store failed: {broken}" if broken

@@ -47,6 +47,25 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def metric_name_problem(name: str) -> str | None:
+    """Why MLflow would refuse ``name`` as a metric name (its characters, its length), in its
+    own words, by its own check; None when it takes it."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.validation import _validate_metric
+
+    try:
+        _validate_metric(name, 0.0, 0, 0)
+    except MlflowException as e:
+        return e.message
+    return None
+
+
+def refused_input(error: BaseException) -> bool:
+    """Whether the store refused what it was given (a name or value against MLflow's rules):
+    the sweep's input at fault, not the store."""
+    return getattr(error, "error_code", "") == "INVALID_PARAMETER_VALUE"
+
+
 def read_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """The settings a trial reads (``trainers.READ_BY``): not the momentum of an Adam trial,
     which would be logged as trained when it never was."""
