@@ -49,14 +49,17 @@ def _now_ms() -> int:
 
 def metric_name_problem(name: str) -> str | None:
     """Why MLflow would refuse ``name`` as a metric name (its characters, its length), in its
-    own words, by its own check; None when it takes it."""
-    from mlflow.exceptions import MlflowException
-    from mlflow.utils.validation import _validate_metric
+    own words, by the public pieces of its own check (``_validate_metric``); None when it takes
+    it."""
+    from mlflow.utils import validation as rules
 
-    try:
-        _validate_metric(name, 0.0, 0, 0)
-    except MlflowException as e:
-        return e.message
+    if not rules.validate_param_and_metric_name(name):
+        return rules.bad_character_message()
+    if rules.path_not_unique(name):
+        return rules.bad_path_message(name)
+    if len(name) > rules.MAX_ENTITY_KEY_LENGTH:
+        return (f"it is {len(name)} characters, past MLflow's {rules.MAX_ENTITY_KEY_LENGTH} for "
+                f"a metric name")
     return None
 
 
