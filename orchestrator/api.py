@@ -180,6 +180,9 @@ def run(spec: str | Path | Mapping[str, Any] | SweepSpec, *, trials: int | None 
             Signals are caught only when it runs in the main thread.
     """
     for flag, value in (("trials", trials), ("workers", workers)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise SweepError(f"{flag} must be an int >= 1, got {value!r} "
+                             f"({type(value).__name__}); e.g. {flag}=3")
         if value is not None and value < 1:
             raise SweepError(f"{flag} must be >= 1, got {value}")
     overrides = override_lines(set) + ([f"trials={trials}"] if trials else [])

@@ -24,6 +24,7 @@ from .paths import mask
 from .protocol import Done, Epoch, Failed, Ready
 from .spec import SweepSpec
 from .study import PendingTrial, SweepStudy, abandon
+from .tracking import refused_input
 
 # Epochs reach MLflow at least this often (and at every trial's end): one call per flush, not per
 # epoch, keeps this process's share of the CPU small when epochs take a fraction of a second.
@@ -112,6 +113,11 @@ class StoreBroke(SweepError):
     trials it was recording, which are queued for retry."""
 
 
+class StoreRefused(SweepError):
+    """The MLflow store refused a name or value the sweep gave it (a user metric's name against
+    MLflow's rules): the input's fault, so the trials it failed are not retried."""
+
+
 def _store_fix(tracking_uri: str) -> str:
     db = paths.sqlite_file(tracking_uri)
     store = f"{db}" if db is not None else "the store"
@@ -176,7 +182,13 @@ class Guarded:
                 return value(*args, **kwargs)
             except SweepError:
                 raise
-            except Exception as e:  # the driver's, MLflow's and the file system's errors
+            except Exception as e:
+                if refused_input(e):  # the sweep's input, not the store: no retry helps
+                    raise StoreRefused(f"the MLflow store refused what the sweep logged: "
+                                       f"{_root_cause(e)}; the trial failed (not retried): "
+                                       f"fix that name or value in the sweep or its code"
+                                       ) from e
+                # the driver's, MLflow's and the file system's errors
                 error = store_broke(self._tracker.uri, e)
                 self._on_broke(error)
                 raise error from e
@@ -513,7 +525,7 @@ class TrialBook:
         if isinstance(end, Failed):
             self._fail(active, end.reason, "crash" if end.retryable else "deterministic")
         elif end.state == "complete" and not all(
-                math.isfinite(v) for v in [*active.curve, *self.study.values(active.history)]):
+                math.isfinite(v) for v in self.study.values(active.history)):
             self._fail(active, objective_problem(self.spec, active), "deterministic")
         else:
             self._end(active, end)
@@ -586,7 +598,9 @@ class TrialBook:
                     self._fail(active, reason, kind)
                     continue
             except Exception:  # noqa: BLE001 - before Optuna was told (see _fail): told below
-                pass
+                if self.runs.broken is None and active.run_id is not None:  # the store took
+                    with contextlib.suppress(Exception):  # no epochs (it refused a name): end
+                        self.tracker.fail_run(active.run_id, reason)  # the run without them
             broken = self.runs.broken
             with contextlib.suppress(Exception):  # the Optuna store too: on to the next trial
                 self.study.fail(active.pending, f"the MLflow store failed: {broken}" if broken
@@ -638,7 +652,20 @@ def objective_problem(spec: SweepSpec, active: Active) -> str:
         if o.metric not in logged:
             return (f"objective {o.metric}: the trainer logged no such metric (it logged "
                     f"{', '.join(sorted(logged))})")
-    return f"objective {spec.objective.metric} is not finite: {active.curve[-1]}"
+    for o, value in zip(spec.objectives, objectives_values(spec, active)):
+        if not math.isfinite(value):
+            bad = [f"{i}" for i, m in enumerate(active.history, start=1)
+                   if not math.isfinite(m.get(o.metric, math.nan))]
+            return (f"objective {o.metric} ({objectives.reduce_text(o)}) is not finite: "
+                    f"{value}; epochs {', '.join(bad) or 'none'} logged a value that is not "
+                    f"finite")
+    return f"objective {spec.objective.metric} is not finite"
+
+
+def objectives_values(spec: SweepSpec, active: Active) -> list[float]:
+    """Each objective's value from the trial's epochs (as the study records it)."""
+    return [objectives.reduce_curve(o, [m.get(o.metric, math.nan) for m in active.history],
+                                    spec.epochs) for o in spec.objectives]
 
 
 def end_tags(spec: SweepSpec, active: Active) -> dict[str, str]:

@@ -76,17 +76,28 @@ def reduce_curve(objective, curve: Sequence[float], epochs: int) -> float:
     did (finite, so that samplers learn from such trials; ranked behind every trial that reached
     it). Else by ``reduce``: ``last`` epoch, ``best`` epoch in the metric's direction, or
     ``mean_last_k``, the mean of the last ``k`` epochs (of all of them when fewer ran).
+    A NaN epoch is never the best (the best of the finite ones, NaN when none is); a NaN last
+    epoch, or one among the last ``k``, makes the value NaN (the trial fails, naming it).
     """
     maximize = objective.direction == "maximize"
     if objective.target is not None:
         hit = reached_at(curve, objective.target, maximize)
         return float(hit if hit is not None else epochs + 1)
     if objective.reduce == "last":
-        return curve[-1]
-    if objective.reduce == "best":
-        return max(curve) if maximize else min(curve)
+        return curve[-1] if curve else math.nan
+    if objective.reduce == "best":  # max() over a list with NaN depends on the order
+        finite = [v for v in curve if not math.isnan(v)]
+        return (max(finite) if maximize else min(finite)) if finite else math.nan
     tail = list(curve[-objective.k:])
-    return sum(tail) / len(tail)
+    return sum(tail) / len(tail) if tail else math.nan
+
+
+def reduce_text(objective) -> str:
+    """How a trial's value of ``objective`` is read from its epochs, in words."""
+    if objective.target is not None:
+        return f"epochs to reach {objective.target:g}"
+    return {"last": "last epoch", "best": "best epoch"}.get(
+        objective.reduce, f"mean of the last {objective.k} epochs")
 
 
 def violations(constraints, last: dict[str, float]) -> dict[str, float]:

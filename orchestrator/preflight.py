@@ -130,6 +130,14 @@ def objectives_logged(spec: SweepSpec, report: dict[str, Any]) -> dict[str, Any]
     logged = report.get("metrics")
     if not logged:
         return report
+    from .tracking import metric_name_problem  # MLflow's own check (MLflow loads in seconds)
+
+    refused = [{"name": "metric names", "status": FAIL,
+                "evidence": f"a function of train.metrics returns {name!r}, which MLflow "
+                            f"refuses as a metric name: {problem}",
+                "cause": "every trial would fail when its first epoch is logged",
+                "fix": f"rename {name!r} in the function that returns it"}
+               for name in logged if (problem := metric_name_problem(name))]
     several = spec.is_multi_objective
     named = [(f"objective{f'.{i}' if several else ''}.metric", o.metric)
              for i, o in enumerate(spec.objectives)]
@@ -137,9 +145,9 @@ def objectives_logged(spec: SweepSpec, report: dict[str, Any]) -> dict[str, Any]
     # a CUDA metric on another device: validation has warned of it already
     missing = [(field, metric) for field, metric in named
                if metric not in logged and metric not in CUDA_METRICS]
-    if not missing:
+    if not missing and not refused:
         return report
-    rows = [{"name": "objective", "status": FAIL,
+    rows = refused + [{"name": "objective", "status": FAIL,
              "evidence": f"{field} is {metric!r}, which an epoch of this configuration does not "
                          f"report (it reports {', '.join(logged)})",
              "cause": "no metric of that name: every trial would "

@@ -14,6 +14,8 @@ import platform
 import tempfile
 from dataclasses import dataclass
 
+from trainers import READ_BY, reads
+
 from . import keys
 from .tracking import Tracker, git_commit, git_diff_hash, param_text
 
@@ -66,7 +68,8 @@ def reproduce(run_id: str, tracking_uri: str, progress=None) -> Verdict:
         settings = tracker.trial_settings(run_id, tmp)
     edits = [f"settings.yaml differs from the run's logged params: {k} is {settings.get(k)!r} "
              f"in the artifact, {run.data.params.get(k)!r} as a param"
-             for k in sorted(settings) if param_text(settings.get(k)) != run.data.params.get(k)]
+             for k in sorted(settings) if param_text(settings.get(k)) != run.data.params.get(k)
+             and (k not in READ_BY or reads(k, settings.get(READ_BY[k][0])))]  # else no param
     tags = run.data.tags
     threads = int(tags.get(keys.TORCH_THREADS) or torch.get_num_threads())
     torch.set_num_threads(threads)

@@ -22,7 +22,7 @@ from typing import Any
 
 from . import compare, keys, objectives, paths, phases
 from . import space as sp
-from .book import TrialBook, stop_sweep
+from .book import StoreRefused, TrialBook, stop_sweep
 from .display import WINDOW, Snapshot, TrialRow, config_name
 from .errors import SweepError
 from .protocol import (
@@ -141,7 +141,8 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
                 loop.abort("interrupted twice", kind="interrupt")
                 raise
             except BaseException as e:  # close what this process owns before it goes
-                loop.abort(f"the sweep run process stopped: {type(e).__name__}: {e}")
+                loop.abort(f"the sweep run process stopped: {type(e).__name__}: {e}",
+                           "deterministic" if isinstance(e, StoreRefused) else "crash")
                 raise
     finally:
         pool.stop()

@@ -18,15 +18,18 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Union
 
 from trainers import (
+    READ_BY,
     SettingsError,
     TrainSettings,
     check_seams,
     is_user_code,
     keyword_default,
+    reads,
     seam_keywords,
     setting_fields,
     setting_kind,
     takes_args,
+    unused_fix,
 )
 
 from .errors import SweepError, did_you_mean, key_text
@@ -505,15 +508,21 @@ def first_values(space: Space) -> dict[str, Any]:
 
 
 def check_values(space: Space, fixed: dict[str, Any], problems: list[str],
-                 where: str = "space", context: dict[str, Any] | None = None) -> None:
-    """Check every value the space can produce against the trainer's own validation.
+                 where: str = "space", context: dict[str, Any] | None = None,
+                 top: Space | None = None) -> None:
+    """Check every value the space can produce against the trainer's own validation, and that
+    no trial is given a setting it does not read (:func:`unused_problem`).
 
     Each candidate is checked in a representative configuration (the fixed settings plus the first
     value of every other node), so that one bad choice gives one line naming its path.
     """
+    top = space if top is None else top
     base = overlay(overlay(fixed, first_values(space)), context or {})
     for node in space:
         path = f"{where}.{yaml_key(node.setting)}"
+        unused = unused_problem(path, node.setting, top, fixed, context or {})
+        if unused and unused not in problems:
+            problems.append(unused)
         if isinstance(node, Fixed):
             candidates = [node.value]
         elif isinstance(node, Choice):
@@ -528,12 +537,45 @@ def check_values(space: Space, fixed: dict[str, Any], problems: list[str],
                 _check_one(path, overlay({**base, **own}, first_values(sub)), node.setting,
                            option, problems)
                 check_values(sub, fixed, problems, f"{path}.{option}",
-                             {**(context or {}), node.setting: option})
+                             {**(context or {}), node.setting: option}, top)
             continue
         for value in candidates:
             values = dict(base)
             put(values, node.setting, value)
             _check_one(path, values, node.setting, value, problems)
+
+
+def unused_problem(where: str, setting: str, space: Space, fixed: dict[str, Any],
+                   context: dict[str, Any]) -> str | None:
+    """A setting given at ``where`` that no trial reads: the seam deciding it (``READ_BY``) is
+    chosen by an enclosing option (``context``), else takes its values in ``space``, in train
+    (``fixed``) or by default, and none of them reads it (None: some trial reads it)."""
+    if setting not in READ_BY:
+        return None
+    seam = READ_BY[setting][0]
+    if seam in context:
+        values = [context[seam]]
+    else:
+        values = [*seam_values(space, seam),
+                  fixed.get(seam, setting_fields()[seam].default)]
+    values = list(dict.fromkeys(values))
+    if any(reads(setting, v) for v in values):
+        return None
+    if len(values) == 1:
+        return f"{where}: {unused_fix(setting, values[0])}"
+    return (f"{where}: no {seam} this sweep tries ({', '.join(map(str, values))}) uses "
+            f"{setting}: remove it")
+
+
+def seam_values(space: Space, setting: str) -> list[Any]:
+    """Every value ``space`` gives ``setting``, in any option."""
+    out: list[Any] = []
+    for _, node in walk(space):
+        if node.setting == setting:
+            out += ([node.value] if isinstance(node, Fixed) else list(node.choices)
+                    if isinstance(node, Choice) else [o for o, _ in node.options]
+                    if isinstance(node, Options) else [])
+    return out
 
 
 def _check_one(path, values, setting, value, problems):

@@ -565,6 +565,10 @@ def apply_overrides(raw: dict, overrides, source: str) -> dict:
                                       )) from None
         node = out
         parts = key.strip().split(".")
+        if not all(p.strip() for p in parts):
+            raise SpecError(f"--set {item!r}: the key path {key.strip()!r} is malformed (an "
+                            f"empty part between dots); write it as dotted names, e.g. "
+                            f"--set train.epochs=3")
         for i, part in enumerate(parts[:-1]):
             child = node.get(part)
             if child is None:
@@ -663,6 +667,10 @@ def _check_settings(top: SweepSpec, problems: list[str]) -> sp.Space:
         else:
             _check_fixed_seams(first, fixed, problems)
     if not problems:
+        for key, value in fixed.items():
+            unused = sp.unused_problem(f"train.{key} = {value!r}", key, space, fixed, {})
+            if unused:
+                problems.append(unused)
         sp.check_values(space, fixed, problems)
     return space
 
@@ -944,6 +952,13 @@ def _check_objective(top: SweepSpec, problems, warnings) -> None:
             problems.append(f"{where}.target: a time to target counts epochs until the metric "
                             f"reaches {objective.target:g}, so reduce ({objective.reduce}) does "
                             f"not apply; remove one of them")
+        opposite = [j for j, other in enumerate(objectives[:i]) if other.metric == metric
+                    and other.direction != objective.direction
+                    and other.target is None and objective.target is None]
+        if opposite:  # each trial is as good one way as it is bad the other: all on the front
+            problems.append(f"{where}: {metric} is maximized in one objective and minimized in "
+                            f"objective.{opposite[0]}, so every trial is on the Pareto front; "
+                            f"keep one direction")
         if objective.target is not None and top.pruner.name != "none":
             problems.append(f"{where}.target: a time to target is known only when the trial "
                             f"ends, and pruner {top.pruner.name} would judge its epochs by "
@@ -1054,6 +1069,12 @@ def _check_enqueue(top: SweepSpec, space: sp.Space, problems: list[str]) -> None
             "a comparison plans its own trials"
         problems.append(f"enqueue: {what}; remove enqueue")
         return
+    runs = len(top.enqueue) * top.repeats  # each entry runs repeats times, as a sampled one
+    if top.trials is not None and runs > top.trials:  # the rest would wait for ever, unrun
+        problems.append(f"enqueue lists {len(top.enqueue)} configurations"
+                        f"{f' x repeats {top.repeats}' if top.repeats > 1 else ''} = {runs} "
+                        f"trials, more than trials: {top.trials}; raise trials to {runs} or "
+                        f"remove entries")
     for i, point in enumerate(top.enqueue):
         problem = point_problem(space, point, top.train)
         if problem:

@@ -32,7 +32,8 @@ LOOPBACK = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
 # is not what the other nodes see (a network filesystem shows as nfs, lustre, gpfs, ...)
 LOCAL_FILESYSTEMS = ("tmpfs", "ramfs", "devtmpfs", "overlay", "ext2", "ext3", "ext4", "xfs",
                      "btrfs", "f2fs", "vfat", "exfat", "ntfs", "apfs")
-SLURM_TIME = re.compile(r"\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+(:\d{2}(:\d{2})?)?")
+# ASCII digits only (re.ASCII): \d also matches Arabic-Indic digits, which Slurm does not read
+SLURM_TIME = re.compile(r"\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+(:\d{2}(:\d{2})?)?", re.ASCII)
 SLURM_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 SPEC_MOUNT = "/etc/sweep"  # where a pod finds the sweep YAML (from the manifest's ConfigMap)

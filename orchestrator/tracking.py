@@ -19,6 +19,8 @@ import yaml
 from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.tracking import MlflowClient
 
+from trainers import READ_BY, reads
+
 from . import keys, paths
 from .errors import SweepError
 from .locks import store_lock
@@ -43,6 +45,35 @@ STATUS = {"complete": "FINISHED", "pruned": "KILLED", "failed": "FAILED", "inter
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def metric_name_problem(name: str) -> str | None:
+    """Why MLflow would refuse ``name`` as a metric name (its characters, its length), in its
+    own words, by the public pieces of its own check (``_validate_metric``); None when it takes
+    it."""
+    from mlflow.utils import validation as rules
+
+    if not rules.validate_param_and_metric_name(name):
+        return rules.bad_character_message()
+    if rules.path_not_unique(name):
+        return rules.bad_path_message(name)
+    if len(name) > rules.MAX_ENTITY_KEY_LENGTH:
+        return (f"it is {len(name)} characters, past MLflow's {rules.MAX_ENTITY_KEY_LENGTH} for "
+                f"a metric name")
+    return None
+
+
+def refused_input(error: BaseException) -> bool:
+    """Whether the store refused what it was given (a name or value against MLflow's rules):
+    the sweep's input at fault, not the store."""
+    return getattr(error, "error_code", "") == "INVALID_PARAMETER_VALUE"
+
+
+def read_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings a trial reads (``trainers.READ_BY``): not the momentum of an Adam trial,
+    which would be logged as trained when it never was."""
+    return {k: v for k, v in settings.items()
+            if k not in READ_BY or reads(k, settings.get(READ_BY[k][0]))}
 
 
 def epoch_metrics(epochs: list[tuple]) -> list[Metric]:
@@ -213,8 +244,8 @@ class Tracker:
                     settings: dict[str, Any], extra_params: dict[str, Any],
                     tags: dict[str, str], start_time: int | None = None,
                     packages: str | None = None, run_name: str | None = None) -> str:
-        """A nested run for trial ``number`` with every setting as a param, named ``run_name``
-        (its configuration in short) or ``trial-<number>``."""
+        """A nested run for trial ``number`` with every setting it reads as a param (see
+        :func:`read_settings`), named ``run_name`` or ``trial-<number>``."""
         run = self.client.create_run(
             experiment_id, run_name=run_name or f"trial-{number}", start_time=start_time,
             tags={keys.PARENT_RUN_ID: parent_id, keys.ROLE: "trial",
@@ -223,8 +254,8 @@ class Tracker:
         # a user seam's keywords also one param each (optimizer_args.eps), as space names them
         keywords = {f"{k}.{key}": v for k, mapping in settings.items()
                     if isinstance(mapping, dict) for key, v in mapping.items()}
-        params = [Param(k, param_text(v))
-                  for k, v in {**settings, **keywords, **extra_params}.items()]
+        params = [Param(k, param_text(v)) for k, v in
+                  {**read_settings(settings), **keywords, **extra_params}.items()]
         self.client.log_batch(run_id, params=params)
         self.client.log_text(run_id, yaml.safe_dump(settings, sort_keys=False), keys.SETTINGS_FILE)
         if packages:

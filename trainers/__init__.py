@@ -15,13 +15,22 @@ from .errors import (
     TrainerWarning,
     TrainingDiverged,
 )
-from .seams import check_seams, is_user_code, keyword_default, takes_args
+from .seams import (
+    check_seams,
+    is_user_code,
+    keyword_default,
+    reads,
+    takes_args,
+    unused_fix,
+    unused_settings,
+)
 from .seams import keywords as seam_keywords
 from .settings import (
     CUDA_METRICS,
     DEFAULT_EXPORT_FORMATS,
     EPOCH_METRICS,
     EXPORT_FORMATS,
+    READ_BY,
     TrainSettings,
     setting_fields,
     setting_kind,
@@ -31,11 +40,12 @@ _LAZY = ("EpochReport", "TrainResult", "evaluate_test", "load_weights", "save_we
          "warm_up")
 
 __all__ = ["CUDA_METRICS", "DEFAULT_EXPORT_FORMATS", "DETERMINISTIC_ERRORS", "EPOCH_METRICS",
-           "EXPORT_FORMATS", "CheckpointError", "DataError", "RankCrashed", "RankFailed",
+           "EXPORT_FORMATS", "READ_BY", "CheckpointError", "DataError", "RankCrashed", "RankFailed",
            "SettingsError",
            "TrainSettings", "TrainerWarning", "TrainingDiverged", "check_data_files",
            "pending_download", "setting_fields", "setting_kind", "check_seams", "is_user_code",
-           "keyword_default", "takes_args", "seam_keywords", *_LAZY]
+           "keyword_default", "takes_args", "seam_keywords", "reads", "unused_fix",
+           "unused_settings", *_LAZY]
 
 
 def __getattr__(name):

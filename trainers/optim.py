@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Callable
 
 import torch
@@ -187,7 +188,7 @@ def lr_multiplier(s: TrainSettings, step: int, steps_per_epoch: int,
         return SCHEDULES[s.schedule](step, total, warmup, s, steps_per_epoch)
     user = user or seams.bind("schedule", s.schedule, s.schedule_args)
     factor = user(step, total, warmup)
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) \
+    if isinstance(factor, bool) or not isinstance(factor, numbers.Real) \
             or not (math.isfinite(factor) and factor >= 0):
         raise SettingsError("schedule", s.schedule, f"returned {factor!r} at step {step}; it "
                                                     f"must return a float >= 0 (the lr "

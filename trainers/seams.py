@@ -15,7 +15,14 @@ import sys
 from typing import Any, Callable
 
 from .errors import SettingsError
-from .settings import TORCH_OPTIM, TORCHVISION, USER_CODE, setting_fields
+from .settings import (
+    GIVEN_THE_SETTINGS,
+    READ_BY,
+    TORCH_OPTIM,
+    TORCHVISION,
+    USER_CODE,
+    setting_fields,
+)
 
 # what the trainer passes to each seam, in this order (positionally); the rest are keywords
 PASSED = {"model": ("num_classes", "in_channels"),
@@ -73,7 +80,8 @@ def _torch_optimizer(name: str) -> Callable:
 
     attr = name[len(TORCH_OPTIM):]
     cls = getattr(torch.optim, attr, None)
-    if not (inspect.isclass(cls) and issubclass(cls, torch.optim.Optimizer)):
+    if not (inspect.isclass(cls) and issubclass(cls, torch.optim.Optimizer)) \
+            or cls is torch.optim.Optimizer or inspect.isabstract(cls):  # the base class
         known = sorted(n for n, c in vars(torch.optim).items()
                        if inspect.isclass(c) and issubclass(c, torch.optim.Optimizer)
                        and c is not torch.optim.Optimizer and n not in NEEDS_CLOSURE)
@@ -178,6 +186,47 @@ def check_seams(settings) -> None:
                             f"must be 0 with optimizer {name}, which has no weight decay")
     for name in settings.metrics:  # it must take (logits, targets)
         keywords("metrics", name)
+
+
+def reads(setting: str, value: Any) -> bool:
+    """Whether a trial reads ``setting`` when the seam that decides it (``READ_BY``) is
+    ``value``: the built-in values named there, and a user function given the settings whole;
+    not a ``torch:NAME`` optimizer (its keywords come from ``optimizer_args``) nor a user schedule.
+    Settings outside ``READ_BY`` are read by every trial."""
+    if setting not in READ_BY:
+        return True
+    seam, readers = READ_BY[setting]
+    if value in readers:
+        return True
+    return (seam in GIVEN_THE_SETTINGS and isinstance(value, str)
+            and not value.startswith(TORCH_OPTIM) and bool(USER_CODE.match(value)))
+
+
+def unused_settings(settings) -> tuple[str, ...]:
+    """The settings a trial under ``settings`` does not read (they are not logged as its
+    params)."""
+    return tuple(name for name, (seam, _) in READ_BY.items()
+                 if not reads(name, getattr(settings, seam)))
+
+
+def unused_fix(setting: str, value: str) -> str:
+    """Why ``setting`` is not read when its seam is ``value``, and the fix, in one sentence."""
+    seam, readers = READ_BY[setting]
+    if seam == "optimizer" and value.startswith(TORCH_OPTIM):
+        try:
+            takes = setting in inspect.signature(resolve(seam, value)).parameters
+        except (TypeError, ValueError, SettingsError):
+            takes = False
+        if takes:
+            return (f"optimizer {value} takes its keywords from optimizer_args, not from "
+                    f"{setting}: give optimizer_args: {{{setting}: ...}} instead")
+        return f"optimizer {value} has no {setting}: remove it"
+    if is_user_code(seam, value):
+        return (f"{seam} {value} is given its step counts and {seam}_args only, not "
+                f"{setting}: remove it, or give it as a keyword in {seam}_args")
+    return (f"{seam} {value} does not use {setting} (only {', '.join(readers)} "
+            f"{'does' if len(readers) == 1 else 'do'}): remove it, or choose {seam} "
+            f"{readers[0]}")
 
 
 def build(seam: str, name: str, args: dict[str, Any], *passed) -> Any:

@@ -33,6 +33,18 @@ CUDA_METRICS = ("peak_memory_mb",)  # reported after every epoch on CUDA devices
 # user's metric function may not return: its value would be mixed into their curves
 TAKEN_METRICS = (*CUDA_METRICS, "lr", "train_seconds", "export_seconds", "val_items")
 TAKEN_PREFIXES = ("test_", "export_", "system/")
+# settings that only some values of a seam read: setting -> (the seam, the built-in values that
+# read it). A user module:function optimizer or loss is given the settings whole and may read any;
+# a torch:NAME optimizer takes its keywords from optimizer_args alone; a user schedule is given its
+# step counts and schedule_args alone. A setting its trial does not read is no param of the trial.
+READ_BY = {"momentum": ("optimizer", ("sgd",)), "nesterov": ("optimizer", ("sgd",)),
+           "min_lr": ("schedule", ("warmup_cosine", "warmup_linear", "warmup_stable_decay")),
+           "step_size_epochs": ("schedule", ("step",)), "gamma": ("schedule", ("step",)),
+           "pct_start": ("schedule", ("onecycle",)), "div_factor": ("schedule", ("onecycle",)),
+           "final_div_factor": ("schedule", ("onecycle",)),
+           "decay_fraction": ("schedule", ("warmup_stable_decay",)),
+           "reference_batch_size": ("lr_scaling", ("linear", "sqrt"))}
+GIVEN_THE_SETTINGS = ("optimizer", "loss", "step")  # a user function here is passed them whole
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 USER_CODE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # module.path:function
 TORCHVISION = "torchvision:"  # model: torchvision:NAME, any torchvision classification model

@@ -142,6 +142,9 @@ def test_bad_input_raises_spec_error_or_sweep_error_not_system_exit(tmp_path):
         run(tiny_spec(), set={"train.epochs": 0}, tracking_uri=f"sqlite:///{tmp_path}/m.db")
     with pytest.raises(SweepError, match="trials must be >= 1, got 0"):
         run(tiny_spec(), trials=0)
+    for flag, value in (("trials", "3"), ("workers", 2.0), ("trials", True)):
+        with pytest.raises(SweepError, match=f"^{flag} must be an int >= 1, got {value!r} "):
+            run(tiny_spec(), **{flag: value})
     with pytest.raises(SweepError, match="no sweep named 'tiny'"):
         load("tiny", storage=str(tmp_path / "optuna.journal"))
     assert list(tmp_path.iterdir()) == []  # nothing half-written

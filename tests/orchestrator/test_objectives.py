@@ -305,9 +305,21 @@ def test_pareto_front_in_status_and_report_is_the_front_by_hand(front, tmp_path)
     ({"objective": [{"metric": "val_acc"}, {"metric": "val_los", "direction": "minimize"}]},
      "objective.1.metric: the trainer logs no metric 'val_los' (did you mean `val_loss`?)"),
     ({"constraints": [{"metric": "val_loss"}]}, "constraints.0: give max, min or both"),
+    ({"objective": [{"metric": "val_acc"}, {"metric": "val_acc", "direction": "minimize"}],
+      "pruner": {"name": "none"}},
+     "objective.1: val_acc is maximized in one objective and minimized in objective.0"),
+    ({"objective": [{"metric": "val_loss", "direction": "minimize", "reduce": "best"},
+                    {"metric": "train_acc"}, {"metric": "val_loss", "reduce": "last"}],
+      "pruner": {"name": "none"}},
+     "objective.2: val_loss is maximized in one objective and minimized in objective.0"),
     ({"enqueue": [{"lr": 0.5, "batch_size": 64}]},
      "enqueue.0: lr: must be a number in [0.001, 0.01], got 0.5"),
     ({"enqueue": [{"lr": 0.005}]}, "enqueue.0: gives no value for batch_size"),
+    ({"trials": 1, "enqueue": [{"lr": 0.005, "batch_size": 64}, {"lr": 0.002, "batch_size": 128}]},
+     "enqueue lists 2 configurations = 2 trials, more than trials: 1; raise trials to 2 or "
+     "remove entries"),
+    ({"trials": 4, "repeats": 2, "enqueue": [{"lr": 0.005, "batch_size": 64}] * 3},
+     "enqueue lists 3 configurations x repeats 2 = 6 trials, more than trials: 4"),
     ({"enqueue": [{"lr": 0.005, "batch_size": 64, "momentum": 0.9}]},
      "enqueue.0: momentum is not a searched parameter"),
     ({"stop_when": {}}, "stop_when: give value, trials_without_improvement or both"),
@@ -353,6 +365,41 @@ def test_time_to_target_is_the_first_epoch_reaching_it_else_epochs_plus_one():
     assert reduce_curve(down, [0.9, 0.6, 0.4], 3) == 3
     assert reduce_curve(down, [0.4], 5) == 1
     assert up.goal == down.goal == "minimize"
+
+
+NAN = math.nan
+
+
+@pytest.mark.parametrize("reduce, direction, curve, value", [
+    ({"reduce": "best"}, "maximize", [NAN, 0.9], 0.9),  # max() over it gave nan
+    ({"reduce": "best"}, "maximize", [0.9, NAN], 0.9),
+    ({"reduce": "best"}, "maximize", [0.5, NAN, 0.7, 0.6], 0.7),
+    ({"reduce": "best"}, "minimize", [NAN, 0.4, 0.3, NAN], 0.3),
+    ({"reduce": "best"}, "minimize", [NAN, NAN], NAN),
+    ({"reduce": "last"}, "maximize", [NAN, 0.9], 0.9),
+    ({"reduce": "last"}, "maximize", [0.9, NAN], NAN),
+    ({"reduce": "mean_last_k", "k": 2}, "maximize", [NAN, 0.8, 0.6], 0.7),
+    ({"reduce": "mean_last_k", "k": 2}, "maximize", [0.8, NAN, 0.6], NAN),
+])
+def test_a_nan_epoch_is_never_the_best_and_spoils_the_last_epochs_it_is_among(
+        reduce, direction, curve, value):
+    from orchestrator.objectives import reduce_curve
+    from orchestrator.spec import Objective
+
+    got = reduce_curve(Objective(metric="m", direction=direction, **reduce), curve, len(curve))
+    assert got == pytest.approx(value, nan_ok=True)
+
+
+def test_a_trial_failed_for_a_value_that_is_not_finite_says_the_value_and_the_epochs():
+    from orchestrator.book import Active, objective_problem
+
+    spec = validate(tiny_spec(objective={"metric": "val_acc", "direction": "maximize",
+                                         "reduce": "mean_last_k", "k": 2}))
+    active = Active(None, 0.0, {}, {}, {},
+                    history=[{"val_acc": 0.5}, {"val_acc": NAN}, {"val_acc": 0.9}])
+    assert objective_problem(spec, active) == (
+        "objective val_acc (mean of the last 2 epochs) is not finite: nan; epochs 2 logged a "
+        "value that is not finite")
 
 
 def _trial(number: int, value: float, constraint: float | None = None, seconds: int = 0):

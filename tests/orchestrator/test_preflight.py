@@ -1,6 +1,8 @@
 """Preflight in the CLI: `sweep doctor`, and the checks `sweep run` makes before its first trial."""
 import json
 
+import pytest
+
 from orchestrator import preflight as pf
 from orchestrator.spec import load_spec, validate
 from tests.conftest import ROOT, SWEEPS, run_cli, tiny_spec
@@ -144,3 +146,39 @@ def test_each_objective_and_constraint_is_checked_against_the_reported_names():
     (row,) = checked["checks"][1:]
     assert row["evidence"].startswith("objective.0.metric is 'val_top2'")
     assert "fail at its first epoch" in row["cause"]
+
+
+@pytest.mark.parametrize("name, shown", [("percent", "'acc@top5%'"), ("long_name", "'aaaa")])
+def test_a_user_metric_name_mlflow_refuses_stops_the_sweep_before_any_trial(stores, write_spec,
+                                                                             name, shown):
+    """Not blamed on the store, and no trial trained: the preflight learns the names."""
+    train = {"epochs": 1, "metrics": [f"tests.trainers.test_seams:{name}"]}
+    done = run_cli("run", str(write_spec(tiny_spec(train=train, preflight=True))),
+                   cwd=stores.dir, env=USER_CODE)
+    assert done.returncode == 2 and "store" not in done.stderr, done.stderr
+    (line,) = [x for x in done.stderr.splitlines() if "metric names FAIL" in x]
+    assert f"train.metrics returns {shown}" in line and "MLflow refuses" in line
+    assert stores.study("tiny").trials == []
+    assert [r.info.status for r in stores.runs("tiny")] == ["FAILED"]  # the parent alone
+
+
+def test_a_user_metric_name_mlflow_refuses_fails_its_trial_for_good_without_preflight(
+        stores, write_spec):
+    """The store's refusal is the input's fault: exit 2, runs closed, the trial not retried."""
+    train = {"epochs": 1, "metrics": ["tests.trainers.test_seams:percent"]}
+    path = write_spec(tiny_spec(train=train, workers=1, retries=2))
+    done = run_cli("run", str(path), cwd=stores.dir, env=USER_CODE)
+    assert done.returncode == 2, done.stderr
+    assert "refused" in done.stderr and "acc@top5%" in done.stderr
+    assert "store failed" not in done.stderr and "restore" not in done.stderr
+    assert {r.info.status for r in stores.runs("tiny")} == {"FAILED"}  # none left RUNNING
+    assert [t.state.name for t in stores.study("tiny").trials] == ["FAIL"]  # not queued again
+
+
+@pytest.mark.parametrize("name, refused", [
+    ("val_top2", False), ("system/gpu 0:util-%s", True), ("acc@top5%", True),
+    ("a" * 250, False), ("a" * 251, True), ("../up", True), ("a/b c:d-e.f", False)])
+def test_metric_names_are_judged_by_mlflows_own_rule(name, refused):
+    from orchestrator.tracking import metric_name_problem
+
+    assert (metric_name_problem(name) is not None) == refused

@@ -37,7 +37,9 @@ def test_quickstart_makes_one_parent_and_one_nested_run_per_trial(quickstart):
         clip = "noclip" if p["clip_grad_norm"] == "None" else \
             f"clip{float(p['clip_grad_norm']):g}"
         assert clip in words and f"wu={p['warmup_epochs']}" in words
-        assert (f"m={float(p['momentum']):g}" in words) == (p["optimizer"] == "sgd")
+        # momentum is a param of the sgd trials alone (an adam trial never reads it)
+        assert ("momentum" in p) == ("nesterov" in p) == (p["optimizer"] == "sgd")
+        assert p["optimizer"] != "sgd" or f"m={float(p['momentum']):g}" in words
     assert all(r.info.status == "FINISHED" for r in trials)
     artifacts = {a.path for a in stores.client().list_artifacts(parent.info.run_id)}
     assert {"sweep.yaml", "sweep.resolved.yaml"} <= artifacts
@@ -60,7 +62,11 @@ def test_trial_runs_carry_settings_seed_and_environment(quickstart):
     client = stores.client()
     for run in stores.runs("quickstart", "trial"):
         tags, params = run.data.tags, run.data.params
-        assert set(params) == SETTINGS | {"lr_effective"}
+        # not the knobs of other schedules, of lr scaling (none) nor adam's unread momentum
+        unread = {"step_size_epochs", "gamma", "pct_start", "div_factor", "final_div_factor",
+                  "decay_fraction", "reference_batch_size",
+                  *(("momentum", "nesterov") if params["optimizer"] == "adam" else ())}
+        assert set(params) == (SETTINGS - unread) | {"lr_effective"}
         assert params["epochs"] == "3" and params["dataset"] == "digits"
         assert tags["sweep.seed"] == params["seed"] == "0"
         assert tags["sweep.repeat"] == "0" and tags["sweep.study"] == "quickstart"

@@ -94,6 +94,63 @@ def test_each_kind_of_bad_yaml_gives_one_clear_line(change, expected):
     assert expected in lines[0]
 
 
+# a setting no trial of the sweep reads: (train, space, the one line)
+UNREAD = {
+    "torch:SGD given momentum in train": (
+        {"optimizer": "torch:SGD", "momentum": 0.5}, None,
+        "train.momentum = 0.5: optimizer torch:SGD takes its keywords from optimizer_args, not "
+        "from momentum: give optimizer_args: {momentum: ...} instead"),
+    "torch:Adagrad given nesterov": (
+        {"optimizer": "torch:Adagrad", "nesterov": True}, None,
+        "train.nesterov = True: optimizer torch:Adagrad has no nesterov: remove it"),
+    "adam given momentum in train": (
+        {"optimizer": "adam", "momentum": 0.5}, None,
+        "train.momentum = 0.5: optimizer adam does not use momentum (only sgd does): remove it, "
+        "or choose optimizer sgd"),
+    "the default optimizer (adam) given searched momentum": (
+        {}, {"momentum": [0.5, 0.9]},
+        "space.momentum: optimizer adam does not use momentum (only sgd does)"),
+    "momentum under the adam option": (
+        {}, {"optimizer": {"adam": {"momentum": [0.5]}, "sgd": {"momentum": [0.5]}}},
+        "space.optimizer.adam.momentum: optimizer adam does not use momentum"),
+    "no searched optimizer reads it": (
+        {"momentum": 0.5}, {"optimizer": ["adam", "adamw"]},
+        "train.momentum = 0.5: no optimizer this sweep tries (adam, adamw) uses momentum"),
+    "gamma under warmup_cosine": (
+        {"schedule": "warmup_cosine", "gamma": 0.5}, None,
+        "train.gamma = 0.5: schedule warmup_cosine does not use gamma (only step does): remove "
+        "it, or choose schedule step"),
+    "min_lr under a user schedule": (
+        {"schedule": "tests.trainers.test_seams:halved_after", "min_lr": 1e-5}, None,
+        "train.min_lr = 1e-05: schedule tests.trainers.test_seams:halved_after is given its "
+        "step counts and schedule_args only"),
+    "a reference batch size without scaling": (
+        {"reference_batch_size": 64}, None,
+        "train.reference_batch_size = 64: lr_scaling none does not use reference_batch_size"),
+}
+
+
+@pytest.mark.parametrize("train, space, expected", UNREAD.values(), ids=UNREAD.keys())
+def test_a_setting_no_trial_reads_is_refused_in_one_line(train, space, expected):
+    """Else it would be logged as a param the trial trained with (torch:SGD ran momentum 0)."""
+    spec = tiny_spec(train={**tiny_spec()["train"], **train}, space=space or {"lr": [0.01]})
+    lines = problems(spec)
+    assert len(lines) == 1 and lines[0].startswith(f"s.yaml: {expected}"), lines
+
+
+@pytest.mark.parametrize("train, space", [
+    ({"optimizer": "sgd", "momentum": 0.5, "nesterov": True}, {"lr": [0.01]}),
+    ({"momentum": 0.5}, {"optimizer": ["adam", "sgd"]}),  # the sgd trials read it
+    ({"optimizer": "tests.trainers.test_seams:lion", "momentum": 0.5}, {"lr": [0.01]}),
+    ({"optimizer": "torch:SGD", "optimizer_args": {"momentum": 0.5}}, {"lr": [0.01]}),
+    ({"gamma": 0.5}, {"schedule": ["step", "constant"]}),
+    ({"lr_scaling": "linear", "reference_batch_size": 64}, {"lr": [0.01]}),
+])
+def test_a_setting_some_trial_reads_is_accepted(train, space):
+    """A user optimizer function is given the settings whole: it may read momentum."""
+    validate(tiny_spec(train={**tiny_spec()["train"], **train}, space=space), source="s.yaml")
+
+
 def test_grid_larger_trials_than_configurations_is_refused():
     spec = tiny_spec(sampler={"name": "grid"}, trials=5, space={"batch_size": [32, 64]})
     assert "the grid has 2 configurations x 1 repeats = 2 trials, got trials: 5" in problems(spec)[0]
@@ -154,6 +211,9 @@ def test_a_yaml_list_is_not_a_sweep(write_spec):
     ("train.epochs", "expected KEY=VALUE"),
     ("name.x=1", "name is 'tiny', not a mapping"),
     ("train.epochs=[1", "not valid YAML"),
+    ("train..epochs=3", "the key path 'train..epochs' is malformed \\(an empty part between dots\\)"),
+    (".epochs=3", "the key path '.epochs' is malformed"),
+    ("train.epochs.=3", "the key path 'train.epochs.' is malformed"),
 ])
 def test_bad_set_overrides(write_spec, item, expected):
     with pytest.raises(SpecError, match=expected.replace("[", r"\[")):

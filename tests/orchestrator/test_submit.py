@@ -125,6 +125,14 @@ def test_bad_counts_and_the_other_schedulers_flags_are_refused_one_line_each():
         check_job(Job(jobs=1, time=limit), "slurm")  # Slurm's own formats pass
 
 
+@pytest.mark.parametrize("limit", ["\u0663\u0660", "1:\u0663\u0660", "\u0662-00:00:00",
+                                   "１２:00:00"])
+def test_a_time_limit_of_digits_other_than_ascii_never_reaches_sbatch(limit):
+    """Arabic-Indic or full-width digits match \\d, and Slurm reads none of them."""
+    with pytest.raises(SweepError, match="--time .*: use minutes, HH:MM:SS"):
+        check_job(Job(jobs=1, time=limit), "slurm")
+
+
 
 @pytest.mark.parametrize("storage, tracking, words", [
     (None, SERVER, "--storage is required"),

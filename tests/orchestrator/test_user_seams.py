@@ -91,3 +91,30 @@ def test_a_model_keyword_its_function_does_not_take_is_one_line(stores, write_sp
     out = run_cli("validate", str(write_spec(spec)), cwd=stores.dir)
     assert out.returncode == 2 and out.stderr.splitlines() == [
         f"sweep: {write_spec(spec)}: {expected}"], out.stderr
+
+
+@pytest.mark.parametrize("settings, logged, not_logged", [
+    ({"optimizer": "adam"}, {"weight_decay"}, {"momentum", "nesterov"}),
+    ({"optimizer": "sgd", "momentum": 0.5, "nesterov": True}, {"momentum", "nesterov"}, set()),
+    ({"optimizer": "torch:SGD", "optimizer_args": {"momentum": 0.5}},
+     {"optimizer_args.momentum"}, {"momentum", "nesterov"}),
+    ({"optimizer": "tests.trainers.test_seams:lion"}, {"momentum", "nesterov"}, set()),
+    ({"schedule": "step"}, {"gamma", "step_size_epochs"}, {"min_lr", "pct_start"}),
+    ({"schedule": "tests.trainers.test_seams:halved_after"}, set(),
+     {"min_lr", "gamma", "step_size_epochs", "pct_start", "div_factor", "decay_fraction"}),
+    ({"lr_scaling": "linear", "reference_batch_size": 64}, {"reference_batch_size"}, set()),
+    ({}, {"lr"}, {"reference_batch_size", "momentum"}),
+])
+def test_a_trial_run_logs_as_params_only_the_settings_its_trial_reads(stores, settings, logged,
+                                                                       not_logged):
+    """An Adam trial logs no momentum = 0.9: it never trained with it."""
+    from orchestrator.tracking import Tracker
+
+    tracker = Tracker(stores.tracking_uri)
+    experiment = tracker.experiment("params")
+    parent, _ = tracker.parent_run(experiment, "params", "text", {}, {})
+    resolved = TrainSettings.from_dict(settings).to_dict()
+    run = tracker.start_trial(experiment, parent, 0, resolved, {}, {})
+    params = stores.client().get_run(run).data.params
+    assert logged <= set(params) and not (not_logged & set(params)), sorted(params)
+    assert params["optimizer"] == resolved["optimizer"]

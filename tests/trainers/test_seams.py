@@ -77,6 +77,14 @@ def top2(logits, targets):
     return {"val_top2": (logits.topk(2, 1).indices == targets[:, None]).any(1).float().mean()}
 
 
+def percent(logits, targets):  # a name MLflow refuses (its characters)
+    return {"acc@top5%": 0.5}
+
+
+def long_name(logits, targets):  # a name MLflow refuses (past its 250 characters)
+    return {"a" * 300: 0.5}
+
+
 def halved_after(step, total_steps, warmup_steps, at=0.5, factor=0.5):
     return 1.0 if step < at * total_steps else factor
 
@@ -222,6 +230,28 @@ def test_a_user_schedule_multiplies_the_lr_and_drives_the_optimizer():
 def test_a_user_schedule_returning_a_negative_multiplier_is_refused():
     with pytest.raises(SettingsError, match=r"returned -1.0 at step 0; it must return a float"):
         lr_at(TrainSettings(schedule=f"{HERE}:negative"), 0, 10)
+
+
+def float32_multiplier(step, total_steps, warmup_steps):
+    import numpy as np
+
+    return np.float32(0.5)
+
+
+def test_a_user_schedule_may_return_any_real_number_a_numpy_scalar_too():
+    s = TrainSettings(lr=0.1, epochs=1, schedule=f"{HERE}:float32_multiplier")
+    assert lr_at(s, 0, 10) == pytest.approx(0.05)
+    assert isinstance(lr_at(s, 3, 10), float)
+
+
+@pytest.mark.parametrize("name", ["torch:Optimizer", "torch:lr_scheduler", "torch:Adam_"])
+def test_a_torch_name_that_is_no_optimizer_class_is_refused_naming_the_choices(name):
+    """torch.optim.Optimizer is the abstract base: it asked for optimizer_args (defaults)."""
+    from trainers import check_seams
+
+    with pytest.raises(SettingsError, match=f"^optimizer is not a torch.optim optimizer; "
+                                            f"torch: takes ASGD, .*RAdam.*, got '{name}'$"):
+        check_seams(TrainSettings(optimizer=name))
 
 
 def test_unknown_keywords_of_user_code_are_refused_by_signature():
