@@ -241,7 +241,9 @@ def answer(c: Comparison, trials: Sequence[FrozenTrial], done: Done) -> Answer |
                                    t.user_attrs.get(keys.SEED, 0)))
     others = [lv for lv in done.values if lv != label]
     wins = {r.loser for r in done.results if r.winner == label}
-    if others and wins >= set(others):
+    if not others:
+        reason = "the only level with a tuned configuration: nothing was compared"
+    elif wins >= set(others):
         reason = f"better than {'every other level' if len(others) > 1 else others[0]}"
     else:
         reason = (f"no level is better than {'all the others' if len(others) > 1 else 'the other'}"

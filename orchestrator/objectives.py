@@ -86,8 +86,8 @@ def reduce_curve(objective, curve: Sequence[float], epochs: int) -> float:
     if objective.reduce == "last":
         return curve[-1] if curve else math.nan
     if objective.reduce == "best":  # max() over a list with NaN depends on the order
-        finite = [v for v in curve if not math.isnan(v)]
-        return (max(finite) if maximize else min(finite)) if finite else math.nan
+        best = best_of(curve, objective.direction)
+        return math.nan if best is None else best
     tail = list(curve[-objective.k:])
     return sum(tail) / len(tail) if tail else math.nan
 

@@ -231,8 +231,8 @@ def compare(data: SweepData) -> Comparison | None:
     seeds = int(block.get("seeds") or 3)
     looks = (int(block.get("max_seeds") or seeds)) - seeds + 1
     tune = phase(data.trials, "tune")
-    levels = stats.level_order(set(tune["level"].map(str)) | set(values)) if len(tune) \
-        else stats.level_order(values)
+    levels = stats.level_order([lv.label for lv in c.levels] if c is not None else
+                               set(tune["level"].map(str)) | set(values))
     sensitivity = {}
     if "params.lr" in tune and "lr" in data.factors:
         for level, group in tune.groupby(tune["level"].map(str)):

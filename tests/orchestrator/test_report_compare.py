@@ -401,3 +401,27 @@ def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
     assert {"lr_sensitivity.png", "tuning_progress.png", "confirmation_curves.png",
             "differences.png", "time_to_target.png"} <= \
         {p.name for p in (tmp_path / "rep" / "plots").iterdir()}
+
+
+def test_a_level_that_failed_every_tuning_trial_is_said_so_not_called_unfinished(tmp_path):
+    """Rerunning cannot change a comparison whose level never completed a trial: the report
+    says which level and why there is no verdict, with no raw table printed."""
+    import yaml
+
+    from tests.conftest import run_cli
+    from tests.orchestrator.test_compare import compare_spec
+
+    (tmp_path / "boom.py").write_text(
+        "def model(num_classes, in_channels):\n    raise RuntimeError('boom')\n")
+    spec = compare_spec(name="onefails", space={"model": ["small_cnn", "boom:model"]},
+                        train={"dataset": "digits", "epochs": 1},
+                        compare={"factor": "model", "tune_trials": 2, "seeds": 2})
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(spec))
+    ran = run_cli("run", "c.yaml", cwd=tmp_path)
+    assert ran.returncode == 1, ran.stdout + ran.stderr  # failed trials, not a crash
+    rep = run_cli("report", "onefails", "--out", "rep", cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    first = rep.stdout.splitlines()[0]
+    assert first.startswith("No comparison of model: boom:model completed none of its 2 "
+                            "tuning trials"), first
+    assert "resumes it" not in rep.stdout and "Empty DataFrame" not in rep.stdout
