@@ -2,9 +2,9 @@
 metrics and artifact paths), each a constant with a one-line meaning.
 
 The constants are plain strings (``trial.user_attrs[RUN_ID]``). :data:`KEYS` lists each with the
-places it is written and what it means: README's tables are made from it (``python -m
-orchestrator.keys``, checked by ``tests/orchestrator/test_keys.py``). A new key is declared here
-first, then written through its constant; renaming one breaks every existing store.
+places it is written and what it means: the tables of docs/records.md are made from it
+(``python -m orchestrator.keys``, checked by ``tests/orchestrator/test_keys.py``). A new key is
+declared here first, then written through its constant; renaming one breaks every existing store.
 """
 from __future__ import annotations
 
@@ -222,7 +222,7 @@ def gpu_metric(gpu: str, figure: str) -> str:
 
 
 def markdown() -> str:
-    """README's tables: one per place, a row per key written there."""
+    """docs/records.md's tables: one per place, a row per key written there."""
     out: list[str] = []
     for place in PLACES:
         out += [f"**{place}**", "", "| name | meaning |", "| --- | --- |"]

@@ -214,7 +214,8 @@ def compare_paired(values: Mapping[str, Mapping[Hashable, float | None]], *,
         direction: ``maximize`` or ``minimize``: which sign of a difference is better.
         bounds: the metric's range ``(low, high)`` (:data:`METRIC_BOUNDS`); both given: the
             interval is clipped to what a difference can take.
-        look, looks: this is look ``look`` of at most ``looks`` (sequential seeding).
+        look: this is look ``look`` of at most ``looks`` (sequential seeding).
+        looks: the most looks sequential seeding may take.
         precision: the half-width of the band of differences too small to matter (metric
             units); None: no equivalence verdict.
         alpha: the chance of a false "better" over all looks.

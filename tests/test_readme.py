@@ -1,6 +1,7 @@
 """README.md's marked commands, run as written, so that README and code cannot drift.
 
-A block marked ``<!-- readme-test: NAME -->`` holds one command a line. They run in a fresh copy
+A block marked ``<!-- readme-test: NAME -->`` (in README.md or a page of docs/, each NAME once)
+holds one command a line. They run in a fresh copy
 of ``sweeps/``, with ``.venv/bin/sweep`` as this interpreter's ``python -m orchestrator.cli``; the
 quickstart's ``python3 -m venv`` and ``pip install`` steps are left out (CI runs README's test
 command, which proves them).
@@ -22,11 +23,21 @@ MARKED = re.compile(r"<!-- readme-test: (\w+) -->\n```\w*\n(.*?)```", re.S)
 SETUP = ("python3 -m venv ", ".venv/bin/pip install ")
 
 
+def documents() -> list:
+    """README.md and the pages of the docs site: where marked commands and images may be."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
 def marked_blocks() -> dict[str, list[str]]:
-    """NAME -> the commands of the block marked NAME (continued lines joined)."""
-    text = (ROOT / "README.md").read_text()
-    return {name: [line.strip() for line in body.replace("\\\n", " ").splitlines()
-                   if line.strip()] for name, body in MARKED.findall(text)}
+    """NAME -> the commands of the block marked NAME (continued lines joined), over README.md
+    and docs/; a NAME marked twice is an error (which block would the test run?)."""
+    found: dict[str, list[str]] = {}
+    for path in documents():
+        for name, body in MARKED.findall(path.read_text()):
+            assert name not in found, f"{path.name}: readme-test {name!r} is marked twice"
+            found[name] = [line.strip() for line in body.replace("\\\n", " ").splitlines()
+                           if line.strip()]
+    return found
 
 
 def argv(command: str) -> list[str]:
@@ -120,28 +131,28 @@ def test_the_ui_command_serves_the_runs_table_and_stops_on_ctrl_c(blocks, quicks
         ui.stop()
 
 
-def test_every_image_the_readme_shows_is_a_small_png_its_script_makes():
+def test_every_image_the_readme_and_the_docs_show_is_a_small_png_its_script_makes():
     from PIL import Image
 
-    text = (ROOT / "README.md").read_text()
-    images = re.findall(r"!\[[^\]]+\]\(([^)\s]+)\)", text)
-    assert images, "the README shows no image"
+    images = [(doc.parent / path).resolve() for doc in documents()
+              for path in re.findall(r"!\[[^\]]+\]\(([^)\s]+)\)", doc.read_text())]
+    assert images, "neither the README nor the docs show an image"
     script = (ROOT / "docs" / "screenshots.py").read_text()
-    assert "docs/screenshots.py" in text  # how to make them again
+    assert "docs/screenshots.py" in (ROOT / "docs" / "development.md").read_text()  # how to remake
     for path in images:
-        with Image.open(ROOT / path) as image:
+        with Image.open(path) as image:
             assert image.format == "PNG", path
-        assert (ROOT / path).stat().st_size < 300_000, path
-        assert f'"{os.path.basename(path)}"' in script, f"{path}: not made by docs/screenshots.py"
+        assert path.stat().st_size < 300_000, path
+        assert f'"{path.name}"' in script, f"{path}: not made by docs/screenshots.py"
 
 
-def test_the_readme_and_the_quickstart_say_the_workers_default_the_code_uses():
+def test_the_docs_and_the_quickstart_say_the_workers_default_the_code_uses():
     from orchestrator.slots import plan_slots
 
     assert len(plan_slots(None, gpus=[], cores=3)) == 3  # no GPU: one per CPU core
     assert len(plan_slots(None, gpus=["0", "1"], cores=8, workers_per_gpu=2)) == 4
     said = "`workers_per_gpu` per visible GPU, else one per CPU core"
-    (row,) = [line for line in (ROOT / "README.md").read_text().splitlines()
+    (row,) = [line for line in (ROOT / "docs" / "yaml.md").read_text().splitlines()
               if line.startswith("| `workers` |")]
     (comment,) = [line for line in (SWEEPS / "quickstart.yaml").read_text().splitlines()
                   if line.startswith("workers:")]

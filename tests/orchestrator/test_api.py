@@ -163,9 +163,11 @@ def test_set_overrides_read_back_as_the_python_values_given():
 # ----------------------------------------------------------------------------- in Jupyter
 
 def readme_example() -> str:
-    """README's Python API example, as written."""
-    text = (ROOT / "README.md").read_text()
-    (block,) = re.findall(r"<!-- api-example -->\n```python\n(.*?)```", text, re.S)
+    """README's Python API example, as written; the docs' API page shows the same block."""
+    blocks = [re.findall(r"<!-- api-example -->\n```python\n(.*?)```", path.read_text(), re.S)
+              for path in (ROOT / "README.md", ROOT / "docs" / "api.md")]
+    (block,), (page,) = blocks
+    assert page == block, "docs/api.md's example differs from README's: copy README's"
     return block
 
 

@@ -1,6 +1,7 @@
 """The command line as a whole: every command's help ends with examples that parse, and the
 shell completion scripts generated from the same parser."""
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -33,6 +34,8 @@ def examples(help_text: str) -> list[str]:
 def test_the_parser_knows_the_commands_the_readme_lists():
     assert set(subcommands()) == {"run", "status", "doctor", "validate", "schema", "export",
                                   "report", "reproduce", "ui", "server", "submit", "completion"}
+    table = re.findall(r"^\| `sweep (\w+)[ `]", (ROOT / "README.md").read_text(), re.M)
+    assert sorted(table) == sorted(subcommands()), table
 
 
 @pytest.mark.parametrize("command", [None, *subcommands()])
@@ -212,9 +215,7 @@ def test_an_unexpected_error_exits_3_not_the_1_of_failed_trials(tmp_path, monkey
     log.unlink()
 
 
-def test_sweep_help_and_the_readme_list_the_same_exit_codes():
-    import re
-
+def test_sweep_help_and_the_docs_list_the_same_exit_codes():
     from orchestrator import cli, runner
 
     for name in ("EXIT_OK", "EXIT_FAILED_TRIALS", "EXIT_INTERRUPTED"):  # what sweep run ends with
@@ -224,8 +225,8 @@ def test_sweep_help_and_the_readme_list_the_same_exit_codes():
     listed = {int(m[0]): " ".join(m[1].split()) for m in re.findall(
         r"^  (\d+) +(.+(?:\n {7}.+)*)", epilog, re.M)}
     assert listed == EXIT_CODES
-    readme = (ROOT / "README.md").read_text()
-    table = dict(re.findall(r"^  \| (\d+) \| (.+) \|$", readme, re.M))
+    page = (ROOT / "docs" / "commands.md").read_text()
+    table = dict(re.findall(r"^  \| (\d+) \| (.+) \|$", page, re.M))
     assert {int(k): v for k, v in table.items()} == EXIT_CODES
 
 

@@ -1,5 +1,5 @@
 """Every name written to a store is declared once, in orchestrator/keys.py, with its meaning;
-README's tables are made from that module."""
+the tables of docs/records.md are made from that module."""
 from __future__ import annotations
 
 import ast
@@ -19,11 +19,12 @@ NOT_KEYS = {"mlflow.onnx", "mlflow.db"}
 FORMATTED_KEY = re.compile(r"\b(?:sweep|mlflow)\.[a-z_.{}]+")
 
 
-def test_readme_tables_are_made_from_the_keys_module():
-    text = (ROOT / "README.md").read_text()
-    assert BEGIN in text and END in text, "README lacks the generated keys tables"
+def test_the_records_page_tables_are_made_from_the_keys_module():
+    text = (ROOT / "docs" / "records.md").read_text()
+    assert BEGIN in text and END in text, "docs/records.md lacks the generated keys tables"
     block = text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
-    assert block == keys.markdown(), "README's tables are stale: python -m orchestrator.keys"
+    assert block == keys.markdown(), \
+        "docs/records.md's tables are stale: python -m orchestrator.keys"
 
 
 def test_every_key_has_one_meaning_and_known_places():
