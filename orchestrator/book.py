@@ -533,13 +533,7 @@ class TrialBook:
         self.active.pop(slot, None)
 
     def _end(self, active: Active, done: Done) -> None:
-        metrics = {keys.TRAIN_SECONDS: done.train_seconds}
-        if done.val_items:
-            metrics[keys.VAL_ITEMS] = done.val_items
-        tags = {keys.RESUMED_FROM: str(done.resumed_from), **active.warning_tags()}
-        if done.discarded_checkpoint:
-            tags[keys.CHECKPOINT_DISCARDED] = done.discarded_checkpoint
-        tags.update(end_tags(self.spec, active))
+        metrics, tags = end_records(self.spec, active, done)
         number = active.pending.number
         if done.state == "complete":  # Optuna last: see _fail
             self.tracker.end_trial(active.run_id, "complete", metrics, tags)
@@ -666,6 +660,20 @@ def objectives_values(spec: SweepSpec, active: Active) -> list[float]:
     """Each objective's value from the trial's epochs (as the study records it)."""
     return [objectives.reduce_curve(o, [m.get(o.metric, math.nan) for m in active.history],
                                     spec.epochs) for o in spec.objectives]
+
+
+def end_records(spec: SweepSpec, active: Active, done: Done) -> tuple[dict, dict[str, str]]:
+    """The metrics and tags a trial's run gets when it ends complete or pruned: its training
+    time, its validation split's size, where it resumed from, its warnings, a discarded
+    checkpoint and :func:`end_tags`."""
+    metrics = {keys.TRAIN_SECONDS: done.train_seconds}
+    if done.val_items:
+        metrics[keys.VAL_ITEMS] = done.val_items
+    tags = {keys.RESUMED_FROM: str(done.resumed_from), **active.warning_tags()}
+    if done.discarded_checkpoint:
+        tags[keys.CHECKPOINT_DISCARDED] = done.discarded_checkpoint
+    tags.update(end_tags(spec, active))
+    return metrics, tags
 
 
 def end_tags(spec: SweepSpec, active: Active) -> dict[str, str]:

@@ -178,7 +178,15 @@ EXPORT_FORMAT = _key("sweep.export.<format>", TRIAL_TAG,
 EXPORT_METHOD = _key("sweep.export.<format>.method", TRIAL_TAG,
                      "how a format was made: torchscript script or trace, int8 static or dynamic")
 TEST_ERROR = _key("sweep.test_error", TRIAL_TAG, "why its test-split evaluation failed")
-SETTING = _key("<setting>", TRIAL_PARAM, "every resolved trainer setting, one param each")
+SETTING = _key("<setting>", TRIAL_PARAM,
+               "every resolved trainer setting the trial reads, one param each: `momentum` and "
+               "`nesterov` for sgd (or a user `module:function` optimizer, given the settings "
+               "whole) only, not for adam, adamw or `torch:NAME` (which takes "
+               "`optimizer_args`); `min_lr`, `gamma`, `step_size_epochs`, `pct_start`, "
+               "`div_factor`, `final_div_factor`, `decay_fraction` for the built-in schedules "
+               "that use them (none for a user schedule); `reference_batch_size` unless "
+               "`lr_scaling: none`. `sweep validate` refuses such a setting in `train` or "
+               "`space` when no trial of the sweep reads it")
 LR_EFFECTIVE = _key("lr_effective", TRIAL_PARAM, "the learning rate after `lr_scaling`")
 EPOCH_METRIC = _key("<epoch metric>", TRIAL_METRIC,
                     "train_loss, train_acc, val_loss, val_acc, ... (step: epoch)")

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -43,7 +44,9 @@ def marked_blocks() -> dict[str, list[str]]:
 def argv(command: str) -> list[str]:
     words = shlex.split(command)
     assert words[0] == ".venv/bin/sweep", command
-    return [sys.executable, "-m", "orchestrator.cli", *words[1:]]
+    script = Path(sys.executable).parent / "sweep"  # this venv's own, as README types it
+    return [str(script), *words[1:]] if script.exists() else \
+        [sys.executable, "-m", "orchestrator.cli", *words[1:]]
 
 
 def run(command: str, cwd, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -118,7 +121,7 @@ def port_taken(port: int) -> bool:
 def test_the_ui_command_serves_the_runs_table_and_stops_on_ctrl_c(blocks, quickstart_run):
     folder, _ = quickstart_run
     (command,) = blocks["ui"]
-    words = argv(command)[3:]  # after python -m orchestrator.cli
+    words = shlex.split(command)[1:]  # after .venv/bin/sweep
     # a shared machine: another UI may hold README's port 5000, then a free one is added
     with serve(*words, cwd=folder, prefix="MLflow UI:",
                port=None if port_taken(5000) else 5000) as ui:  # printed once it answers
