@@ -33,6 +33,20 @@ for _name in ("mlflow", "alembic"):
 # it logs a database error with its traceback before raising it: the sweep says it in one line
 logging.getLogger(mlflow_db_utils.__name__).setLevel(logging.CRITICAL)
 
+
+def _make_parent_dirs_if_sqlite(db_uri: str) -> None:
+    """MLflow 3's ``store.db.utils._make_parent_dirs_if_sqlite`` makes the folder of a
+    ``sqlite:///`` URI's path without percent-decoding it, as SQLAlchemy does: for the store in
+    ``a?b/`` (``sqlite:////.../a%3Fb/mlflow.db``) it left an empty sibling folder ``a%3Fb``.
+    The same, with the path SQLAlchemy opens."""
+    db = paths.sqlite_file(db_uri)
+    if db is not None and str(db) not in (".", ":memory:"):
+        db.parent.mkdir(parents=True, exist_ok=True)
+
+
+if hasattr(mlflow_db_utils, "_make_parent_dirs_if_sqlite"):
+    mlflow_db_utils._make_parent_dirs_if_sqlite = _make_parent_dirs_if_sqlite
+
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 # the experiment's type in MLflow 3: "Machine learning" (runs, models), not "GenAI apps & agents"
 # (traces); UIs that read it open the runs table without asking. MLflow 3.17's UI follows its

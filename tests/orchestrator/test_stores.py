@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import subprocess
 import sys
 import time
@@ -189,3 +190,40 @@ def test_a_store_that_breaks_mid_sweep_queues_its_trials_for_retry_and_reruns_fa
     assert all(kind == "store" for _, state, kind in after if state == "FAIL"), after
     assert [state for _, state, _ in after].count("WAITING") == 1, after
     assert "RUNNING" not in [state for _, state, _ in after]
+
+
+# ------------------------------------------------------------ folders with URI characters
+
+ODD_FOLDERS = ["a%20b", "a?b", "a#b", "a b", "é ü"]
+
+
+@pytest.mark.parametrize("name", ODD_FOLDERS + ["100%", "x%3Fy"])
+def test_a_sqlite_uri_built_from_a_path_names_that_path_for_sqlalchemy(tmp_path, name):
+    from sqlalchemy.engine import make_url
+
+    from orchestrator import paths
+
+    db = tmp_path / name / "mlflow.db"
+    uri = paths.sqlite_uri(db)
+    assert make_url(uri).database == str(db)  # the file SQLAlchemy (MLflow, Optuna) opens
+    assert paths.sqlite_file(uri) == db and paths.home(uri) == db.parent
+
+
+@pytest.mark.parametrize("name", ODD_FOLDERS)
+def test_a_sweep_in_a_folder_named_with_uri_characters_writes_its_stores_there_alone(
+        tmp_path, mlflow_template, name):
+    folder = tmp_path / "parent" / name
+    folder.mkdir(parents=True)
+    shutil.copyfile(mlflow_template, folder / "mlflow.db")
+    (folder / "s.yaml").write_text(yaml.safe_dump(tiny_spec(
+        trials=1, workers=1, train={"dataset": "digits", "model": "small_cnn", "epochs": 1})))
+    out = run_cli("run", "s.yaml", cwd=folder)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert os.listdir(tmp_path / "parent") == [name]  # nothing beside the folder
+    assert {"mlflow.db", "optuna.journal", "mlartifacts", ".sweep"} <= set(os.listdir(folder))
+    assert [t.state.name for t in Stores(folder).study("tiny").trials] == ["COMPLETE"]
+    (trial,) = Stores(folder).runs("tiny", role="trial")  # the runs in the folder's database
+    weights = Stores(folder).client().download_artifacts(trial.info.run_id, "model/weights.pt",
+                                                         str(tmp_path))
+    assert Path(weights).stat().st_size > 1000
+    assert (folder / "mlartifacts").is_dir() and any((folder / "mlartifacts").rglob("weights.pt"))
