@@ -137,7 +137,7 @@ def test_two_machines_finishing_together_end_the_sweep_once(databases, server, t
     assert not [r.info.run_id for r in runs if r.info.status == "RUNNING"]
     (parent,) = [r for r in runs if r.data.tags.get("sweep.role") == "parent"]
     assert parent.info.status == "FINISHED"
-    best = _study(storage, "ending").best_trial.user_attrs["sweep.run_id"]
+    best = _study(storage, "ending").best_trial.user_attrs["sweep.mlflow_run_id"]
     assert client.get_run(best).data.tags["sweep.exported"] == "true"
     models = client.search_logged_models(experiment_ids=[exp.experiment_id])
     assert [m.source_run_id for m in models] == [best]  # the MLflow model logged once
