@@ -87,12 +87,13 @@ def open_tracking(tracking_uri: str, spec: SweepSpec, study: SweepStudy, spec_te
     experiment_id = tracker.experiment(spec.name, spec.description)
     env_tags = environment_tags()
     packages = installed_packages()
-    shared = study.shared_parent()
+    shared, study_id = study.shared_parent(), study.study.user_attrs.get(keys.STUDY_ID)
     if shared is None and not study.created:
-        shared = tracker.find_parent(experiment_id, study.name) or study.wait_for_shared_parent()
+        found = tracker.find_parent_run(experiment_id, study.name, study_id)
+        shared = found.info.run_id if found else study.wait_for_shared_parent()
     if shared is not None:
         try:
-            tracker.resume_parent(shared)
+            tracker.resume_parent(shared, study_id)
         except Exception as e:
             if getattr(e, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
                 raise
@@ -103,7 +104,7 @@ def open_tracking(tracking_uri: str, spec: SweepSpec, study: SweepStudy, spec_te
     parent_id, _ = tracker.parent_run(
         experiment_id, study.name, spec_text, spec.raw,
         {**spec.tags, **env_tags, keys.STORAGE: mask(storage),
-         keys.FINGERPRINT: spec.fingerprint()})
+         keys.FINGERPRINT: spec.fingerprint(), **({keys.STUDY_ID: study_id} if study_id else {})})
     study.set_shared_parent(parent_id)
     return Tracking(tracker, experiment_id, parent_id, env_tags, packages)
 

@@ -58,8 +58,14 @@ FINGERPRINT = _key("sweep.fingerprint", (STUDY_ATTR, PARENT_TAG),
                    "hash of that identity; written last, so joining machines wait for it")
 GRID_DONE = _key("sweep.grid_enqueued", STUDY_ATTR,
                  "how many grid trials the creator enqueued (once)")
+STUDY_ID = _key("sweep.study_id", (STUDY_ATTR, PARENT_TAG),
+                "a random id the study gets when it is created: its parent run carries it, so a "
+                "study of the same name in another storage never takes that run")
 PARENT_RUN = _key("sweep.parent_run_id", STUDY_ATTR,
                   "the MLflow parent run that every machine of the sweep shares")
+END_CLAIM = _key("sweep.end_claim", STUDY_ATTR,
+                 "the `sweep run` process that does the end of a shared sweep (held-out test, "
+                 "export, parent run end) at a number of finished trials, and whether it is done")
 COMPARE = _key("sweep.compare", STUDY_ATTR,
                "a comparison's `compare:` block as validated (JSON): the sweep compares levels")
 

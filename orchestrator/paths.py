@@ -6,7 +6,8 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
+from urllib.request import pathname2url
 
 from .errors import SweepError
 
@@ -17,17 +18,25 @@ def home(tracking_uri: str) -> Path:
     The default Optuna journal, worker logs (``.sweep/NAME/``) and the UI's log live here, so a
     sweep's files stay together.
     """
-    parts = urlsplit(tracking_uri)
-    if parts.scheme == "sqlite" and tracking_uri.startswith("sqlite:///") and \
-            parts.path not in ("", "/:memory:"):
-        return Path(tracking_uri[len("sqlite:///"):]).resolve().parent
+    db = sqlite_file(tracking_uri)
+    if db is not None and str(db) not in (".", ":memory:"):
+        return db.resolve().parent
     return Path.cwd()
 
 
+def sqlite_uri(path: str | os.PathLike) -> str:
+    """The ``sqlite:///`` URI of a database file, as SQLAlchemy (and so MLflow and Optuna) read
+    one back: the absolute path percent-encoded by the standard library's ``pathname2url`` (as
+    MLflow's own ``path_to_local_sqlite_uri``), so that a folder named ``a%20b``, ``a?b`` or
+    ``a#b`` is that folder, not ``a b`` or a file ``a``."""
+    return "sqlite:///" + pathname2url(str(Path(path).resolve()))
+
+
 def sqlite_file(tracking_uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI, else None."""
+    """The database file of a ``sqlite:///`` URI, else None: read as SQLAlchemy reads it (the
+    part before any ``?`` query, percent-decoded), so it is the file the store writes."""
     if tracking_uri.startswith("sqlite:///"):
-        return Path(tracking_uri[len("sqlite:///"):])
+        return Path(unquote(tracking_uri[len("sqlite:///"):].split("?", 1)[0]))
     return None
 
 
@@ -75,7 +84,7 @@ def default_tracking_uri() -> str:
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
         return uri
-    return f"sqlite:///{Path('mlflow.db').resolve()}"
+    return sqlite_uri("mlflow.db")
 
 
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")  # SQLAlchemy database URLs

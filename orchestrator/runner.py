@@ -44,7 +44,7 @@ from .protocol import (
 )
 from .slots import plan_slots
 from .spec import SweepSpec, warm_up_settings
-from .study import PendingTrial, default_storage
+from .study import PendingTrial, claim_end, default_storage, end_done
 from .workers import Worker, WorkerPool
 
 EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED = 0, 1, 130
@@ -177,6 +177,7 @@ class _Loop:
         self.test: dict[str, Any] | None = None
         self.ahead = phases.Speculation(book, len(pool.workers))  # exported ahead of the end
         self.failed_starts = 0
+        self.ran_trials = False  # whether this process started a trial (see claim_end)
         self.view = _View(book, len(pool.workers))
         self._started = self._shown = 0.0
 
@@ -207,6 +208,9 @@ class _Loop:
         self._show(force=True)
         self._phase("opening the MLflow store")
         self.book.attach_tracking()
+        if not self._claim_end():
+            self.ahead.drop()
+            return self._outcome(started, interrupted=bool(self.signals.received))
         self._phase("held-out test split")
         self.test = phases.evaluate_test_split(self.book, self.workers)
         self._phase("export")
@@ -215,13 +219,30 @@ class _Loop:
         self._phase("closing the sweep")
         if self.signals.received:
             return self._interrupted(started)
-        if self.study.running():  # another machine's trials: the last machine ends the run
-            self.book.say(f"{self.study.running()} trial(s) still run on other machines; the "
-                          f"parent run ends with the last of them")
-        else:
-            log_comparison(self.book)
-            self.book.end_parent("FINISHED")
+        log_comparison(self.book)
+        self.book.end_parent("FINISHED")
+        end_done(self.study)
         return self._outcome(started, interrupted=False)
+
+    def _claim_end(self) -> bool:
+        """Whether the end of the sweep (held-out test, export, parent run end) is this
+        process's to do: not while other machines' trials run (the last machine does it), nor
+        when another process of the study claimed it first (:func:`claim_end`)."""
+        if self.study.running():
+            self.book.say(f"{self.study.running()} trial(s) still run on other machines; the "
+                          f"last of them ends the sweep (held-out test, export, parent run)")
+            return False
+        held = claim_end(self.study, ran_trials=self.ran_trials)
+        if held is None:
+            return True
+        owner = held["owner"]
+        done = "was done" if held.get("done") else "is done"
+        self.book.say(f"the end of the sweep (held-out test, export, parent run) {done} by the "
+                      f"other sweep run process (host {owner['host']}, pid {owner['pid']})")
+        if held.get("done") and \
+                self.book.tracker.client.get_run(self.book.parent_id).info.status == "RUNNING":
+            self.book.end_parent("FINISHED")  # resumed here after that end
+        return False
 
     def _done(self) -> bool:
         if self.study.comparison is not None:
@@ -257,6 +278,7 @@ class _Loop:
 
     def _start(self, worker: Worker, pending: PendingTrial) -> None:
         active = self.book.start(worker.slot.index, pending, worker.info)
+        self.ran_trials = True
         if active is None:
             return
         folder = self.book.folders.output(pending)

@@ -78,8 +78,9 @@ def load_named(name: str, url: str, storage=None, names: list[str] | None = None
 def _open(url: str):
     """The storage, or None when it does not exist yet (opening would create it)."""
     scheme = urlsplit(url).scheme.split("+")[0]
-    if scheme == "sqlite" and url.startswith("sqlite:///"):
-        if not Path(url[len("sqlite:///"):]).exists():
+    db = paths.sqlite_file(url)
+    if db is not None:
+        if not db.exists():
             return None
     elif scheme not in RDB_SCHEMES:
         path = Path(url[len("journal:"):] if url.startswith("journal:") else url)

@@ -16,6 +16,7 @@ import shutil
 import socket
 import sys
 import time
+import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -489,6 +490,37 @@ class SweepStudy:
                                       self.spec.objective.goal, self.spec.objective.label)
 
 
+def claim_end(study: SweepStudy, ran_trials: bool) -> dict[str, Any] | None:
+    """Claim the end of the sweep (held-out test, export, parent run end) for this process,
+    which ``ran_trials`` or not: None when the end is this process's to do, else the claim of
+    the process that does it, or did (``owner``, ``finished``, ``done``).
+
+    Several ``sweep run`` processes of one study finish together; one of them ends the sweep.
+    Optuna cannot compare-and-set a study attribute, so the claim (:data:`keys.END_CLAIM`) is
+    read and written under the storage's lock (:func:`~orchestrator.locks.store_lock`: an
+    advisory lock on PostgreSQL, a file lock beside a journal...). A claim is taken again when
+    it was made at fewer finished trials (the sweep went on since), by this process, by a
+    process gone before it was done, or, once done, by a rerun that ran no trial.
+    """
+    finished = study.counts()["finished"]
+    me = study.owner.as_dict()
+    with store_lock(study.storage_url) if study.storage_url else contextlib.nullcontext():
+        held = study.study.user_attrs.get(keys.END_CLAIM)
+        if held and held.get("finished") == finished and held.get("owner") != me and (
+                ran_trials if held.get("done") else Owner(**held["owner"]).is_alive()):
+            return held
+        study.study.set_user_attr(keys.END_CLAIM, {"owner": me, "finished": finished,
+                                                   "done": False})
+    return None
+
+
+def end_done(study: SweepStudy) -> None:
+    """Mark this process's claim of the end (:func:`claim_end`) done."""
+    held = dict(study.study.user_attrs.get(keys.END_CLAIM) or {})
+    if held.get("owner") == study.owner.as_dict():
+        study.study.set_user_attr(keys.END_CLAIM, {**held, "done": True})
+
+
 def record_end(spec: SweepSpec, trial: optuna.Trial, history: list[dict[str, float]]) -> None:
     """Record on a trial that ends (complete or pruned) with epochs ``history`` what Optuna's
     tell does not: its constraint values (:func:`constrain`) and, in a study of several
@@ -537,6 +569,7 @@ def _initialise(study: SweepStudy, copies: list) -> None:
         s.enqueue_trial(point, user_attrs={keys.ENQUEUED: True})
     if copies:
         s.add_trials(copies)
+    s.set_user_attr(keys.STUDY_ID, uuid.uuid4().hex)
     s.set_user_attr(keys.IDENTITY, json.dumps(spec.identity(), sort_keys=True, default=str))
     s.set_user_attr(keys.FINGERPRINT, spec.fingerprint())
 

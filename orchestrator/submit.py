@@ -6,6 +6,7 @@ touch the world (the cluster's size, a mount table, a server, ``sbatch``) are na
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
@@ -296,9 +297,21 @@ def run_flags(overrides: list[str], max_grid: int | None = MAX_GRID) -> list[str
     return flags
 
 
+K8S_NAME_MAX = 52  # a Job's name: its pods' names add a suffix within Kubernetes' 63
+
+
 def k8s_name(name: str) -> str:
-    """``sweep-NAME`` as Kubernetes names objects: lower case, ``-`` for ``_`` and ``.``."""
-    return f"sweep-{name.lower().replace('_', '-').replace('.', '-')}"[:52].rstrip("-")
+    """``sweep-NAME`` as Kubernetes names objects (lower case, ``-`` for ``_`` and ``.``, at
+    most :data:`K8S_NAME_MAX` characters). Where that changes the name (``my_sweep``,
+    ``my.sweep`` and ``My-Sweep`` would all be ``sweep-my-sweep``), cuts it or must drop its
+    last ``-``, 8 hex digits of
+    the name's SHA-256 follow: distinct sweeps get distinct ConfigMaps, Jobs and Secrets."""
+    slug = name.lower().replace("_", "-").replace(".", "-")
+    base = f"sweep-{slug}"
+    if slug == name and len(base) <= K8S_NAME_MAX and not slug.endswith("-"):
+        return base
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{base[:K8S_NAME_MAX - len(digest) - 1].rstrip('-')}-{digest}"
 
 
 def secret_name(name: str, job: Job) -> str:

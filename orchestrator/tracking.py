@@ -35,6 +35,20 @@ for _name in ("mlflow", "alembic"):
 # it logs a database error with its traceback before raising it: the sweep says it in one line
 logging.getLogger(mlflow_db_utils.__name__).setLevel(logging.CRITICAL)
 
+
+def _make_parent_dirs_if_sqlite(db_uri: str) -> None:
+    """MLflow 3's ``store.db.utils._make_parent_dirs_if_sqlite`` makes the folder of a
+    ``sqlite:///`` URI's path without percent-decoding it, as SQLAlchemy does: for the store in
+    ``a?b/`` (``sqlite:////.../a%3Fb/mlflow.db``) it left an empty sibling folder ``a%3Fb``.
+    The same, with the path SQLAlchemy opens."""
+    db = paths.sqlite_file(db_uri)
+    if db is not None and str(db) not in (".", ":memory:"):
+        db.parent.mkdir(parents=True, exist_ok=True)
+
+
+if hasattr(mlflow_db_utils, "_make_parent_dirs_if_sqlite"):
+    mlflow_db_utils._make_parent_dirs_if_sqlite = _make_parent_dirs_if_sqlite
+
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 # the experiment's type in MLflow 3: "Machine learning" (runs, models), not "GenAI apps & agents"
 # (traces); UIs that read it open the runs table without asking. MLflow 3.17's UI follows its
@@ -189,17 +203,15 @@ class Tracker:
         exp = self.client.get_experiment_by_name(name)
         return exp.experiment_id if exp else None
 
-    def find_parent_run(self, experiment_id: str, study_name: str) -> Run | None:
-        """Study ``study_name``'s parent run, if any: the oldest (each ``sweep run`` uses it)."""
-        query = f"tags.`{keys.ROLE}` = 'parent' and tags.`{keys.STUDY}` = '{study_name}'"
+    def find_parent_run(self, experiment_id: str, study_name: str,
+                        study_id: str | None = None) -> Run | None:
+        """Study ``study_name``'s parent run, if any: the oldest; with ``study_id``, only one
+        carrying it (a study of that name in another storage has a parent run of its own)."""
+        query = (f"tags.`{keys.ROLE}` = 'parent' and tags.`{keys.STUDY}` = '{study_name}'"
+                 + (f" and tags.`{keys.STUDY_ID}` = '{study_id}'" if study_id else ""))
         found = self.client.search_runs([experiment_id], filter_string=query, max_results=1,
                                         order_by=["attributes.start_time ASC"])
         return found[0] if found else None
-
-    def find_parent(self, experiment_id: str, study_name: str) -> str | None:
-        """The id of study ``study_name``'s parent run, if it has one (the oldest)."""
-        found = self.find_parent_run(experiment_id, study_name)
-        return found.info.run_id if found else None
 
     def trial_runs(self, experiment_id: str, study_name: str) -> pd.DataFrame:
         """Study ``study_name``'s trial runs, a row each: ``run_id``, ``params.*``, ``tags.*``,
@@ -216,9 +228,12 @@ class Tracker:
         return {key: [(m.step, m.value) for m in self.client.get_metric_history(run_id, key)]
                 for key in keys}
 
-    def resume_parent(self, run_id: str) -> None:
-        """Mark the parent run RUNNING again (a rerun, or another machine joining)."""
-        if self.client.get_run(run_id).info.status != "RUNNING":
+    def resume_parent(self, run_id: str, study_id: str | None = None) -> None:
+        """Mark the parent run RUNNING again (a rerun, or another machine joining), once
+        :func:`check_parent` passed."""
+        run = self.client.get_run(run_id)
+        check_parent(self.uri, run, study_id)
+        if run.info.status != "RUNNING":
             self.client.update_run(run_id, status="RUNNING")
 
     def parent_run(self, experiment_id: str, study_name: str, spec_text: str,
@@ -227,10 +242,10 @@ class Tracker:
 
         Returns (run_id, resumed).
         """
-        found = self.find_parent(experiment_id, study_name)
+        found = self.find_parent_run(experiment_id, study_name, tags.get(keys.STUDY_ID))
         if found:
-            self.resume_parent(found)
-            return found, True
+            self.resume_parent(found.info.run_id)
+            return found.info.run_id, True
         run = self.client.create_run(experiment_id, run_name=study_name,
                                      tags={keys.ROLE: "parent", keys.STUDY: study_name,
                                            **tags})
@@ -401,6 +416,22 @@ class Tracker:
             self.client.set_terminated(run_id, status)
 
 
+def check_parent(tracking_uri: str, run: Run, study_id: str | None) -> None:
+    """Refuse a parent run that carries another study's :data:`keys.STUDY_ID` than ``study_id``
+    (a study of that name in another storage): nothing is written to it.
+
+    Raises:
+        SweepError: the run is another study's.
+    """
+    theirs = run.data.tags.get(keys.STUDY_ID)
+    if study_id and theirs and theirs != study_id:
+        raise SweepError(f"--tracking-uri {mask(tracking_uri)}: run {run.info.run_id}, which "
+                         f"study {run.data.tags.get(keys.STUDY, '?')!r} records as its parent "
+                         f"run, is the parent run of another study (in "
+                         f"{run.data.tags.get(keys.STORAGE, '?')}); rerun with --new to start a "
+                         f"fresh study with its own parent run")
+
+
 def param_text(value: Any) -> str:
     """A setting's value as MLflow stores a param (``None`` included)."""
     return "None" if value is None else str(value)
@@ -471,9 +502,12 @@ def log_onnx_model(tracking_uri: str, run_id: str, onnx_file: str, example_file:
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     # the model is logged inside the run, which that reopens and ends again: its end time and
-    # status are put back, so that the trial's duration is its training, not this export
+    # status are put back, so that the trial's duration is its training, not this export. A run
+    # found RUNNING (another process's export of it under way) ends FINISHED: a trial's run is
+    # ended before it is exported, and must not be left RUNNING by a write after its end
     client = mlflow.MlflowClient(tracking_uri)
     ended = client.get_run(run_id).info
+    status = "FINISHED" if ended.status == "RUNNING" else ended.status
     try:
         with mlflow.start_run(run_id=run_id):
             # the requirements given: MLflow otherwise infers them by loading the model in a
@@ -487,7 +521,7 @@ def log_onnx_model(tracking_uri: str, run_id: str, onnx_file: str, example_file:
                 save_as_external_data=os.path.getsize(onnx_file) > 1 << 30)
     finally:
         quiet.setLevel(level)
-        client.set_terminated(run_id, ended.status, ended.end_time)
+        client.set_terminated(run_id, status, ended.end_time)
 
 
 def environment_tags() -> dict[str, str]:

@@ -30,7 +30,9 @@ class Stores:
 
     @property
     def tracking_uri(self) -> str:
-        return f"sqlite:///{self.dir / 'mlflow.db'}"
+        from orchestrator.paths import sqlite_uri
+
+        return sqlite_uri(self.dir / "mlflow.db")
 
     @property
     def journal(self) -> Path:

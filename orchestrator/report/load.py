@@ -76,7 +76,8 @@ def load_sweep(spec_or_name: str, tracking_uri: str | None = None,
     trials = _trial_table(study, runs, spec)
     curves, lr = _curves(tracker, trials if curves else trials.iloc[0:0],
                          spec.objective.metric)
-    parent = tracker.find_parent_run(experiment_id, name) if experiment_id else None
+    parent = tracker.find_parent_run(experiment_id, name, study.user_attrs.get(keys.STUDY_ID)) \
+        if experiment_id else None
     compare = study.user_attrs.get(keys.COMPARE)
     every = study.get_trials(deepcopy=False)
     return SweepData(spec, name, trials, curves, lr, parent.info.run_id if parent else None,

@@ -7,6 +7,7 @@ trust authentication) and drops them afterwards.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -111,3 +112,32 @@ def test_a_machine_killed_mid_trial_is_failed_by_heartbeat_and_retried(databases
     dead = [r for r in runs if r.data.tags.get("sweep.trial_number") == str(victim)]
     assert all(r.info.status == "FAILED" and "no heartbeat" in r.data.tags["sweep.fail_reason"]
                for r in dead)
+
+
+def test_two_machines_finishing_together_end_the_sweep_once(databases, server, tmp_path):
+    """The end of a shared sweep (export, parent run end) is done by one process alone: no run
+    is left RUNNING by one process writing to it after the other ended it."""
+    from mlflow.tracking import MlflowClient
+
+    storage = databases()
+    spec = tiny_spec(name="ending", trials=12, workers=1, train={"epochs": 1},
+                     export_for="best", export=["onnx"])
+    machines = [_machine(tmp_path, m, spec, storage, server) for m in ("a", "b")]
+    outs = [m.communicate(timeout=600) for m in machines]
+    assert [m.returncode for m in machines] == [0, 0], [o[1] for o in outs]
+
+    exported = [out for out, _ in outs if re.search(r"^trial \d+ export", out, re.M)]
+    assert len(exported) == 1, [o[0] for o in outs]  # one process exported
+    other = next(out for out, _ in outs if out not in exported)
+    assert "by the other sweep run process" in other or "the last of them ends" in other, other
+
+    client = MlflowClient(tracking_uri=server)
+    exp = client.get_experiment_by_name("ending")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    assert not [r.info.run_id for r in runs if r.info.status == "RUNNING"]
+    (parent,) = [r for r in runs if r.data.tags.get("sweep.role") == "parent"]
+    assert parent.info.status == "FINISHED"
+    best = _study(storage, "ending").best_trial.user_attrs["sweep.mlflow_run_id"]
+    assert client.get_run(best).data.tags["sweep.exported"] == "true"
+    models = client.search_logged_models(experiment_ids=[exp.experiment_id])
+    assert [m.source_run_id for m in models] == [best]  # the MLflow model logged once

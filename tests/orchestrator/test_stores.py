@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import subprocess
 import sys
 import time
@@ -189,3 +190,94 @@ def test_a_store_that_breaks_mid_sweep_queues_its_trials_for_retry_and_reruns_fa
     assert all(kind == "store" for _, state, kind in after if state == "FAIL"), after
     assert [state for _, state, _ in after].count("WAITING") == 1, after
     assert "RUNNING" not in [state for _, state, _ in after]
+
+
+# ------------------------------------------------------------ folders with URI characters
+
+ODD_FOLDERS = ["a%20b", "a?b", "a#b", "a b", "é ü"]
+
+
+@pytest.mark.parametrize("name", ODD_FOLDERS + ["100%", "x%3Fy"])
+def test_a_sqlite_uri_built_from_a_path_names_that_path_for_sqlalchemy(tmp_path, name):
+    from sqlalchemy.engine import make_url
+
+    from orchestrator import paths
+
+    db = tmp_path / name / "mlflow.db"
+    uri = paths.sqlite_uri(db)
+    assert make_url(uri).database == str(db)  # the file SQLAlchemy (MLflow, Optuna) opens
+    assert paths.sqlite_file(uri) == db and paths.home(uri) == db.parent
+
+
+@pytest.mark.parametrize("name", ODD_FOLDERS)
+def test_a_sweep_in_a_folder_named_with_uri_characters_writes_its_stores_there_alone(
+        tmp_path, mlflow_template, name):
+    folder = tmp_path / "parent" / name
+    folder.mkdir(parents=True)
+    shutil.copyfile(mlflow_template, folder / "mlflow.db")
+    (folder / "s.yaml").write_text(yaml.safe_dump(tiny_spec(
+        trials=1, workers=1, train={"dataset": "digits", "model": "small_cnn", "epochs": 1})))
+    out = run_cli("run", "s.yaml", cwd=folder)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert os.listdir(tmp_path / "parent") == [name]  # nothing beside the folder
+    assert {"mlflow.db", "optuna.journal", "mlartifacts", ".sweep"} <= set(os.listdir(folder))
+    assert [t.state.name for t in Stores(folder).study("tiny").trials] == ["COMPLETE"]
+    (trial,) = Stores(folder).runs("tiny", role="trial")  # the runs in the folder's database
+    weights = Stores(folder).client().download_artifacts(trial.info.run_id, "model/weights.pt",
+                                                         str(tmp_path))
+    assert Path(weights).stat().st_size > 1000
+    assert (folder / "mlartifacts").is_dir() and any((folder / "mlartifacts").rglob("weights.pt"))
+
+
+# ------------------------------------------------------- one tracking store, several studies
+
+def test_sweeps_of_one_name_in_other_storages_get_parent_runs_of_their_own(stores, tmp_path):
+    """Three sweeps named alike, one MLflow store, three Optuna storages (two journals, a
+    SQLite database): none nests its trials under another's parent run or writes another's
+    best run."""
+    import optuna
+
+    from orchestrator.paths import sqlite_uri
+    from orchestrator.study import open_storage
+
+    (stores.dir / "s.yaml").write_text(yaml.safe_dump(tiny_spec(
+        trials=2, workers=2, train={"dataset": "digits", "model": "small_cnn", "epochs": 1})))
+    storages = [str(tmp_path / "one.journal"), str(tmp_path / "two.journal"),
+                sqlite_uri(tmp_path / "three.db")]
+    for storage in storages:
+        out = run_cli("run", "s.yaml", "--storage", storage, cwd=stores.dir)
+        assert out.returncode == 0, out.stdout + out.stderr
+    parents = {p.info.run_id: p for p in stores.runs("tiny", role="parent")}
+    assert len(parents) == 3 and all(p.info.status == "FINISHED" for p in parents.values())
+    trial_runs = stores.runs("tiny", role="trial")
+    for storage in storages:
+        study = optuna.load_study(study_name="tiny", storage=open_storage(storage))
+        parent = parents[study.user_attrs[keys.PARENT_RUN]]
+        assert parent.data.tags[keys.STUDY_ID] == study.user_attrs[keys.STUDY_ID]
+        own = {t.user_attrs[keys.RUN_ID] for t in study.trials}
+        nested = {r.info.run_id for r in trial_runs
+                  if r.data.tags["mlflow.parentRunId"] == parent.info.run_id}
+        assert nested == own and len(own) == 2
+        assert parent.data.tags[keys.BEST_RUN_ID] == study.best_trial.user_attrs[keys.RUN_ID]
+
+
+def test_a_parent_run_of_another_study_is_refused_in_one_line(stores, tmp_path):
+    """A study whose recorded parent run carries another study's id (a storage copied, then
+    the copy's study made afresh by hand) writes nothing to that run."""
+    import optuna
+
+    from orchestrator.study import open_storage
+
+    (stores.dir / "s.yaml").write_text(yaml.safe_dump(tiny_spec(
+        trials=1, workers=1, train={"dataset": "digits", "model": "small_cnn", "epochs": 1})))
+    out = run_cli("run", "s.yaml", cwd=stores.dir)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (parent,) = stores.runs("tiny", role="parent")
+    study = optuna.load_study(study_name="tiny", storage=open_storage(str(stores.journal)))
+    study.set_user_attr(keys.STUDY_ID, "another")
+    again = run_cli("run", "s.yaml", "--trials", "2", cwd=stores.dir)
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert again.stderr.count("\n") == 1 and f"run {parent.info.run_id}" in again.stderr
+    assert "another study" in again.stderr and "--new" in again.stderr
+    assert stores.client().get_run(parent.info.run_id).info.status == "FINISHED"
+    assert len(stores.runs("tiny", role="trial")) == 1

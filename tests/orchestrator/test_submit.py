@@ -6,6 +6,7 @@ array tasks cancelled mid-trial.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -28,8 +29,10 @@ from orchestrator.submit import (
     check_job,
     filesystem_of,
     k8s_manifest,
+    k8s_name,
     sbatch_script,
     secret_command,
+    secret_name,
     store_problems,
     task_slots,
     workdir_problem,
@@ -71,8 +74,9 @@ def test_the_k8s_manifest_is_a_config_map_and_an_indexed_job_reading_a_secret(tm
     text = k8s_manifest("Big_sweep.1", spec_text, job, ["train.epochs=1"])
     assert "&id" not in text and "*id" not in text  # no YAML anchors: plain for any reader
     config_map, indexed = yaml.safe_load_all(text)
-    assert config_map["kind"] == "ConfigMap" and config_map["metadata"]["name"] == \
-        "sweep-big-sweep-1"
+    base = k8s_name("Big_sweep.1")
+    assert config_map["kind"] == "ConfigMap" and config_map["metadata"]["name"] == base
+    assert base.startswith("sweep-big-sweep-1-")  # readable, and the real name's hash after
     assert config_map["data"] == {"Big_sweep.1.yaml": spec_text}
     assert indexed["apiVersion"] == "batch/v1" and indexed["kind"] == "Job"
     js = indexed["spec"]
@@ -85,7 +89,7 @@ def test_the_k8s_manifest_is_a_config_map_and_an_indexed_job_reading_a_secret(tm
                                     "$(SWEEP_STORAGE)", "--set", "train.epochs=1"]
     assert container["resources"]["limits"] == {"cpu": "8", "nvidia.com/gpu": 2}
     env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]}
-    assert env == {var: {"name": "sweep-big-sweep-1-stores", "key": var}
+    assert env == {var: {"name": f"{base}-stores", "key": var}
                    for var in ("SWEEP_STORAGE", "MLFLOW_TRACKING_URI")}
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
@@ -103,6 +107,26 @@ def test_the_k8s_manifest_is_a_config_map_and_an_indexed_job_reading_a_secret(tm
     assert container["command"][-2:] == ["--workers", "3"]  # its 6 CPUs in trials of 2
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
     assert {e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]} == {"mine"}
+
+
+K8S_NAME = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # an RFC 1123 label, as Kubernetes checks names
+
+
+@pytest.mark.parametrize("names", [
+    ("my_sweep", "my.sweep", "My-Sweep", "my-sweep", "MY_SWEEP"),
+    ("a" * 60 + "1", "a" * 60 + "2", "a" * 200),  # cut at the length limit
+    ("x_", "x.", "x-", "X"),
+])
+def test_distinct_sweeps_get_distinct_valid_k8s_resource_names(names):
+    manifests = {n: list(yaml.safe_load_all(k8s_manifest(
+        n, "name: x\n", Job(jobs=1, image="i", volume_claim="v"), []))) for n in names}
+    for kind in (0, 1):  # the ConfigMap, the Job
+        given = [docs[kind]["metadata"]["name"] for docs in manifests.values()]
+        assert len(set(given)) == len(names), given
+        assert all(re.fullmatch(K8S_NAME, g) and len(g) <= 52 for g in given), given
+    secrets = {secret_name(n, Job(jobs=1)) for n in names}
+    assert len(secrets) == len(names) and all(len(s) <= 63 for s in secrets)
+    assert k8s_name("my-sweep") == "sweep-my-sweep"  # a name Kubernetes takes as it is stays
 
 
 # ------------------------------------------------------------------------------ pure checks
