@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from rich.console import Console
 
-from . import keys, paths
+from . import keys, paths, reach
 from . import space as sp
 from .display import Progress, config_name
 from .errors import SpecError, SweepError
@@ -186,14 +186,14 @@ def run(spec: str | Path | Mapping[str, Any] | SweepSpec, *, trials: int | None 
     spec, text = _spec_of(spec, overrides, max_grid)
     console = console or Console(highlight=False)
     _check(spec, console, tracking_uri, storage)
-    from .runner import EXIT_INTERRUPTED, run_sweep
+    from .runner import STOP_CODES, run_sweep
 
     shown = Progress(console, spec.name) if progress else contextlib.nullcontext()
     with shown as view:
         outcome = run_sweep(spec, spec_text=text, storage=storage, tracking_uri=tracking_uri,
                             workers=workers, gpus=gpus, new=new, force=force, progress=view)
     result = _result(spec, outcome)
-    if outcome.exit_code == EXIT_INTERRUPTED:
+    if outcome.exit_code in STOP_CODES.values():
         raise SweepInterrupted(result)
     return result
 
@@ -206,10 +206,22 @@ def _check(spec: SweepSpec, console: Console, tracking_uri: str | None,
         raise SweepError(*missing)
     for w in spec.warnings:
         console.print(f"warning: {w}", soft_wrap=True)
-    # before the worker pool makes its log folder next to the store
+    # before the worker pool makes its log folder next to the store, and the study
     paths.check_store_folders(tracking_uri, storage)
+    check_stores(tracking_uri, storage, create=True)
     logs = paths.work_dir(tracking_uri or paths.default_tracking_uri(), spec.name) / "logs"
     say_downloads(console, data_downloads(spec), f"its progress bar is in {logs}/worker-*.log")
+
+
+def check_stores(tracking_uri: str | None, storage: str | None, *, create: bool) -> None:
+    """:func:`reach.check_stores` for these flags, their defaults filled in (``storage``
+    False: a command that uses no study storage)."""
+    from .study import default_storage
+
+    uri = tracking_uri or paths.default_tracking_uri()
+    reach.check_store(uri, "--tracking-uri", create=create)
+    if storage is not False:
+        reach.check_store(storage or default_storage(uri), "--storage", create=create)
 
 
 def _result(spec: SweepSpec, outcome: Outcome) -> SweepResult:

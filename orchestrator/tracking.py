@@ -120,6 +120,12 @@ def _artifact_root(tracking_uri: str) -> str | None:
     return None  # the server's or the store's default
 
 
+def _refuse_deleted(experiment, name: str) -> None:
+    if experiment is not None and experiment.lifecycle_stage == "deleted":
+        raise SweepError(f"MLflow experiment {name!r} is deleted; restore it in the UI or "
+                         f"`mlflow gc` it, or use another sweep name")
+
+
 class Tracker:
     """MLflow bookkeeping of one sweep (experiment, parent run, trial runs), and every read of
     the store by the commands that look at a sweep afterwards (report, export, reproduce)."""
@@ -128,13 +134,19 @@ class Tracker:
         self.uri = tracking_uri
         self.client = open_store(tracking_uri)
 
+    @classmethod
+    def for_sweep(cls, tracking_uri: str, name: str) -> Tracker:
+        """The store of sweep ``name``, refused (before the sweep writes anything) when it
+        cannot be opened or its experiment is deleted."""
+        tracker = cls(tracking_uri)
+        _refuse_deleted(tracker.client.get_experiment_by_name(name), name)
+        return tracker
+
     def experiment(self, name: str, description: str = "") -> str:
         """The id of experiment ``name``, created if needed (tagged as model development)."""
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
-            if exp.lifecycle_stage == "deleted":
-                raise SweepError(f"MLflow experiment {name!r} is deleted; restore it in the UI "
-                                 f"or `mlflow gc` it, or use another sweep name")
+            _refuse_deleted(exp, name)
             if keys.EXPERIMENT_KIND not in exp.tags:  # made by an older sweep or by hand
                 self.client.set_experiment_tag(exp.experiment_id, keys.EXPERIMENT_KIND, MODEL_KIND)
             return exp.experiment_id
