@@ -109,6 +109,23 @@ def open_tracking(tracker, spec: SweepSpec, study: SweepStudy, spec_text: str,
     return Tracking(tracker, experiment_id, parent_id, env_tags, packages)
 
 
+def open_stores(spec: SweepSpec, storage: str, tracking_uri: str, new: bool):
+    """The study (created if needed) and the opened MLflow store of a sweep.
+
+    Bad input fails before anything is written: an MLflow store that cannot be used, or the
+    sweep's deleted experiment, before the study is made (a new SQLite file holds neither, and
+    is created only once the study showed it recorded no runs in a file now gone).
+    """
+    from .tracking import tracker_for
+
+    paths.check_sqlite_folder(tracking_uri, "--tracking-uri")
+    db = paths.sqlite_file(tracking_uri)
+    tracker = None if db is not None and not db.exists() else tracker_for(tracking_uri, spec.name)
+    study = SweepStudy.open(spec, storage, new=new)
+    check_store_present(tracking_uri, study)
+    return study, tracker or tracker_for(tracking_uri, spec.name)
+
+
 class StoreBroke(SweepError):
     """The MLflow store failed under a sweep (deleted, unreadable, full): never the fault of the
     trials it was recording, which are queued for retry."""
@@ -403,18 +420,7 @@ class TrialBook:
         Raises:
             SweepError: a store cannot be opened, or the study belongs to another sweep.
         """
-        from .tracking import Tracker
-
-        # bad input fails here, before anything is written: a store that cannot be used, or
-        # a deleted experiment, before the study is made (a new SQLite file holds neither, and
-        # is created only once the study showed it holds no runs of the study's)
-        paths.check_sqlite_folder(tracking_uri, "--tracking-uri")
-        db = paths.sqlite_file(tracking_uri)
-        tracker = None if db is not None and not db.exists() else \
-            Tracker.for_sweep(tracking_uri, spec.name)
-        study = SweepStudy.open(spec, storage, new=new)
-        check_store_present(tracking_uri, study)
-        tracker = tracker or Tracker.for_sweep(tracking_uri, spec.name)
+        study, tracker = open_stores(spec, storage, tracking_uri, new)
         book = cls(spec, study, tracker=tracker, storage=storage, spec_text=spec_text, say=say)
         if new:
             book.say(f"starting a fresh study {study.name!r} (--new)")

@@ -120,6 +120,14 @@ def _artifact_root(tracking_uri: str) -> str | None:
     return None  # the server's or the store's default
 
 
+def tracker_for(tracking_uri: str, name: str) -> Tracker:
+    """The store of sweep ``name``, refused (before the sweep writes anything) when it cannot
+    be opened or its experiment is deleted."""
+    tracker = Tracker(tracking_uri)
+    _refuse_deleted(tracker.client.get_experiment_by_name(name), name)
+    return tracker
+
+
 def _refuse_deleted(experiment, name: str) -> None:
     if experiment is not None and experiment.lifecycle_stage == "deleted":
         raise SweepError(f"MLflow experiment {name!r} is deleted; restore it in the UI or "
@@ -133,14 +141,6 @@ class Tracker:
     def __init__(self, tracking_uri: str):
         self.uri = tracking_uri
         self.client = open_store(tracking_uri)
-
-    @classmethod
-    def for_sweep(cls, tracking_uri: str, name: str) -> Tracker:
-        """The store of sweep ``name``, refused (before the sweep writes anything) when it
-        cannot be opened or its experiment is deleted."""
-        tracker = cls(tracking_uri)
-        _refuse_deleted(tracker.client.get_experiment_by_name(name), name)
-        return tracker
 
     def experiment(self, name: str, description: str = "") -> str:
         """The id of experiment ``name``, created if needed (tagged as model development)."""
