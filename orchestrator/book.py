@@ -405,7 +405,7 @@ class TrialBook:
         self.say = say or (lambda line: None)
         self.active: dict[int, Active] = {}  # by worker slot index
         self.runs = Runs(tracker, spec, study, spec_text, storage, self.active)
-        self.folders = Folders(paths.work_dir(tracking_uri, study.name), spec.keep_checkpoints)
+        self.folders = Folders(paths.work_dir(tracker.uri, study.name), spec.keep_checkpoints)
         self.best_value: int | str | None = None  # the best trial, or the Pareto front, logged
         self._next_stale_check = 0.0
         self._heartbeat = Heartbeat(study, self.active, spec.heartbeat_seconds) \

@@ -157,7 +157,7 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
             try:
                 book = TrialBook.open(spec, storage, tracking_uri, spec_text=spec_text, new=new,
                                       say=progress.trial_done if progress else None)
-            except SweepError:  # refused before any trial: leave no folder behind either
+            except (SweepError, KeyboardInterrupt):  # before any trial: leave no folder
                 pool.stop()
                 if made is not None:
                     shutil.rmtree(made, ignore_errors=True)
