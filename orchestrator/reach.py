@@ -42,7 +42,11 @@ def check_store(url: str, option: str, *, create: bool, missing_ok: bool = False
     file = paths.sqlite_file(url) if scheme == "sqlite" else _local_file(url, scheme)
     if file is None:  # a scheme this module does not know: the store's client says
         return
-    if file.is_dir():
+    if scheme != "sqlite" and option == "--tracking-uri":  # an MLflow file store: a folder
+        if file.exists() and not file.is_dir():
+            raise SweepError(f"{option} {mask(url)}: {file} is a file; an MLflow file store "
+                             f"is a folder (or use sqlite:///FILE)")
+    elif file.is_dir():
         raise SweepError(f"{option} {mask(url)}: {file} is a folder, not a store file; "
                          f"rename it, or pass {option} with a file path")
     if create or (missing_ok and not file.exists()):

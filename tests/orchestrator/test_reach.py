@@ -104,6 +104,7 @@ def test_an_optuna_journal_that_is_a_folder_is_one_line(empty, spec_file, comman
     (["run", "SPEC", "--storage", "a-file/optuna.journal"], "a-file is a file, not a folder"),
     (["run", "SPEC", "--storage", "sqlite:////proc/self/o.db"], "is not writable"),
     (["status", "--storage", "missing/optuna.journal"], "folder missing does not exist"),
+    (["reproduce", "0" * 32, "--tracking-uri", "file:a-file"], "an MLflow file store is a folder"),
 ])
 def test_an_unusable_output_or_store_path_is_one_line_before_any_work(empty, spec_file, args,
                                                                         says):
