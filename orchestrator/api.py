@@ -304,10 +304,14 @@ def report(spec_or_name: str | Path, *, out: str | Path | None = None, by: str |
         console: shows what it is doing while it works, when given.
 
     Raises:
-        SweepError: no such sweep, or ``by`` is not one of its searched settings.
+        SweepError: no such sweep, ``by`` is not one of its searched settings, or a store or
+            ``out`` cannot be used (checked before any work).
     """
     from .report import build_report, load_sweep, log_report
 
+    if out is not None:  # checked before any work, as the stores are
+        reach.check_out(out, folder=True)
+    check_stores(tracking_uri, storage, create=False)
     status = console.status if console is not None else (lambda _: contextlib.nullcontext())
     with status("reading the study and its runs..."):
         data = load_sweep(str(spec_or_name), tracking_uri or paths.default_tracking_uri(),
@@ -330,10 +334,12 @@ def reproduce(run_id: str, *, tracking_uri: str | None = None,
         The verdict: ``identical``, the compared ``rows``, the ``reasons`` curves may differ.
 
     Raises:
-        SweepError: no such trial run, or one without its settings.
+        SweepError: no such trial run, one without its settings, or a store that is missing
+            or does not answer.
     """
     from .reproduce import reproduce as again
 
+    check_stores(tracking_uri, False, create=False)  # a missing store is not made
     return again(run_id, tracking_uri or paths.default_tracking_uri(), progress=progress)
 
 
@@ -362,7 +368,8 @@ def export(run_id: str, *, formats: Iterable[str] | None = None, out: str | Path
         console: says what it exports while it works, when given.
 
     Raises:
-        SweepError: no such run, or its weights cannot be exported.
+        SweepError: no such run, its weights cannot be exported, or the store or ``out``
+            cannot be used (checked before any work).
     """
     import shutil
 
@@ -372,8 +379,9 @@ def export(run_id: str, *, formats: Iterable[str] | None = None, out: str | Path
     from .tracking import Tracker
 
     formats = tuple(formats or DEFAULT_EXPORT_FORMATS)
+    out = reach.check_out(out or f"export-{run_id}", folder=True)  # before any work
+    check_stores(tracking_uri, False, create=False)  # a missing store is not made
     tracker = Tracker(tracking_uri or paths.default_tracking_uri())
-    out = Path(out or f"export-{run_id}")
     with tempfile.TemporaryDirectory(prefix="sweep-export-") as tmp:
         settings_dict, weights = tracker.trial_files(run_id, tmp)
         status = contextlib.nullcontext()

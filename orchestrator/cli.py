@@ -578,7 +578,6 @@ def cmd_doctor(args, console: Console) -> int:
 
 
 def cmd_reproduce(args, console: Console) -> int:
-    api.check_stores(args.tracking_uri, False, create=False)
     verdict = api.reproduce(args.run_id, tracking_uri=args.tracking_uri,
                             progress=lambda e, n: console.print(f"  epoch {e}/{n}",
                                                                 soft_wrap=True))
@@ -602,9 +601,6 @@ def cmd_reproduce(args, console: Console) -> int:
 
 
 def cmd_report(args, console: Console) -> int:
-    if args.out:
-        reach.check_out(args.out, folder=True)
-    api.check_stores(args.tracking_uri, args.storage, create=False)
     if args.others:
         return _report_many(args, console)
     report = api.report(args.spec, out=args.out, by=args.by, tracking_uri=args.tracking_uri,
@@ -636,6 +632,9 @@ def _report_many(args, console: Console) -> int:
 
     if args.by:
         raise SweepError("--by colours one sweep's curves; with several sweeps, leave it out")
+    if args.out:
+        reach.check_out(args.out, folder=True)
+    api.check_stores(args.tracking_uri, args.storage, create=False)
     uri = args.tracking_uri or paths.default_tracking_uri()
     with console.status("reading the studies and their runs..."):
         datas = [load_sweep(s, uri, args.storage, curves=False)  # matched by value alone
@@ -657,8 +656,6 @@ def _report_many(args, console: Console) -> int:
 def cmd_export(args, console: Console) -> int:
     from .phases import export_line
 
-    reach.check_out(args.out or f"export-{args.run_id}", folder=True)
-    api.check_stores(args.tracking_uri, False, create=False)
     exported = api.export(args.run_id, formats=args.formats, out=args.out,
                           tracking_uri=args.tracking_uri, console=console)
     console.print(export_line({"report": exported.report}), soft_wrap=True)
