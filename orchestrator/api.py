@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from rich.console import Console
 
-from . import keys, paths
+from . import keys, paths, reach
 from . import space as sp
 from .display import Progress, config_name
 from .errors import SpecError, SweepError
@@ -189,14 +189,14 @@ def run(spec: str | Path | Mapping[str, Any] | SweepSpec, *, trials: int | None 
     spec, text = _spec_of(spec, overrides, max_grid)
     console = console or Console(highlight=False)
     _check(spec, console, tracking_uri, storage)
-    from .runner import EXIT_INTERRUPTED, run_sweep
+    from .runner import STOP_CODES, run_sweep
 
     shown = Progress(console, spec.name) if progress else contextlib.nullcontext()
     with shown as view:
         outcome = run_sweep(spec, spec_text=text, storage=storage, tracking_uri=tracking_uri,
                             workers=workers, gpus=gpus, new=new, force=force, progress=view)
     result = _result(spec, outcome)
-    if outcome.exit_code == EXIT_INTERRUPTED:
+    if outcome.exit_code in STOP_CODES.values():
         raise SweepInterrupted(result)
     return result
 
@@ -209,10 +209,22 @@ def _check(spec: SweepSpec, console: Console, tracking_uri: str | None,
         raise SweepError(*missing)
     for w in spec.warnings:
         console.print(f"warning: {w}", soft_wrap=True)
-    # before the worker pool makes its log folder next to the store
+    # before the worker pool makes its log folder next to the store, and the study
     paths.check_store_folders(tracking_uri, storage)
+    check_stores(tracking_uri, storage, create=True)
     logs = paths.work_dir(tracking_uri or paths.default_tracking_uri(), spec.name) / "logs"
     say_downloads(console, data_downloads(spec), f"its progress bar is in {logs}/worker-*.log")
+
+
+def check_stores(tracking_uri: str | None, storage: str | None, *, create: bool) -> None:
+    """:func:`reach.check_stores` for these flags, their defaults filled in (``storage``
+    False: a command that uses no study storage)."""
+    from .study import default_storage
+
+    uri = tracking_uri or paths.default_tracking_uri()
+    reach.check_store(uri, "--tracking-uri", create=create)
+    if storage is not False:
+        reach.check_store(storage or default_storage(uri), "--storage", create=create)
 
 
 def _result(spec: SweepSpec, outcome: Outcome) -> SweepResult:
@@ -295,10 +307,14 @@ def report(spec_or_name: str | Path, *, out: str | Path | None = None, by: str |
         console: shows what it is doing while it works, when given.
 
     Raises:
-        SweepError: no such sweep, or ``by`` is not one of its searched settings.
+        SweepError: no such sweep, ``by`` is not one of its searched settings, or a store or
+            ``out`` cannot be used (checked before any work).
     """
     from .report import build_report, load_sweep, log_report
 
+    if out is not None:  # checked before any work, as the stores are
+        reach.check_out(out, folder=True)
+    check_stores(tracking_uri, storage, create=False)
     status = console.status if console is not None else (lambda _: contextlib.nullcontext())
     with status("reading the study and its runs..."):
         data = load_sweep(str(spec_or_name), tracking_uri or paths.default_tracking_uri(),
@@ -321,10 +337,12 @@ def reproduce(run_id: str, *, tracking_uri: str | None = None,
         The verdict: ``identical``, the compared ``rows``, the ``reasons`` curves may differ.
 
     Raises:
-        SweepError: no such trial run, or one without its settings.
+        SweepError: no such trial run, one without its settings, or a store that is missing
+            or does not answer.
     """
     from .reproduce import reproduce as again
 
+    check_stores(tracking_uri, False, create=False)  # a missing store is not made
     return again(run_id, tracking_uri or paths.default_tracking_uri(), progress=progress)
 
 
@@ -353,7 +371,8 @@ def export(run_id: str, *, formats: Iterable[str] | None = None, out: str | Path
         console: says what it exports while it works, when given.
 
     Raises:
-        SweepError: no such run, or its weights cannot be exported.
+        SweepError: no such run, its weights cannot be exported, or the store or ``out``
+            cannot be used (checked before any work).
     """
     import shutil
 
@@ -363,8 +382,9 @@ def export(run_id: str, *, formats: Iterable[str] | None = None, out: str | Path
     from .tracking import Tracker
 
     formats = tuple(formats or DEFAULT_EXPORT_FORMATS)
+    out = reach.check_out(out or f"export-{run_id}", folder=True)  # before any work
+    check_stores(tracking_uri, False, create=False)  # a missing store is not made
     tracker = Tracker(tracking_uri or paths.default_tracking_uri())
-    out = Path(out or f"export-{run_id}")
     with tempfile.TemporaryDirectory(prefix="sweep-export-") as tmp:
         settings_dict, weights = tracker.trial_files(run_id, tmp)
         status = contextlib.nullcontext()

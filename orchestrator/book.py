@@ -11,6 +11,7 @@ import math
 import shutil
 import threading
 import time
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from .tracking import refused_input
 # Epochs reach MLflow at least this often (and at every trial's end): one call per flush, not per
 # epoch, keeps this process's share of the CPU small when epochs take a fraction of a second.
 FLUSH_SECONDS = 1.0
+ABORT_WAIT_S = 5.0  # how long an abort waits for MLflow still opening, to record the runs' end
 # a run to close: (trial number, the run id recorded on the trial or None, the reason)
 Closing = tuple[int, str | None, str]
 
@@ -73,17 +75,17 @@ class Tracking:
     packages: str  # `name==version` lines, an artifact of every trial run
 
 
-def open_tracking(tracking_uri: str, spec: SweepSpec, study: SweepStudy, spec_text: str,
+def open_tracking(tracker, spec: SweepSpec, study: SweepStudy, spec_text: str,
                   storage: str) -> Tracking:
-    """Open the MLflow store, the sweep's experiment and its parent run.
+    """Open the sweep's experiment and its parent run in the opened MLflow store ``tracker``.
 
     Several machines share one parent run: MLflow has no uniqueness rule to lean on, so the
     machine that created the study creates the parent run and stores its id in the study; the
     others read it from there (waiting for it when they join at the same moment).
     """
-    from .tracking import Tracker, environment_tags, installed_packages
+    from .tracking import environment_tags, installed_packages
 
-    tracker = Tracker(tracking_uri)
+    tracking_uri = tracker.uri
     experiment_id = tracker.experiment(spec.name, spec.description)
     env_tags = environment_tags()
     packages = installed_packages()
@@ -107,6 +109,23 @@ def open_tracking(tracking_uri: str, spec: SweepSpec, study: SweepStudy, spec_te
          keys.FINGERPRINT: spec.fingerprint(), **({keys.STUDY_ID: study_id} if study_id else {})})
     study.set_shared_parent(parent_id)
     return Tracking(tracker, experiment_id, parent_id, env_tags, packages)
+
+
+def open_stores(spec: SweepSpec, storage: str, tracking_uri: str, new: bool):
+    """The study (created if needed) and the opened MLflow store of a sweep.
+
+    Bad input fails before anything is written: an MLflow store that cannot be used, or the
+    sweep's deleted experiment, before the study is made (a new SQLite file holds neither, and
+    is created only once the study showed it recorded no runs in a file now gone).
+    """
+    from .tracking import tracker_for
+
+    paths.check_sqlite_folder(tracking_uri, "--tracking-uri")
+    db = paths.sqlite_file(tracking_uri)
+    tracker = None if db is not None and not db.exists() else tracker_for(tracking_uri, spec.name)
+    study = SweepStudy.open(spec, storage, new=new)
+    check_store_present(tracking_uri, study)
+    return study, tracker or tracker_for(tracking_uri, spec.name)
 
 
 class StoreBroke(SweepError):
@@ -262,17 +281,18 @@ class Folders:
 
 
 class Runs:
-    """The MLflow side of the book: opened in a thread, because importing MLflow and creating its
-    store take seconds while the first trials already train. Until it is attached, trials live
-    in Optuna only; their runs are created then, with their true start times."""
+    """The MLflow side of the book: its experiment and parent run made in a thread (the store
+    ``tracker`` was opened before the study: a store that cannot be used creates nothing), while
+    the first trials already train. Until it is attached, trials live in Optuna only; their runs
+    are created then, with their true start times."""
 
-    def __init__(self, tracking_uri: str, spec: SweepSpec, study: SweepStudy, spec_text: str,
+    def __init__(self, tracker, spec: SweepSpec, study: SweepStudy, spec_text: str,
                  storage: str, active: dict[int, Active]):
         self.study, self.active = study, active
         self._setup = ThreadPoolExecutor(1).submit(
-            open_tracking, tracking_uri, spec, study, spec_text, storage)
+            open_tracking, tracker, spec, study, spec_text, storage)
         self.opened: Tracking | None = None
-        self.tracking_uri = tracking_uri
+        self.tracking_uri = tracker.uri
         self.broken: SweepError | None = None  # why the MLflow side cannot be used, once it broke
         # (trial number, run id, reason) of runs to close once attached
         self._unclosed: list[Closing] = []
@@ -283,17 +303,19 @@ class Runs:
         assert self.opened is not None, "attach() first"
         return self.opened.tracker
 
-    def attach(self, wait: bool = True) -> bool:
-        """Take the MLflow side once its thread opened it (with ``wait``, block until then):
-        create the runs of the trials that started before, log their epochs, and close the runs
-        that dead processes left RUNNING. Returns whether MLflow is attached.
+    def attach(self, wait: bool = True, timeout: float | None = None) -> bool:
+        """Take the MLflow side once its thread opened it (with ``wait``, block until then, or
+        for ``timeout`` s at most): create the runs of the trials that started before, log their
+        epochs, and close the runs that dead processes left RUNNING. Returns whether MLflow is
+        attached.
 
         Raises:
             SweepError: the MLflow store cannot be opened (:attr:`broken` says so too).
         """
         if self.opened is not None:
             return True
-        if not wait and not self._setup.done():
+        futures.wait([self._setup], timeout=timeout if wait else 0)
+        if not self._setup.done():
             return False
         try:
             opened = self._setup.result()
@@ -389,14 +411,14 @@ class TrialBook:
         say: shows one line to the user (a trial ended, a sweep resumed...).
     """
 
-    def __init__(self, spec: SweepSpec, study: SweepStudy, *, tracking_uri: str, storage: str,
+    def __init__(self, spec: SweepSpec, study: SweepStudy, *, tracker, storage: str,
                  spec_text: str, say: Callable[[str], None] | None = None):
         self.spec, self.study = spec, study
-        self.storage, self.tracking_uri = storage, tracking_uri
+        self.storage, self.tracking_uri = storage, tracker.uri
         self.say = say or (lambda line: None)
         self.active: dict[int, Active] = {}  # by worker slot index
-        self.runs = Runs(tracking_uri, spec, study, spec_text, storage, self.active)
-        self.folders = Folders(paths.work_dir(tracking_uri, study.name), spec.keep_checkpoints)
+        self.runs = Runs(tracker, spec, study, spec_text, storage, self.active)
+        self.folders = Folders(paths.work_dir(tracker.uri, study.name), spec.keep_checkpoints)
         self.best_value: int | str | None = None  # the best trial, or the Pareto front, logged
         self._next_stale_check = 0.0
         self._heartbeat = Heartbeat(study, self.active, spec.heartbeat_seconds) \
@@ -411,12 +433,8 @@ class TrialBook:
         Raises:
             SweepError: a store cannot be opened, or the study belongs to another sweep.
         """
-        # bad input fails here, before anything is written (and without importing MLflow)
-        paths.check_sqlite_folder(tracking_uri, "--tracking-uri")
-        study = SweepStudy.open(spec, storage, new=new)
-        check_store_present(tracking_uri, study)
-        book = cls(spec, study, tracking_uri=tracking_uri, storage=storage, spec_text=spec_text,
-                   say=say)
+        study, tracker = open_stores(spec, storage, tracking_uri, new)
+        book = cls(spec, study, tracker=tracker, storage=storage, spec_text=spec_text, say=say)
         if new:
             book.say(f"starting a fresh study {study.name!r} (--new)")
         recover_orphans(book)
@@ -586,10 +604,14 @@ class TrialBook:
         machines' trials still run (their last machine ends it). A store raising for one trial
         stops none of the others. When the MLflow store broke, the trials are queued for retry in
         Optuna alone (kind ``store``): the store failing is never the trials' fault."""
+        try:  # a store that does not answer (its client retrying) is not waited for
+            attached = self.runs.attach(timeout=ABORT_WAIT_S)
+        except Exception:  # noqa: BLE001 - it broke: runs.broken says how
+            attached = False
         for slot in list(self.active):
             active = self.active.pop(slot)
             try:
-                if self.runs.broken is None:
+                if attached and self.runs.broken is None:
                     self._fail(active, reason, kind)
                     continue
             except Exception:  # noqa: BLE001 - before Optuna was told (see _fail): told below
@@ -601,7 +623,7 @@ class TrialBook:
                 self.study.fail(active.pending, f"the MLflow store failed: {broken}" if broken
                                 else reason, "store" if broken else kind,
                                 broken is not None or self.will_retry(kind, active.pending.root))
-        if self.runs.broken is None and not others_running(self.study):
+        if attached and self.runs.broken is None and not others_running(self.study):
             with contextlib.suppress(Exception):
                 self.end_parent("KILLED" if kind == "interrupt" else "FAILED")
 

@@ -2,15 +2,18 @@
 
 Exit codes (:data:`EXIT_CODES`): 0 done, 1 done with a negative answer (trials failed for good),
 2 bad input (one line naming the field, the value and the fix), 3 the command could not finish
-(a full disk, or a bug: one line naming the file with the traceback), 130 interrupted.
+(a full disk, or a bug: one line naming the file with the traceback), 130 interrupted (SIGINT),
+143 stopped (SIGTERM).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import shutil
+import signal
 import sys
 import textwrap
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -20,7 +23,7 @@ from rich.table import Table
 
 from trainers import DEFAULT_EXPORT_FORMATS, EXPORT_FORMATS
 
-from . import api, paths
+from . import api, paths, reach
 from .display import params_text, sweep_command
 from .errors import SweepError, disk_full
 from .objectives import values_text
@@ -35,8 +38,9 @@ from .server import (
 from .space import grid_size
 from .spec import MAX_GRID, data_downloads, data_problems, load_spec, tag_overrides
 
-# 0, 1 and 130 are also what a sweep run ends with (orchestrator.runner: a test ties them)
-EXIT_OK, EXIT_FAILED_TRIALS, EXIT_BAD_INPUT, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+# 0, 1, 130 and 143 are also what a sweep run ends with (orchestrator.runner: a test ties them)
+EXIT_OK, EXIT_FAILED_TRIALS, EXIT_BAD_INPUT, EXIT_ERROR = 0, 1, 2, 3
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM
 EXIT_CODES = {  # in `sweep --help` and the README's table (a test compares them)
     EXIT_OK: "done",
     EXIT_FAILED_TRIALS: "done, with a negative answer: trials failed for good (run), curves "
@@ -45,7 +49,8 @@ EXIT_CODES = {  # in `sweep --help` and the README's table (a test compares them
                     "preflight check FAILed (doctor, and run before any trial)",
     EXIT_ERROR: "the command could not finish: a full disk (one line saying what to free) or a "
                 "bug in sweep (one line naming the file that holds the traceback)",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C, SIGTERM)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C, SIGINT)",
+    EXIT_TERMINATED: "stopped by SIGTERM",
 }
 FREE_SPACE = ("free space there (or move the stores with --tracking-uri and --storage), then run "
               "the same command again: a sweep resumes where it stopped, its finished trials kept")
@@ -260,9 +265,17 @@ def _completion_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("shell", choices=COMPLETION_SHELLS)
 
 
+def _terminate(signum, frame):
+    """SIGTERM stops a command as Ctrl-C does (its default would end the process at once,
+    nothing closed, no line said)."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=False, highlight=False)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return COMMANDS[args.command].run(args, console)
     except SweepError as e:
@@ -272,12 +285,17 @@ def main(argv: list[str] | None = None) -> int:
         for line in e.lines:
             sys.stderr.write(f"sweep: {line}\n")
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         sys.stderr.write("sweep: interrupted\n")
-        return EXIT_INTERRUPTED
+        return stop_code(e)
     except Exception as e:  # the last guard: one line, the traceback in a file
         sys.stderr.write(f"sweep: {unexpected_line(e, args)}\n")
         return EXIT_ERROR
+
+
+def stop_code(interrupt: KeyboardInterrupt) -> int:
+    """130 for Ctrl-C (SIGINT), 143 for SIGTERM: what the handlers that raised it name."""
+    return EXIT_TERMINATED if "SIGTERM" in interrupt.args else EXIT_INTERRUPTED
 
 
 def unexpected_line(error: Exception, args: argparse.Namespace) -> str:
@@ -381,7 +399,8 @@ def print_summary(console: Console, spec, outcome) -> None:
     on a narrow or piped console), then the commands that look at it."""
     c = outcome.counts
     name = outcome.study_name or spec.name  # NAME-2... after --new: the study that ran
-    state = "interrupted" if outcome.exit_code == EXIT_INTERRUPTED else "finished"
+    state = "interrupted" if outcome.exit_code in (EXIT_INTERRUPTED, EXIT_TERMINATED) else \
+        "finished"
     console.print(f"sweep {name!r} {state} in {outcome.elapsed:.1f} s: {c['complete']} "
                   f"complete, {c['pruned']} pruned, {c['fail']} failed", soft_wrap=True)
     objective = "; ".join(f"{o.label}, {o.goal}" for o in spec.objectives)
@@ -463,7 +482,9 @@ def _browse_lines(name: str, outcome) -> str:
 def cmd_status(args, console: Console) -> int:
     from .status import show, storage_url
 
-    return show(console, args.name, storage_url(args.tracking_uri, args.storage))
+    url = storage_url(args.tracking_uri, args.storage)
+    reach.check_store(url, "--storage", create=False, missing_ok=True)  # none yet: no sweeps
+    return show(console, args.name, url)
 
 
 def cmd_schema(args, console: Console) -> int:
@@ -471,13 +492,13 @@ def cmd_schema(args, console: Console) -> int:
 
     from .schema import json_schema
 
+    if args.out:  # before any work
+        reach.check_out(args.out, folder=False)
     text = json.dumps(json_schema(), indent=2) + "\n"
     if not args.out:
         sys.stdout.write(text)
         return 0
-    out = Path(args.out)
-    if not out.parent.is_dir():
-        raise SweepError(f"--out {args.out}: folder {out.parent} does not exist; create it first")
+    out = reach.check_out(args.out, folder=False)
     out.write_text(text)
     console.print(f"wrote {out} (editors: see README, The sweep YAML)", soft_wrap=True)
     return 0
@@ -528,6 +549,8 @@ def cmd_doctor(args, console: Console) -> int:
     from .phases import check_in_worker
     from .spec import PreflightSpec
 
+    if args.out:
+        reach.check_out(args.out, folder=True)
     spec = load_spec(args.spec, args.overrides, args.max_grid)
     missing = data_problems(spec)
     if missing:
@@ -616,6 +639,9 @@ def _report_many(args, console: Console) -> int:
 
     if args.by:
         raise SweepError("--by colours one sweep's curves; with several sweeps, leave it out")
+    if args.out:
+        reach.check_out(args.out, folder=True)
+    api.check_stores(args.tracking_uri, args.storage, create=False)
     uri = args.tracking_uri or paths.default_tracking_uri()
     with console.status("reading the studies and their runs..."):
         datas = [load_sweep(s, uri, args.storage, curves=False)  # matched by value alone
@@ -650,6 +676,7 @@ def cmd_ui(args, console: Console) -> int:
 
     check_address(console, args.host, args.port)
     uri = args.tracking_uri or paths.default_tracking_uri()
+    reach.check_store(uri, "--tracking-uri", create=False)  # the UI would make an empty one
     # the sweep is looked up by the server once it answers: this process then imports no
     # MLflow (4 s of CPU before the server could start)
     path = (lambda base: sweep_table(base, args.name, uri)) if args.name else ""
@@ -782,15 +809,20 @@ def entry() -> None:
     unload MLflow's, SQLAlchemy's and Optuna's modules one by one (about 2 s on a 2-core
     machine, after every command). What a normal exit does first is done: threads are shut
     down as the interpreter would (thread pools told to end, then every non-daemon thread
-    joined), then the exit hooks run (logging's flush among them).
+    joined), then the exit hooks run (logging's flush among them). After a SIGINT or SIGTERM
+    no thread is waited for (a store's client may be retrying for minutes), and a signal
+    during the exit ends it with that signal's code, no traceback.
     """
     import atexit
-    import os
-    import threading
 
     code = main()
-    threading._shutdown()  # what Py_FinalizeEx calls first: pools' exit hooks, then joins
-    atexit._run_exitfuncs()
+    try:
+        if code not in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+            threading._shutdown()  # what Py_FinalizeEx calls first: pools' exit hooks, joins
+            atexit._run_exitfuncs()
+    except KeyboardInterrupt as e:
+        sys.stderr.write("sweep: interrupted\n")
+        code = stop_code(e)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -68,6 +68,9 @@ def check_journal_folder(storage: str) -> None:
 
 
 def _check_folder(file: Path | None, url: str, option: str) -> None:
+    if file is not None and file.parent.exists() and not file.parent.is_dir():
+        raise SweepError(f"{option} {mask(url)}: {file.parent} is a file, not a folder; give a "
+                         f"path in a folder")
     if file is not None and not file.parent.is_dir():
         raise SweepError(f"{option} {mask(url)}: folder {file.parent} does not exist; create "
                          f"it first")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import posixpath
+import shutil
 import signal
 import statistics
 import tempfile
@@ -47,7 +48,8 @@ from .spec import SweepSpec, warm_up_settings
 from .study import PendingTrial, claim_end, default_storage, end_done
 from .workers import Worker, WorkerPool
 
-EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED = 0, 1, 130
+EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 130, 143
+STOP_CODES = {"SIGINT": EXIT_INTERRUPTED, "SIGTERM": EXIT_TERMINATED}  # 128 + the signal
 
 
 @dataclass
@@ -69,7 +71,9 @@ class Outcome:
 
 
 class _Signals:
-    """SIGINT/SIGTERM set a flag the loop checks; a second one exits at once.
+    """SIGINT/SIGTERM set a flag the loop checks; a second one exits at once, and so does the
+    first after :data:`ESCALATE_S` s in which the orderly stop did not end (a store's client
+    retrying, a wait for a store that does not answer): the signal is sent again then.
 
     Python runs signal handlers in the main thread alone and lets only it set them, so a sweep
     run from another thread (a notebook's background thread, a server) installs none: there
@@ -77,9 +81,12 @@ class _Signals:
     kernel's interrupt is a SIGINT, so it stops the sweep as Ctrl-C does in a terminal.
     """
 
+    ESCALATE_S = 10.0
+
     def __init__(self):
         self.received: str | None = None
         self._old = {}
+        self._ended = threading.Event()
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -88,11 +95,24 @@ class _Signals:
         return self
 
     def _handle(self, signum, frame):
-        if self.received:
-            raise KeyboardInterrupt
+        if self.received:  # the stop's name, for the exit code (cli.main reads it)
+            raise KeyboardInterrupt(self.received)
         self.received = signal.Signals(signum).name
+        threading.Thread(target=self._escalate, args=(signum, threading.main_thread().ident),
+                         name="sweep-stop", daemon=True).start()
+
+    def _escalate(self, signum: int, main: int) -> None:
+        # a signal delivered to the main thread wakes it from a blocking call (a sleep between
+        # retries, a socket), where a flag would wait for the call to return
+        while not self._ended.wait(self.ESCALATE_S):
+            signal.pthread_kill(main, signum)
+
+    @property
+    def exit_code(self) -> int:
+        return STOP_CODES.get(self.received or "", EXIT_INTERRUPTED)
 
     def __exit__(self, *exc):
+        self._ended.set()
         for sig, old in self._old.items():
             signal.signal(sig, old)
 
@@ -127,13 +147,20 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
                        workers_per_gpu=spec.workers_per_gpu,
                        devices_per_trial=spec.train.get("devices_per_trial", 1))
     # Workers never touch the stores, so they can import torch while the stores are created.
-    pool = WorkerPool(slots, paths.work_dir(tracking_uri, spec.name) / "logs",
-                      warm=warm_up_settings(spec))
+    logs = paths.work_dir(tracking_uri, spec.name) / "logs"
+    made = next((f for f in (*reversed(logs.parents[:2]), logs) if not f.exists()), None)
+    pool = WorkerPool(slots, logs, warm=warm_up_settings(spec))
     pool.start()
     try:
         with _Signals() as signals:
-            book = TrialBook.open(spec, storage, tracking_uri, spec_text=spec_text, new=new,
-                                  say=progress.trial_done if progress else None)
+            try:
+                book = TrialBook.open(spec, storage, tracking_uri, spec_text=spec_text, new=new,
+                                      say=progress.trial_done if progress else None)
+            except (SweepError, KeyboardInterrupt):  # before any trial: leave no folder
+                pool.stop()
+                if made is not None:
+                    shutil.rmtree(made, ignore_errors=True)
+                raise
             loop = _Loop(book, pool, signals, progress, force)
             try:
                 return loop.run(started)
@@ -372,15 +399,18 @@ class _Loop:
         self.book.abort(reason, kind)
 
     def _outcome(self, started: float, interrupted: bool) -> Outcome:
-        self.book.attach_tracking()
+        if not interrupted:  # an interrupt waited for MLflow in abort() already
+            self.book.attach_tracking()
+        opened = self.book.runs.opened
         counts = self.study.counts()
         best = [{"number": t.number, "value": t.values[0], "values": t.values,
                  "settings": sp.settings_for(self.spec.space, t.params),
                  "run_id": t.user_attrs.get(keys.RUN_ID)}  # several objectives: the front
                 for t in self.study.best(None if self.spec.is_multi_objective else 5)]
-        code = (EXIT_INTERRUPTED if interrupted else
+        code = (self.signals.exit_code if interrupted else
                 EXIT_FAILED_TRIALS if counts["fail"] else EXIT_OK)
-        return Outcome(code, counts, best, self.book.experiment_id, self.book.parent_id,
+        return Outcome(code, counts, best, opened.experiment_id if opened else "",
+                       opened.parent_id if opened else "",
                        self.book.tracking_uri, self.book.storage, time.monotonic() - started,
                        self.test, configurations(self.study), self.study.name)
 

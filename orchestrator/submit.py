@@ -409,10 +409,12 @@ def create_once(spec, storage: str, tracking_uri: str) -> tuple[str, str]:
     from . import keys
     from .book import open_tracking
     from .study import SweepStudy
+    from .tracking import tracker_for
 
+    tracker = tracker_for(tracking_uri, spec.name)  # refused before the study is made
     study = SweepStudy.open(spec, storage)
     study.study.set_user_attr(keys.SUBMITTED, True)  # before any task joins: see _sampler_offset
-    tracking = open_tracking(tracking_uri, spec, study, spec.text, storage)
+    tracking = open_tracking(tracker, spec, study, spec.text, storage)
     return study.name, tracking.parent_id
 
 

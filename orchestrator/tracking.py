@@ -165,6 +165,20 @@ def _artifact_root(tracking_uri: str) -> str | None:
     return None  # the server's or the store's default
 
 
+def tracker_for(tracking_uri: str, name: str) -> Tracker:
+    """The store of sweep ``name``, refused (before the sweep writes anything) when it cannot
+    be opened or its experiment is deleted."""
+    tracker = Tracker(tracking_uri)
+    _refuse_deleted(tracker.client.get_experiment_by_name(name), name)
+    return tracker
+
+
+def _refuse_deleted(experiment, name: str) -> None:
+    if experiment is not None and experiment.lifecycle_stage == "deleted":
+        raise SweepError(f"MLflow experiment {name!r} is deleted; restore it in the UI or "
+                         f"`mlflow gc` it, or use another sweep name")
+
+
 class Tracker:
     """MLflow bookkeeping of one sweep (experiment, parent run, trial runs), and every read of
     the store by the commands that look at a sweep afterwards (report, export, reproduce)."""
@@ -177,9 +191,7 @@ class Tracker:
         """The id of experiment ``name``, created if needed (tagged as model development)."""
         exp = self.client.get_experiment_by_name(name)
         if exp is not None:
-            if exp.lifecycle_stage == "deleted":
-                raise SweepError(f"MLflow experiment {name!r} is deleted; restore it in the UI "
-                                 f"or `mlflow gc` it, or use another sweep name")
+            _refuse_deleted(exp, name)
             if keys.EXPERIMENT_KIND not in exp.tags:  # made by an older sweep or by hand
                 self.client.set_experiment_tag(exp.experiment_id, keys.EXPERIMENT_KIND, MODEL_KIND)
             return exp.experiment_id

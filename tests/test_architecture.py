@@ -27,7 +27,8 @@ LAYERS: list[set[str]] = [
     {"trainers.export", "trainers.preflight", "trainers.rank"},
     {"trainers"},
     # orchestrator: pure pieces, the stores, the coordinator's rooms, the loop, the commands
-    {"orchestrator.errors", "orchestrator.paths", "orchestrator.keys", "orchestrator.protocol"},
+    {"orchestrator.errors", "orchestrator.paths", "orchestrator.keys", "orchestrator.protocol",
+     "orchestrator.reach"},
     {"orchestrator.space", "orchestrator.slots", "orchestrator.locks", "orchestrator.stats",
      "orchestrator.usage", "orchestrator.objectives"},
     {"orchestrator.spec"},

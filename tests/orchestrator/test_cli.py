@@ -203,6 +203,7 @@ def test_an_unexpected_error_exits_3_not_the_1_of_failed_trials(tmp_path, monkey
     study = optuna.create_study(study_name="odd",
                                 storage=JournalStorage(JournalFileBackend(str(journal))))
     study.set_user_attr(keys.IDENTITY, "{not json")
+    (tmp_path / "mlflow.db").touch()  # an empty SQLite database: report reads no missing store
     monkeypatch.chdir(tmp_path)
     capsys.readouterr()  # Optuna's line about the study it created
     code = main(["report", "odd", "--storage", str(journal), "--tracking-uri",
@@ -218,9 +219,10 @@ def test_an_unexpected_error_exits_3_not_the_1_of_failed_trials(tmp_path, monkey
 def test_sweep_help_and_the_docs_list_the_same_exit_codes():
     from orchestrator import cli, runner
 
-    for name in ("EXIT_OK", "EXIT_FAILED_TRIALS", "EXIT_INTERRUPTED"):  # what sweep run ends with
+    for name in ("EXIT_OK", "EXIT_FAILED_TRIALS", "EXIT_INTERRUPTED",  # what sweep run ends with
+                 "EXIT_TERMINATED"):
         assert getattr(runner, name) == getattr(cli, name)
-    assert list(EXIT_CODES) == [0, 1, 2, 3, 130]
+    assert list(EXIT_CODES) == [0, 1, 2, 3, 130, 143]
     epilog = build_parser().format_help().split("exit codes:\n")[1].split("\n\n")[0]
     listed = {int(m[0]): " ".join(m[1].split()) for m in re.findall(
         r"^  (\d+) +(.+(?:\n {7}.+)*)", epilog, re.M)}

@@ -6,6 +6,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import SLACK, tiny_spec
 
 
@@ -178,3 +180,111 @@ def test_timeout_stops_launching_and_lets_running_trials_finish(cli, stores, wri
     trials = stores.study("tiny").trials
     assert 0 < len(trials) < 200
     assert all(t.state.name == "COMPLETE" for t in trials)
+
+
+class FakeServer:
+    """A TCP server on a free port of 127.0.0.1 that accepts every connection and either never
+    answers (``silent``: a store hung, or another program on its port) or answers each request
+    with HTTP 503 (``busy``: a store whose clients retry with backoff). ``connections`` counts
+    the connections it accepted."""
+
+    def __init__(self, mode: str):
+        import socket
+        import threading
+
+        self.mode, self.connections, self.held = mode, 0, []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            self.connections += 1
+            if self.mode == "silent":
+                self.held.append(conn)
+                continue
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                             b"Connection: close\r\n\r\n")
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+STOP_BOUND_S = 60  # from the signal to the exit: generous for a loaded 2-core machine
+
+
+@pytest.mark.parametrize("mode, flag, url, sig, code", [
+    ("silent", "--tracking-uri", "http://127.0.0.1:{port}", signal.SIGINT, 130),
+    ("silent", "--tracking-uri", "http://127.0.0.1:{port}", signal.SIGTERM, 143),
+    ("silent", "--storage", "postgresql://postgres@127.0.0.1:{port}/sweeps", signal.SIGTERM, 143),
+    ("busy", "--tracking-uri", "http://127.0.0.1:{port}", signal.SIGINT, 130),
+    ("busy", "--tracking-uri", "http://127.0.0.1:{port}", signal.SIGTERM, 143),
+], ids=["http-silent-int", "http-silent-term", "postgresql-silent-term", "http-retrying-int",
+        "http-retrying-term"])
+def test_a_signal_while_run_waits_for_a_store_ends_it_within_seconds_writing_no_study(
+        tmp_path, write_spec, mode, flag, url, sig, code):
+    server = FakeServer(mode)
+    spec = write_spec(tiny_spec(workers=1))
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(spec), flag,
+                             url.format(port=server.port)], cwd=work, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        _stopped_while_waiting(proc, server, sig, code)
+    finally:
+        proc.kill()
+        server.close()
+    assert not (work / "optuna.journal").exists()  # no study was made
+    assert not (work / ".sweep").exists()
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_status_waits_for_a_silent_storage_proxy_ends_it_within_seconds(
+        tmp_path, sig, code):
+    server = FakeServer("silent")
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "status", "--storage",
+                             f"grpc://127.0.0.1:{server.port}"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        _stopped_while_waiting(proc, server, sig, code)
+    finally:
+        proc.kill()
+        server.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def _stopped_while_waiting(proc: subprocess.Popen, server: FakeServer, sig: int,
+                           code: int) -> None:
+    """A second after ``proc`` first connected to ``server`` (then it waits for the store's
+    answer, retries, or still starts up), send ``sig``; assert it exits with ``code`` within
+    :data:`STOP_BOUND_S`, saying so in one line without a traceback."""
+    deadline = time.monotonic() + 120
+    while server.connections < 1:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the command never reached the store"
+        time.sleep(0.2)
+    time.sleep(1)
+    assert proc.poll() is None, proc.communicate()
+    t0 = time.monotonic()
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=STOP_BOUND_S * 3)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == code, (proc.returncode, err)
+    assert "Traceback" not in err and "sweep: interrupted" in err, err
+    assert elapsed < STOP_BOUND_S, f"exited {elapsed:.0f} s after the signal"

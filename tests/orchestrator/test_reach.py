@@ -1,0 +1,148 @@
+"""A refused command is one line, exit 2, at once, and leaves nothing behind: stores that do
+not answer are found before anything is created, output paths before any work."""
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import free_port, run_cli, tiny_spec
+
+BOUND_S = 60  # far above the probe's 5 s on a loaded machine, far below a client's retries
+
+
+def listing(folder: Path) -> list[str]:
+    """Every file and folder under ``folder``, as relative paths."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def refused(folder: Path, *args: str) -> str:
+    """Run ``sweep ARGS`` in ``folder``; assert it is refused (exit 2, one line, no traceback)
+    within :data:`BOUND_S` and left ``folder`` as it was; return its line."""
+    before = listing(folder)
+    t0 = time.monotonic()
+    out = run_cli(*args, cwd=folder, timeout=BOUND_S * 3)
+    elapsed = time.monotonic() - t0
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sweep: "), out.stderr
+    assert elapsed < BOUND_S, f"refused after {elapsed:.0f} s"
+    assert listing(folder) == before, "a refused command left files behind"
+    return lines[0]
+
+
+@pytest.fixture
+def spec_file(tmp_path) -> Path:
+    """A valid sweep YAML outside the folder the command runs in."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny_spec()))
+    return path
+
+
+@pytest.fixture
+def empty(tmp_path) -> Path:
+    folder = tmp_path / "work"
+    folder.mkdir()
+    return folder
+
+
+CLOSED = "127.0.0.1:{port}"  # a port nothing listens on
+
+
+@pytest.mark.parametrize("command, flag, url", [
+    ("run", "--tracking-uri", "http://{addr}"),
+    ("run", "--storage", "postgresql://postgres@{addr}/sweeps"),
+    ("run", "--tracking-uri", "postgresql+psycopg://postgres@{addr}/mlflow"),
+    ("run", "--storage", "grpc://{addr}"),
+    ("status", "--storage", "grpc://{addr}"),
+    ("status", "--storage", "mysql+pymysql://root@{addr}/sweeps"),
+    ("report", "--tracking-uri", "http://{addr}"),
+    ("reproduce", "--tracking-uri", "http://{addr}"),
+    ("export", "--tracking-uri", "http://{addr}"),
+    ("ui", "--tracking-uri", "postgresql://postgres@{addr}/mlflow"),
+])
+def test_a_store_server_nothing_answers_is_refused_within_seconds_before_anything_is_made(
+        empty, spec_file, command, flag, url):
+    url = url.format(addr=CLOSED.format(port=free_port()))
+    first = {"run": str(spec_file), "status": "tiny", "report": "tiny", "reproduce": "0" * 32,
+             "export": "0" * 32, "ui": "tiny"}[command]
+    line = refused(empty, command, first, flag, url)
+    assert line.startswith(f"sweep: {flag} {url}: nothing answers at 127.0.0.1:")
+
+
+def test_a_run_refused_for_its_store_writes_no_study(empty, spec_file):
+    storage = empty / "optuna.journal"
+    refused(empty, "run", str(spec_file), "--tracking-uri",
+            f"http://{CLOSED.format(port=free_port())}", "--storage", str(storage))
+    assert not storage.exists()
+
+
+@pytest.mark.parametrize("command", ["run", "status", "report"])
+def test_an_optuna_journal_that_is_a_folder_is_one_line(empty, spec_file, command):
+    (empty / "optuna.journal").mkdir()
+    first = {"run": str(spec_file), "status": "tiny", "report": "tiny"}[command]
+    extra = ["--tracking-uri", f"sqlite:///{empty / 'mlflow.db'}"] if command == "report" else []
+    if command == "report":
+        (empty / "mlflow.db").touch()
+    line = refused(empty, command, first, *extra)
+    assert f"{empty / 'optuna.journal'} is a folder, not a store file" in line
+
+
+@pytest.mark.parametrize("args, says", [
+    (["schema", "--out", "."], "--out .: is a folder; give the path of a file to write"),
+    (["schema", "--out", "missing/s.json"], "folder missing does not exist"),
+    (["schema", "--out", "/proc/self/s.json"], "is not writable"),
+    (["schema", "--out", "a-file/s.json"], "a-file is a file, not a folder"),
+    (["report", "tiny", "--out", "a-file"], "--out a-file: is a file; give a folder"),
+    (["report", "tiny", "--out", "missing/report"], "folder missing does not exist"),
+    (["export", "0" * 32, "--out", "a-file"], "--out a-file: is a file; give a folder"),
+    (["export", "0" * 32, "--out", "/proc/self/x"], "is not writable"),
+    (["doctor", "SPEC", "--out", "a-file"], "--out a-file: is a file; give a folder"),
+    (["run", "SPEC", "--tracking-uri", "sqlite:///a-folder"], "a-folder is a folder"),
+    (["run", "SPEC", "--storage", "a-folder"], "a-folder is a folder"),
+    (["run", "SPEC", "--storage", "a-file/optuna.journal"], "a-file is a file, not a folder"),
+    (["run", "SPEC", "--storage", "sqlite:////proc/self/o.db"], "is not writable"),
+    (["status", "--storage", "missing/optuna.journal"], "folder missing does not exist"),
+    (["reproduce", "0" * 32, "--tracking-uri", "file:a-file"], "an MLflow file store is a folder"),
+])
+def test_an_unusable_output_or_store_path_is_one_line_before_any_work(empty, spec_file, args,
+                                                                        says):
+    (empty / "a-file").write_text("mine")
+    (empty / "a-folder").mkdir()
+    line = refused(empty, *[str(spec_file) if a == "SPEC" else a for a in args])
+    assert says in line
+    assert (empty / "a-file").read_text() == "mine"
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "missing.yaml"],
+    ["run", "SPEC", "--trials", "0"],
+    ["run", "SPEC", "--tracking-uri", "sqlite:///missing/mlflow.db"],
+    ["status", "tiny"],
+    ["report", "tiny"],
+    ["export", "0" * 32],
+    ["reproduce", "0" * 32],
+    ["ui", "tiny"],
+    ["ui"],
+    ["doctor", "missing.yaml"],
+    ["doctor", "BAD"],
+    ["validate", "BAD"],
+    ["schema", "--out", "missing/s.json"],
+])
+def test_a_refused_command_in_an_empty_folder_leaves_it_empty(empty, spec_file, args):
+    bad = spec_file.with_name("bad.yaml")
+    bad.write_text("name: [unclosed\n")
+    refused(empty, *[{"SPEC": str(spec_file), "BAD": str(bad)}.get(a, a) for a in args])
+    assert listing(empty) == []
+
+
+@pytest.mark.parametrize("new", [False, True])
+def test_a_run_of_a_sweep_whose_experiment_was_deleted_is_refused_before_its_study(
+        stores, write_spec, new):
+    client = stores.client()
+    client.delete_experiment(client.create_experiment("tiny"))
+    line = refused(stores.dir, "run", str(write_spec(tiny_spec())), *(["--new"] if new else []))
+    assert line == ("sweep: MLflow experiment 'tiny' is deleted; restore it in the UI or "
+                    "`mlflow gc` it, or use another sweep name")
+    assert not stores.journal.exists()  # no study, no trial
