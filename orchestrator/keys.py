@@ -109,6 +109,10 @@ STOPPED_EARLY = _key("sweep.stopped_early", (TRIAL_ATTR, TRIAL_TAG),
 EXPERIMENT_KIND = _key("mlflow.experimentKind", EXPERIMENT_TAG,
                        "`custom_model_development`: MLflow's model-training experiment type")
 NOTE = _key("mlflow.note.content", EXPERIMENT_TAG, "the sweep's `description`")
+RUNS_VIEW_ID = "sweep"  # the view's key in its tag's name, and in the URL that opens it
+RUNS_VIEW = _key(f"mlflow.sharedViewState.{RUNS_VIEW_ID}", EXPERIMENT_TAG,
+                 "the runs table's saved view `sweep ui` opens: best objective first, the "
+                 "objective's metric and the searched settings as columns")
 
 # --- every run -------------------------------------------------------------------------------
 ROLE = _key("sweep.role", RUN_TAG + (REPRODUCTION_TAG,), "parent, trial or reproduction")
