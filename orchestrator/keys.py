@@ -108,7 +108,11 @@ STOPPED_EARLY = _key("sweep.stopped_early", (TRIAL_ATTR, TRIAL_TAG),
 # --- the MLflow experiment -------------------------------------------------------------------
 EXPERIMENT_KIND = _key("mlflow.experimentKind", EXPERIMENT_TAG,
                        "`custom_model_development`: MLflow's model-training experiment type")
-NOTE = _key("mlflow.note.content", EXPERIMENT_TAG, "the sweep's `description`")
+NOTE = _key("mlflow.note.content", (EXPERIMENT_TAG, PARENT_TAG),
+            "MLflow's description: the experiment's is the sweep's `description`; the parent "
+            "run's is the report's headline (a comparison's: its sentences and table of pairs, "
+            "Markdown), written by `sweep run` at its end and by `sweep report`")
+PARENT_NOTE = NOTE  # the parent run's description: the same MLflow tag, on the run
 RUNS_VIEW_ID = "sweep"  # the view's key in its tag's name, and in the URL that opens it
 RUNS_VIEW = _key(f"mlflow.sharedViewState.{RUNS_VIEW_ID}", EXPERIMENT_TAG,
                  "the runs table's saved view `sweep ui` opens: best objective first, the "
