@@ -196,8 +196,9 @@ VAL_ITEMS = _key("val_items", TRIAL_METRIC, "the validation items each val_* met
                  "an accuracy moves in steps of 1 / val_items")
 EXPORT_SECONDS = _key("export_seconds", TRIAL_METRIC,
                       "the export of the best trial, timed apart from its training")
-EXPORT_METRIC = _key("export_<format>_<figure>", TRIAL_METRIC,
-                     "an export's parity, size and latency figures")
+EXPORT_FIGURES = _key("sweep.export_figures", TRIAL_TAG,
+                      "an export's parity, size and latency figures, `{format: {figure: value}}` "
+                      "(JSON, for programs; people read `export/parity.csv`)")
 TEST_METRIC = _key("test_<metric>", (TRIAL_METRIC, PARENT_METRIC),
                    "the held-out test split (on the parent: the mean, and `_std` over repeats)")
 SYSTEM_CPU = _key("system/cpu_percent", TRIAL_METRIC,
@@ -212,6 +213,9 @@ PACKAGES_FILE = _key("environment/packages.txt", TRIAL_ARTIFACT, "the installed 
 WEIGHTS_DIR, WEIGHTS_FILE = "model", "weights.pt"
 _key(f"{WEIGHTS_DIR}/{WEIGHTS_FILE}", TRIAL_ARTIFACT, "the final weights (a state dict)")
 EXPORT_DIR = _key("export", TRIAL_ARTIFACT, "the exported model files and `export.json`")
+PARITY_FILE = _key("export/parity.csv", TRIAL_ARTIFACT,
+                   "an export's figures as a table: a row per format (and `eager`), its parity "
+                   "(passed, max_abs_diff, top1_agreement...), size and ms per image")
 ONNX_MODEL = _key("model_onnx", TRIAL_ARTIFACT,
                   "the best trial's ONNX file as an MLflow model (when it passed parity)")
 
