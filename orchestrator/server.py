@@ -62,12 +62,17 @@ def sweep_table(base: str, name: str, store: str) -> str:
             raise
         raise SweepError(f"no sweep named {name!r} in {store}; run it first, or pass "
                          f"--tracking-uri") from None
-    table = paths.runs_table(experiment["experiment_id"])
     if any(t["key"] == keys.RUNS_VIEW for t in experiment.get("tags", [])):
-        return f"{table}&{VIEW_PARAM}={keys.RUNS_VIEW_ID}"
+        return sweep_view(experiment["experiment_id"])
+    table = paths.runs_table(experiment["experiment_id"])
     order = urllib.parse.urlencode({"orderByKey": BY_RUN_NAME, "orderByAsc": "true"},
                                    quote_via=urllib.parse.quote)
     return f"{table}&{order}"
+
+
+def sweep_view(experiment_id: str) -> str:
+    """The path of the runs table in the sweep's own view (:func:`runs_view`)."""
+    return f"{paths.runs_table(experiment_id)}&{VIEW_PARAM}={keys.RUNS_VIEW_ID}"
 
 
 BY_RUN_NAME = "tags.`mlflow.runName`"  # the runs table's "Run Name" sort, in MLflow's syntax
