@@ -1,6 +1,7 @@
 """The MLflow UI of a finished sweep in a real browser (Debian's chromium, driven by Playwright):
 the URL `sweep ui` prints, opened in a fresh profile, shows the sweep's runs by their
-configurations' names, best objective first with it and the searched settings as columns, curves, exported files, comparison, and one line per configuration once
+configurations' names, best objective first with it and the searched settings as columns, the
+parent run's description with the report's headline, curves, exported files, comparison, and one line per configuration once
 grouped by `sweep.config`. Screenshots of every step go to test-output/browser/ and tmp_path."""
 import json
 import os
@@ -109,6 +110,16 @@ def test_a_fresh_browser_browses_the_sweep_from_the_url_sweep_ui_prints(quicksta
             assert names == sorted(last, key=last.get, reverse=True) + ["quickstart"], names
             values = [float(row[OBJECTIVE]) for row in by_row[:-1]]
             assert values == sorted(last.values(), reverse=True), values
+
+            # the parent run's page says who won: its description, the report's headline
+            parent_id = stores.runs("quickstart", "parent")[0].info.run_id
+            note = stores.runs("quickstart", "parent")[0].data.tags[keys.PARENT_NOTE]
+            page.goto(f"{ui.url.split('/#/')[0]}/#/experiments/{exp_id}/runs/{parent_id}")
+            expect(page.locator("strong").filter(
+                has_text=note.split("\n\n")[0].strip("*"))).to_be_visible()
+            shot("1-parent-description")
+            page.goto(ui.url)
+            expect(parent_row).to_be_visible()
 
             # 2. the parent run holds the trial runs (MLflow shows them collapsed)
             if not page.get_by_role("link", name=best_name, exact=True).is_visible():
