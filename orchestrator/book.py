@@ -83,10 +83,12 @@ def open_tracking(tracker, spec: SweepSpec, study: SweepStudy, spec_text: str,
     machine that created the study creates the parent run and stores its id in the study; the
     others read it from there (waiting for it when they join at the same moment).
     """
+    from .server import runs_view
     from .tracking import environment_tags, installed_packages
 
     tracking_uri = tracker.uri
     experiment_id = tracker.experiment(spec.name, spec.description)
+    tracker.client.set_experiment_tag(experiment_id, keys.RUNS_VIEW, runs_view(spec))
     env_tags = environment_tags()
     packages = installed_packages()
     shared, study_id = study.shared_parent(), study.study.user_attrs.get(keys.STUDY_ID)

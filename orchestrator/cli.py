@@ -460,11 +460,13 @@ SUMMARY_ROWS = 5  # configurations or trials in the table at the end of `sweep r
 
 def _browse_lines(name: str, outcome) -> str:
     """What to do next with a finished sweep: its report, its trials here, and MLflow's runs
-    table of its experiment (a bare experiment link may land on MLflow's GenAI views)."""
+    table of its experiment in the sweep's view (a bare experiment link may land on MLflow's
+    GenAI views)."""
     from .paths import mask
+    from .server import sweep_view
     from .study import default_storage
 
-    uri, runs = outcome.tracking_uri, paths.runs_table(outcome.experiment_id)
+    uri, runs = outcome.tracking_uri, sweep_view(outcome.experiment_id)
     uri_flag = "" if uri == paths.default_tracking_uri() else f" --tracking-uri {mask(uri)}"
     storage_flag = "" if outcome.storage == default_storage(uri) else \
         f" --storage {mask(outcome.storage)}"

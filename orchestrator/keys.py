@@ -114,7 +114,15 @@ STOPPED_EARLY = _key("sweep.stopped_early", (TRIAL_ATTR, TRIAL_TAG),
 # --- the MLflow experiment -------------------------------------------------------------------
 EXPERIMENT_KIND = _key("mlflow.experimentKind", EXPERIMENT_TAG,
                        "`custom_model_development`: MLflow's model-training experiment type")
-NOTE = _key("mlflow.note.content", EXPERIMENT_TAG, "the sweep's `description`")
+NOTE = _key("mlflow.note.content", (EXPERIMENT_TAG, PARENT_TAG),
+            "MLflow's description: the experiment's is the sweep's `description`; the parent "
+            "run's is the report's headline (a comparison's: its sentences and table of pairs, "
+            "Markdown), written by `sweep run` at its end and by `sweep report`")
+PARENT_NOTE = NOTE  # the parent run's description: the same MLflow tag, on the run
+RUNS_VIEW_ID = "sweep"  # the view's key in its tag's name, and in the URL that opens it
+RUNS_VIEW = _key(f"mlflow.sharedViewState.{RUNS_VIEW_ID}", EXPERIMENT_TAG,
+                 "the runs table's saved view `sweep ui` opens: best objective first, the "
+                 "objective's metric and the searched settings as columns")
 
 # --- every run -------------------------------------------------------------------------------
 ROLE = _key("sweep.role", RUN_TAG + (REPRODUCTION_TAG,), "parent, trial or reproduction")
@@ -202,8 +210,9 @@ VAL_ITEMS = _key("val_items", TRIAL_METRIC, "the validation items each val_* met
                  "an accuracy moves in steps of 1 / val_items")
 EXPORT_SECONDS = _key("export_seconds", TRIAL_METRIC,
                       "the export of the best trial, timed apart from its training")
-EXPORT_METRIC = _key("export_<format>_<figure>", TRIAL_METRIC,
-                     "an export's parity, size and latency figures")
+EXPORT_FIGURES = _key("sweep.export_figures", TRIAL_TAG,
+                      "an export's parity, size and latency figures, `{format: {figure: value}}` "
+                      "(JSON, for programs; people read `export/parity.csv`)")
 TEST_METRIC = _key("test_<metric>", (TRIAL_METRIC, PARENT_METRIC),
                    "the held-out test split (on the parent: the mean, and `_std` over repeats)")
 SYSTEM_CPU = _key("system/cpu_percent", TRIAL_METRIC,
@@ -218,6 +227,9 @@ PACKAGES_FILE = _key("environment/packages.txt", TRIAL_ARTIFACT, "the installed 
 WEIGHTS_DIR, WEIGHTS_FILE = "model", "weights.pt"
 _key(f"{WEIGHTS_DIR}/{WEIGHTS_FILE}", TRIAL_ARTIFACT, "the final weights (a state dict)")
 EXPORT_DIR = _key("export", TRIAL_ARTIFACT, "the exported model files and `export.json`")
+PARITY_FILE = _key("export/parity.csv", TRIAL_ARTIFACT,
+                   "an export's figures as a table: a row per format (and `eager`), its parity "
+                   "(passed, max_abs_diff, top1_agreement...), size and ms per image")
 ONNX_MODEL = _key("model_onnx", TRIAL_ARTIFACT,
                   "the best trial's ONNX file as an MLflow model (when it passed parity)")
 

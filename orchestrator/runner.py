@@ -247,6 +247,7 @@ class _Loop:
         if self.signals.received:
             return self._interrupted(started)
         log_comparison(self.book)
+        note_parent(self.book)
         self.book.end_parent("FINISHED")
         end_done(self.study)
         return self._outcome(started, interrupted=False)
@@ -624,3 +625,15 @@ def log_comparison(book: TrialBook) -> str | None:
     if found is not None:
         book.say(f"the sweep names {found.why}")
     return sentence
+
+
+def note_parent(book: TrialBook) -> None:
+    """The parent run's description, shown on its MLflow page: the report's headline (and a
+    comparison's table of pairs), read back from the stores as ``sweep report`` reads them."""
+    from .report import load_sweep, log_note
+
+    try:  # a comparison's sentences on time to target read the curves
+        log_note(load_sweep(book.study.name, book.tracking_uri, book.storage,
+                            curves=book.study.comparison is not None))
+    except SweepError as e:  # the sweep itself is done and stored: say why, go on
+        book.say(f"the parent run's description was not written: {e}")

@@ -21,7 +21,7 @@ from typing import Callable
 
 from rich.console import Console
 
-from . import paths
+from . import keys, paths
 from .errors import SweepError
 from .paths import mask
 
@@ -39,12 +39,15 @@ def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
 
 def sweep_table(base: str, name: str, store: str) -> str:
     """The path of sweep ``name``'s runs in the MLflow UI that answers at ``base`` (its
-    experiment looked up there): the runs table of its "Model training" view, every trial a
-    row of its own, sorted by run name (the trials of one configuration next to each other).
+    experiment looked up there): the runs table of its "Model training" view in the sweep's own
+    view (:func:`runs_view`): best objective first, its metric and the searched settings as
+    columns. A sweep run before it had its view: sorted by run name (the trials of one
+    configuration next to each other).
 
-    MLflow keeps which parent rows are expanded in the browser, not in the URL, and folds
-    trials under their parent when the table is sorted by start time (its default); sorted
-    by anything else, it lists them flat.
+    The URL carries the view's key alone: MLflow ignores a saved view when the URL also sorts
+    or filters. MLflow keeps which parent rows are expanded in the browser, not in the URL,
+    and folds trials under their parent when the table is sorted by start time (its default);
+    sorted by anything else, it lists them flat.
 
     Raises:
         SweepError: ``store`` holds no sweep of that name.
@@ -53,18 +56,55 @@ def sweep_table(base: str, name: str, store: str) -> str:
     try:
         with urllib.request.urlopen(f"{base}/ajax-api/2.0/mlflow/experiments/get-by-name?"
                                     f"{query}", timeout=30) as r:
-            experiment_id = json.load(r)["experiment"]["experiment_id"]
+            experiment = json.load(r)["experiment"]
     except urllib.error.HTTPError as e:
         if e.code != 404:  # 404: RESOURCE_DOES_NOT_EXIST
             raise
         raise SweepError(f"no sweep named {name!r} in {store}; run it first, or pass "
                          f"--tracking-uri") from None
+    if any(t["key"] == keys.RUNS_VIEW for t in experiment.get("tags", [])):
+        return sweep_view(experiment["experiment_id"])
+    table = paths.runs_table(experiment["experiment_id"])
     order = urllib.parse.urlencode({"orderByKey": BY_RUN_NAME, "orderByAsc": "true"},
                                    quote_via=urllib.parse.quote)
-    return f"{paths.runs_table(experiment_id)}&{order}"
+    return f"{table}&{order}"
+
+
+def sweep_view(experiment_id: str) -> str:
+    """The path of the runs table in the sweep's own view (:func:`runs_view`)."""
+    return f"{paths.runs_table(experiment_id)}&{VIEW_PARAM}={keys.RUNS_VIEW_ID}"
 
 
 BY_RUN_NAME = "tags.`mlflow.runName`"  # the runs table's "Run Name" sort, in MLflow's syntax
+# MLflow 3's saved views of the runs table: an experiment tag (keys.RUNS_VIEW) named by the view's
+# key, opened by the URL parameter VIEW_PARAM=key; the tag is ignored if the URL also sorts
+VIEW_PARAM = "viewStateShareKey"
+# the runs table's columns MLflow keeps visible (their ids): the run's name, then the sweep's
+# own, then when it started and how long it took; its logged model (the best trial's ONNX file)
+NAME_COLUMN, LAST_COLUMNS = "attributes.`Run Name`", ["runDateAndNestInfo", "duration"]
+MODELS_COLUMN = "attributes.`Models`"
+
+
+def runs_view(spec) -> str:
+    """The value of the experiment tag :data:`keys.RUNS_VIEW`: a saved view of MLflow's runs
+    table sorted by the (first) objective's metric, best first, with each objective's metric
+    and every searched setting as columns (``sweep ui`` links to it). MLflow sorts by a
+    metric's last value, whatever the objective's ``reduce``."""
+    from . import space as sp
+
+    metrics = list(dict.fromkeys(o.metric for o in spec.objectives))
+    settings = list(dict.fromkeys(node.setting for _, node in sp.walk(spec.space)
+                                  if not isinstance(node, sp.Fixed)))
+    first = spec.objectives[0]
+    columns = [f"metrics.`{m}`" for m in metrics] + [f"params.`{s}`" for s in settings]
+    state = {"orderByKey": f"metrics.`{first.metric}`",
+             "orderByAsc": first.direction == "minimize",
+             "selectedColumns": columns + [MODELS_COLUMN],
+             # next to the run's name, not past the screen's right edge
+             "columnOrder": [NAME_COLUMN, *columns, *LAST_COLUMNS, MODELS_COLUMN]}
+    stamp = int(time.time() * 1000)
+    return json.dumps({"name": f"sweep: best {first.metric} first", "createdAt": stamp,
+                       "updatedAt": stamp, "state": json.dumps(state)})
 
 
 def artifacts_destination(text: str) -> str:

@@ -6,6 +6,9 @@ before any worker starts.
 """
 from __future__ import annotations
 
+import csv
+import io
+import json
 import logging
 import os
 import platform
@@ -320,14 +323,16 @@ class Tracker:
                                               str(dst_dir))
 
     def log_export(self, run_id: str, result: dict[str, Any], mlflow_model: bool = False) -> None:
-        """An export's files under ``export/``, its figures as ``export_<format>_*`` metrics, and
-        the tags of :func:`export_tags`; with ``mlflow_model`` the ONNX file also becomes an
-        MLflow model (``model_onnx``)."""
+        """An export's files under ``export/``, its figures as the table ``export/parity.csv``,
+        the tags of :func:`export_tags` and :func:`export_metrics`; with ``mlflow_model`` the
+        ONNX file also becomes an MLflow model (``model_onnx``)."""
         tags = export_tags(result)
         folder = result.get("dir")
         if folder and os.path.isdir(folder):
             self.client.log_artifacts(run_id, folder, keys.EXPORT_DIR)
-        self.log_final(run_id, result.get("metrics") or {}, tags)
+        if keys.EXPORT_FIGURES in tags:
+            self.client.log_text(run_id, parity_csv(export_figures(result)), keys.PARITY_FILE)
+        self.log_final(run_id, export_metrics(result), tags)
         onnx_file = os.path.join(folder or "", "model.onnx")
         if mlflow_model and tags.get(keys.export_tag("onnx")) == "passed":
             log_onnx_model(self.uri, run_id, onnx_file,
@@ -450,17 +455,51 @@ def param_text(value: Any) -> str:
 
 
 def export_tags(result: dict[str, Any]) -> dict[str, str]:
-    """The tags of an export: ``sweep.exported``, ``sweep.export_error`` if it failed, and one
-    per format (``sweep.export.<format>``: passed, failed or its error; ``.method`` if any)."""
+    """The tags of an export: ``sweep.exported``, ``sweep.export_error`` if it failed, its
+    figures (``sweep.export_figures``, :func:`export_figures` as JSON), and one per format
+    (``sweep.export.<format>``: passed, failed or its error; ``.method`` if any)."""
     tags = {keys.EXPORTED: "true"}
     if result.get("error"):
         tags[keys.EXPORT_ERROR] = result["error"]
+    if export_figures(result):  # not one-value metrics: their charts come before the curves
+        tags[keys.EXPORT_FIGURES] = json.dumps(export_figures(result))
     for fmt, r in ((result.get("report") or {}).get("formats") or {}).items():
         tags[keys.export_tag(fmt)] = ("passed" if r.get("passed") else
                                       f"error: {r['error']}" if r.get("error") else "failed")
         if r.get("method"):  # torchscript: script or trace; int8: static or dynamic
             tags[keys.export_tag(fmt, method=True)] = r["method"]
     return tags
+
+
+def export_figures(result: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """An export's flat ``export_<format>_<figure>`` numbers (``result["metrics"]``) by format
+    (``eager``: the eager model's latency) and figure."""
+    formats = sorted([*((result.get("report") or {}).get("formats") or {}), "eager"],
+                     key=len, reverse=True)  # the longest first: a name may extend another's
+    out: dict[str, dict[str, float]] = {}
+    for name, value in (result.get("metrics") or {}).items():
+        fmt = next((f for f in formats if name.startswith(f"export_{f}_")), None)
+        if fmt is not None:
+            out.setdefault(fmt, {})[name[len(f"export_{fmt}_"):]] = value
+    return out
+
+
+def export_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The metrics of an export: those of ``result["metrics"]`` that are no figure of a format
+    (``export_seconds``)."""
+    figures = export_figures(result)
+    shown = {f"export_{fmt}_{k}" for fmt, figure in figures.items() for k in figure}
+    return {k: v for k, v in (result.get("metrics") or {}).items() if k not in shown}
+
+
+def parity_csv(figures: dict[str, dict[str, float]]) -> str:
+    """:func:`export_figures` as CSV: a row per format, a column per figure."""
+    columns = list(dict.fromkeys(k for fig in figures.values() for k in fig))
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["format", *columns])
+    writer.writerows([fmt, *(fig.get(k, "") for k in columns)] for fmt, fig in figures.items())
+    return buffer.getvalue()
 
 
 _PREPARED: list[threading.Thread] = []  # the one thread prepare_onnx_model starts

@@ -128,7 +128,8 @@ def _trial_table(study, runs: pd.DataFrame, spec: SweepSpec) -> pd.DataFrame:
             run = by_run.loc[row["run_id"]]
             for col, value in run.items():
                 if col.startswith(("params.", "metrics.")) or col in (
-                        f"tags.{keys.SEED}", f"tags.{keys.export_tag('onnx')}"):
+                        f"tags.{keys.SEED}", f"tags.{keys.export_tag('onnx')}",
+                        f"tags.{keys.EXPORT_FIGURES}"):
                     row[col] = value
         rows.append(row)
     table = pd.DataFrame(rows)

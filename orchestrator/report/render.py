@@ -475,10 +475,37 @@ def to_html(doc: Document) -> str:
 
 def log_report(data: SweepData, report: Report) -> None:
     """The report's files on the sweep's parent run, under ``report/``, through the store
-    :func:`~orchestrator.report.load_sweep` read them from; a comparison's headline becomes the
-    parent's ``sweep.verdict`` tag."""
+    :func:`~orchestrator.report.load_sweep` read them from, and its headline as the parent's
+    description (:func:`parent_note`); a comparison's headline becomes the parent's
+    ``sweep.verdict`` tag."""
     if data.parent_id is None or data.tracker is None:
         return
     data.tracker.log_report(data.parent_id, report.out_dir)
+    log_note(data, report.comparison)
     if report.comparison is not None:
         data.tracker.log_final(data.parent_id, {}, {keys.VERDICT: report.headline})
+
+
+def parent_note(data: SweepData, comparison: Comparison | None = None) -> str:
+    """The parent run's description (:data:`~orchestrator.keys.PARENT_NOTE`, shown on its MLflow
+    page), in Markdown: the report's headline; for a comparison (``comparison``, else computed)
+    its sentences and its table of pairs."""
+    c = comparison if comparison is not None else compare(data)
+    if c is None:
+        parts = [f"**{_best_line(data)}**"]
+    else:
+        pairs = Table(f"b minus a in {c.metric} over paired confirmation seeds",
+                      ["a", "b", "pairs", f"b - a ({c.metric})", "interval", "Holm p", "verdict"],
+                      [[r.a, r.b, str(r.pairs), number(r.diff),
+                        f"[{number(r.ci_low)}, {number(r.ci_high)}]"
+                        if not math.isnan(r.ci_low) else "-", p_value(r.p_holm),
+                        f"{r.winner} better" if r.winner else r.verdict] for r in c.results])
+        parts = [f"**{c.headline}**", *c.sentences[1:]] + ([_md_table(pairs)] if c.results else [])
+    return "\n\n".join([*parts, f"`sweep report {data.study_name}` writes the whole report."])
+
+
+def log_note(data: SweepData, comparison: Comparison | None = None) -> None:
+    """:func:`parent_note` on the sweep's parent run."""
+    if data.parent_id is not None and data.tracker is not None:
+        data.tracker.log_final(data.parent_id, {},
+                               {keys.PARENT_NOTE: parent_note(data, comparison)})

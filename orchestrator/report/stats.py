@@ -21,6 +21,7 @@ with trials of the other options).
 """
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -226,16 +227,30 @@ def export_table(trials: pd.DataFrame) -> pd.DataFrame:
     """Export parity of the trials that have it: a row per (trial, format)."""
     rows = []
     for _, t in trials.iterrows():
-        for col in t.index:
-            if col.startswith("metrics.export_") and col.endswith("_passed") and \
-                    not pd.isna(t[col]):
-                fmt = col[len("metrics.export_"):-len("_passed")]
+        for fmt, figures in _export_figures(t).items():
+            if not pd.isna(figures.get("passed", math.nan)):
                 rows.append({"trial": t["trial"], "format": fmt,
-                             "parity": "passed" if t[col] else "FAILED",
-                             **{k: t.get(f"metrics.export_{fmt}_{k}", math.nan)
+                             "parity": "passed" if figures["passed"] else "FAILED",
+                             **{k: figures.get(k, math.nan)
                                 for k in ("max_abs_diff", "top1_agreement", "accuracy_delta",
                                           "ms_per_image_b1")}})
     return pd.DataFrame(rows)
+
+
+def _export_figures(t: pd.Series) -> dict[str, dict[str, float]]:
+    """A trial's export figures by format: its tag ``sweep.export_figures``, or the
+    ``metrics.export_<format>_<figure>`` columns of a store written before that tag."""
+    text = t.get(f"tags.{keys.EXPORT_FIGURES}")
+    if isinstance(text, str):
+        return json.loads(text)
+    out: dict[str, dict[str, float]] = {}
+    for col in t.index:
+        if col.startswith("metrics.export_") and col.endswith("_passed"):
+            fmt = col[len("metrics.export_"):-len("_passed")]
+            out[fmt] = {k: t.get(f"metrics.export_{fmt}_{k}", math.nan)
+                        for k in ("passed", "max_abs_diff", "top1_agreement", "accuracy_delta",
+                                  "ms_per_image_b1")}
+    return out
 
 
 def configuration(row: pd.Series, factors: list[str]) -> str:

@@ -1,6 +1,7 @@
 """The MLflow UI of a finished sweep in a real browser (Debian's chromium, driven by Playwright):
 the URL `sweep ui` prints, opened in a fresh profile, shows the sweep's runs by their
-configurations' names, curves, exported files, comparison, and one line per configuration once
+configurations' names, best objective first with it and the searched settings as columns, the
+parent run's description with the report's headline, curves, exported files, comparison, and one line per configuration once
 grouped by `sweep.config`. Screenshots of every step go to test-output/browser/ and tmp_path."""
 import json
 import os
@@ -23,6 +24,15 @@ WAIT_MS = 60_000  # a React app: every check waits for the rendered element, up 
 # a plotly chart's traces: how it draws (mode, fill) and how many points
 TRACES = "el => el.data.map(t => ({mode: t.mode || null, fill: t.fill || null, " \
          "n: (t.x || []).length}))"
+# the runs table's cells by row and column id (ag-grid splits a row into its pinned and
+# scrolled parts: both carry the row's index)
+CELLS = """() => { const rows = {};
+  for (const cell of document.querySelectorAll('.ag-row .ag-cell[col-id]')) {
+    const i = cell.closest('.ag-row').getAttribute('row-index');
+    (rows[i] = rows[i] || {row: i})[cell.getAttribute('col-id')] = cell.innerText.trim(); }
+  return rows; }"""
+RUN_NAME, OBJECTIVE = "attributes.`Run Name`", "metrics.`val_acc`"
+SEARCHED = ("params.`optimizer`", "params.`lr`", "params.`batch_size`")  # quickstart's space
 LINES_DRAWN = "([el, n]) => (el.data || []).filter(t => t.mode === 'lines+markers').length >= n"
 
 
@@ -85,7 +95,31 @@ def test_a_fresh_browser_browses_the_sweep_from_the_url_sweep_ui_prints(quicksta
             # (the default GenAI toggle would title it "Training runs")
             expect(page.get_by_role("heading", name="Runs", exact=True)).to_be_visible()
             expect(page.get_by_text(f"{len(trials) + 1} matching runs")).to_be_visible()
+            # the sweep's own view: the objective and the searched settings are columns, on
+            # screen next to the run's name; the trials come best first, the parent (no
+            # val_acc) last
+            for column in (OBJECTIVE, *SEARCHED):
+                header = page.locator(f'.ag-header-cell[col-id="{column}"]')
+                expect(header).to_be_in_viewport()
+                expect(header).to_have_text(column.split("`")[1])
             shot("1-runs-table")
+            cells = page.evaluate(CELLS)
+            by_row = sorted(cells.values(), key=lambda row: int(row["row"]))
+            names = [row.get(RUN_NAME, "").split("\n")[-1] for row in by_row]
+            last = {r.info.run_name: r.data.metrics["val_acc"] for r in trial_runs}
+            assert names == sorted(last, key=last.get, reverse=True) + ["quickstart"], names
+            values = [float(row[OBJECTIVE]) for row in by_row[:-1]]
+            assert values == sorted(last.values(), reverse=True), values
+
+            # the parent run's page says who won: its description, the report's headline
+            parent_id = stores.runs("quickstart", "parent")[0].info.run_id
+            note = stores.runs("quickstart", "parent")[0].data.tags[keys.PARENT_NOTE]
+            page.goto(f"{ui.url.split('/#/')[0]}/#/experiments/{exp_id}/runs/{parent_id}")
+            expect(page.locator("strong").filter(
+                has_text=note.split("\n\n")[0].strip("*"))).to_be_visible()
+            shot("1-parent-description")
+            page.goto(ui.url)
+            expect(parent_row).to_be_visible()
 
             # 2. the parent run holds the trial runs (MLflow shows them collapsed)
             if not page.get_by_role("link", name=best_name, exact=True).is_visible():

@@ -287,3 +287,20 @@ def test_the_reports_best_trial_is_the_one_sweep_status_names(grid, direction, t
 
         rows = trial_rows(copy.study("grid"), datetime.now(timezone.utc))
         assert [r["#"] for r in rows if "best" in r["note"].split("; ")] == [str(by_hand[0][1])]
+
+
+def test_the_parent_runs_description_is_the_reports_headline_after_sweep_run(quickstart):
+    """MLflow shows a run's `mlflow.note.content` on its page: whoever opens the parent run
+    reads who won without running `sweep report`."""
+    from orchestrator import keys
+    from orchestrator.report import headline, load_sweep
+
+    stores, _ = quickstart
+    data = load_sweep("quickstart", stores.tracking_uri, str(stores.journal), curves=False)
+    note = stores.runs("quickstart", "parent")[0].data.tags[keys.PARENT_NOTE]
+    best = stores.study("quickstart").best_trial
+    assert note.split("\n\n")[0] == f"**{headline(data)}**"
+    assert note.startswith(f"**Best trial {best.number}: val_acc {best.value:.4f} (")
+    # the experiment's description stays the sweep's own
+    experiment = stores.client().get_experiment_by_name("quickstart")
+    assert experiment.tags.get(keys.NOTE) != note

@@ -354,11 +354,21 @@ def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(spec))
     ran = run_cli("run", "c.yaml", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
+    stores = Stores(tmp_path)
+    noted = stores.runs("tinycmp", "parent")[0].data.tags[keys.PARENT_NOTE]  # by sweep run
     rep = run_cli("report", "tinycmp", "--out", "rep", cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr
-    stores = Stores(tmp_path)
     parent = stores.runs("tinycmp", "parent")[0]
     assert rep.stdout.splitlines()[0] == parent.data.tags[keys.VERDICT]
+    # the parent's description (shown on its MLflow page): the headline, the answer and the
+    # table of pairs in Markdown, the same from sweep run and from sweep report
+    note = parent.data.tags[keys.PARENT_NOTE]
+    assert note == noted
+    assert note.split("\n\n")[:2] == [f"**{rep.stdout.splitlines()[0]}**",
+                                       rep.stdout.splitlines()[1]]
+    pairs = pd.read_csv(tmp_path / "rep" / "comparison.csv")
+    assert "| a | b | pairs | b - a (val_acc) | interval | Holm p | verdict |" in note
+    assert f"| {pairs['a'][0]} | {pairs['b'][0]} | 2 | " in note
     # the end of sweep run said the report's headline already, before the next commands
     said = ran.stdout.splitlines()
     headline = said.index(f"sweep report: {rep.stdout.splitlines()[0]}")

@@ -147,3 +147,26 @@ def test_a_level_mean_interval_stays_inside_the_metric_range():
                            "repeat": [0, 1, 2], "params.opt": "a", "searched": "opt"})
     [row] = factor_table(trials, ["opt"], bounds=(0.0, 1.0)).to_dict("records")
     assert row["ci_high"] == 1.0 and row["ci_low"] < row["mean"] < 1.0
+
+
+def test_the_export_table_reads_the_figures_tag_and_an_older_stores_metrics():
+    import json
+
+    from orchestrator import keys
+    from orchestrator.report import export_table
+
+    figures = {"onnx": {"passed": 1.0, "max_abs_diff": 2e-6, "top1_agreement": 1.0,
+                        "accuracy_delta": 0.0, "ms_per_image_b1": 0.3},
+               "eager": {"ms_per_image_b1": 0.5}}  # no parity: not a row
+    trials = pd.DataFrame([
+        {"trial": 0, f"tags.{keys.EXPORT_FIGURES}": json.dumps(figures),
+         "metrics.export_int8_passed": math.nan},
+        {"trial": 1, f"tags.{keys.EXPORT_FIGURES}": math.nan,  # written before the tag
+         "metrics.export_int8_passed": 0.0, "metrics.export_int8_top1_agreement": 0.9},
+        {"trial": 2, f"tags.{keys.EXPORT_FIGURES}": math.nan,
+         "metrics.export_int8_passed": math.nan}])  # not exported
+    table = export_table(trials)
+    assert table[["trial", "format", "parity"]].values.tolist() == [[0, "onnx", "passed"],
+                                                                   [1, "int8", "FAILED"]]
+    assert table["top1_agreement"].tolist() == [1.0, 0.9]
+    assert table["ms_per_image_b1"].iloc[0] == 0.3 and math.isnan(table["max_abs_diff"].iloc[1])

@@ -1,8 +1,12 @@
 """End-to-end: real ``sweep run`` processes, real training, asserted through the stores."""
+import csv
+import io
+import json
 import math
 import re
 import statistics
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -391,7 +395,9 @@ def _artifacts(client, run_id, folder=""):
     return {a.path for a in client.list_artifacts(run_id, folder)}
 
 
-def test_the_best_trial_is_exported_checked_and_logged_as_a_model(quickstart):
+def test_the_best_trial_is_exported_checked_and_logged_as_a_model(quickstart, tmp_path):
+    from orchestrator.report import export_table, load_sweep
+
     stores, out = quickstart
     client = stores.client()
     # the best of the fixture's own 4 trials (another test may add a fifth with export off)
@@ -403,11 +409,26 @@ def test_the_best_trial_is_exported_checked_and_logged_as_a_model(quickstart):
         if run.info.run_id != best_id:
             assert not exported and "sweep.exported" not in run.data.tags
             continue
-        assert {"export/model.pt2", "export/model.onnx", "export/export.json"} <= exported
+        assert {"export/model.pt2", "export/model.onnx", "export/export.json",
+                "export/parity.csv"} <= exported
         assert run.data.tags["sweep.export.torch_export"] == "passed"
         assert run.data.tags["sweep.export.onnx"] == "passed"
-        assert run.data.metrics["export_onnx_top1_agreement"] == 1.0
-        assert run.data.metrics["export_onnx_ms_per_image_b1"] > 0
+        # its figures are a table to read and a tag for programs, not one-value metrics whose
+        # charts would come before the curves on the run's page
+        assert [m for m in run.data.metrics if m.startswith("export_")] == ["export_seconds"]
+        figures = json.loads(run.data.tags["sweep.export_figures"])
+        assert figures["onnx"]["top1_agreement"] == 1.0 and figures["onnx"]["passed"] == 1.0
+        assert figures["onnx"]["ms_per_image_b1"] > 0 and figures["eager"]["ms_per_image_b1"] > 0
+        parity = csv.DictReader(io.StringIO(Path(client.download_artifacts(
+            run.info.run_id, "export/parity.csv", str(tmp_path))).read_text()))
+        rows = {row["format"]: row for row in parity}
+        assert set(rows) == {"eager", "torch_export", "onnx"}
+        assert float(rows["onnx"]["top1_agreement"]) == figures["onnx"]["top1_agreement"]
+        # the report's export table reads them
+        data = load_sweep("quickstart", stores.tracking_uri, str(stores.journal), curves=False)
+        table = export_table(data.trials).set_index("format")
+        assert table.loc["onnx", "parity"] == "passed"
+        assert table.loc["onnx", "top1_agreement"] == 1.0
         # the export is timed apart, and its run's own time is its training's
         assert 0 < run.data.metrics["export_seconds"] < 600
         assert run.info.end_time - run.info.start_time < \

@@ -147,8 +147,8 @@ def test_the_end_of_sweep_run_says_how_to_browse_the_trials(quickstart):
     lines = out.stdout.splitlines()
     assert lines[-2] == f"the trials: {AS_STARTED} status quickstart"
     assert lines[-1] == (f"browse it: {AS_STARTED} ui quickstart   (then http://127.0.0.1:5000/#/"
-                         f"experiments/{exp.experiment_id}/runs?workflowType=machine_learning, "
-                         f"the runs table of the trials)")
+                         f"experiments/{exp.experiment_id}/runs?workflowType=machine_learning"
+                         f"&viewStateShareKey=sweep, the runs table of the trials)")
 
 
 def journal_with(tmp_path, line: str) -> tuple:

@@ -12,8 +12,11 @@ import urllib.request
 import pytest
 
 # the first three are unused here: test_scale_out imports them from this module
+from orchestrator import keys
 from orchestrator.paths import runs_table
-from tests.conftest import group_alive, run_cli, serve
+from orchestrator.server import runs_view
+from orchestrator.spec import load_spec
+from tests.conftest import SWEEPS, group_alive, run_cli, serve
 
 
 def test_ui_prints_the_runs_table_url_and_stops_with_its_helpers(quickstart):
@@ -31,13 +34,43 @@ def test_ui_prints_the_runs_table_url_and_stops_with_its_helpers(quickstart):
         assert body["experiment"]["experiment_id"] == exp.experiment_id
         assert ui.groups and ui.proc.pid not in ui.groups  # the server has its own group
         ui.stop()
-    # MLflow folds trials under their parent when sorted by start time (its default); the
-    # URL sorts by a key MLflow's search orders by: the run names, the parent's among them
+    # the URL opens the sweep's saved view alone (MLflow ignores one when the URL also sorts)
     query = urllib.parse.parse_qs(urllib.parse.urlsplit(ui.url.split("#", 1)[1]).query)
-    assert query["orderByKey"] != ["attributes.start_time"] and query["orderByAsc"] == ["true"]
-    found = client.search_runs([exp.experiment_id], order_by=[f"{query['orderByKey'][0]} ASC"])
-    names = [r.info.run_name for r in found]
-    assert len(names) == 5 and "quickstart" in names and names == sorted(names), names
+    assert query["viewStateShareKey"] == [keys.RUNS_VIEW_ID] and "orderByKey" not in query
+    view = json.loads(exp.tags[keys.RUNS_VIEW])
+    state = json.loads(view["state"])
+    # best val_acc first, a trial a row (MLflow folds them under the parent when sorted by
+    # start time), val_acc and the searched settings as columns next to the run's name
+    assert (state["orderByKey"], state["orderByAsc"]) == ("metrics.`val_acc`", False)
+    searched = ["params.`optimizer`", "params.`lr`", "params.`momentum`",
+                "params.`batch_size`", "params.`warmup_epochs`", "params.`clip_grad_norm`"]
+    assert state["selectedColumns"][:7] == ["metrics.`val_acc`", *searched]
+    assert state["columnOrder"][:8] == ["attributes.`Run Name`", "metrics.`val_acc`", *searched]
+    found = client.search_runs([exp.experiment_id], order_by=["metrics.`val_acc` DESC"])
+    values = [r.data.metrics.get("val_acc") for r in found]
+    assert len(values) == 5 and values[-1] is None and values[:-1] == sorted(values[:-1],
+                                                                             reverse=True)
+
+
+def test_a_sweep_without_its_view_gets_a_link_sorted_by_run_name(quickstart):
+    stores, _ = quickstart
+    client = stores.client()
+    exp = client.get_experiment_by_name("quickstart")
+    client.delete_experiment_tag(exp.experiment_id, keys.RUNS_VIEW)  # as a sweep run before it
+    with serve("ui", "quickstart", cwd=stores.dir, prefix="MLflow UI:") as ui:
+        ui.stop()
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(ui.url.split("#", 1)[1]).query)
+    assert query["orderByKey"] == ["tags.`mlflow.runName`"] and query["orderByAsc"] == ["true"]
+    assert "viewStateShareKey" not in query
+
+
+def test_the_view_sorts_by_the_first_objective_in_its_direction():
+    spec = load_spec(SWEEPS / "quickstart.yaml", ["objective=[{metric: val_loss, direction: "
+                                                  "minimize}, {metric: epoch_seconds}]",
+                                                  "pruner={name: none}"])
+    state = json.loads(json.loads(runs_view(spec))["state"])
+    assert (state["orderByKey"], state["orderByAsc"]) == ("metrics.`val_loss`", True)
+    assert state["selectedColumns"][:2] == ["metrics.`val_loss`", "metrics.`epoch_seconds`"]
 
 
 def test_ui_for_an_unknown_sweep_is_one_line_and_exit_2(stores):
