@@ -24,6 +24,7 @@ from .errors import SpecError, SweepError
 from .spec import (
     MAX_GRID,
     SweepSpec,
+    YamlDumper,
     apply_overrides,
     data_downloads,
     data_problems,
@@ -249,7 +250,7 @@ def override_lines(values: Mapping[str, Any] | Iterable[str]) -> list[str]:
         return [str(line) for line in values]
     out = []
     for key, value in values.items():
-        text = yaml.safe_dump(value, default_flow_style=True, width=10**9)
+        text = yaml.dump(value, Dumper=YamlDumper, default_flow_style=True, width=10**9)
         out.append(f"{key}={text.removesuffix('...' + chr(10)).strip()}")
     return out
 

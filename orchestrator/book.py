@@ -25,7 +25,6 @@ from .paths import mask
 from .protocol import Done, Epoch, Failed, Ready
 from .spec import SweepSpec
 from .study import PendingTrial, SweepStudy, abandon
-from .tracking import refused_input
 
 # Epochs reach MLflow at least this often (and at every trial's end): one call per flush, not per
 # epoch, keeps this process's share of the CPU small when epochs take a fraction of a second.
@@ -205,6 +204,8 @@ class Guarded:
             except SweepError:
                 raise
             except Exception as e:
+                from .tracking import refused_input  # MLflow: not imported before it opens
+
                 if refused_input(e):  # the sweep's input, not the store: no retry helps
                     raise StoreRefused(f"the MLflow store refused what the sweep logged: "
                                        f"{_root_cause(e)}; the trial failed (not retried): "

@@ -450,6 +450,16 @@ _YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
     list("-+0123456789."))
 
 
+class YamlDumper(yaml.SafeDumper):
+    """The safe dumper, quoting a string that :class:`_YamlLoader` would read as a number
+    (``'1e-5'``): what it writes reads back as the value it was given."""
+
+
+YamlDumper.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(
+    r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
 def read_yaml(path: Path) -> Any:
     """A YAML file's value, read in bounded time and memory (see :data:`MAX_FILE_BYTES`).
 

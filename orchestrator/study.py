@@ -7,6 +7,7 @@ SQLite storage has a single writer per machine; several ``sweep run`` processes 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import itertools
 import json
@@ -40,6 +41,7 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 # a sweep records heartbeats itself, from a thread, since it does not use Study.optimize
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
 
+UNOWNED_GRACE_S = 60.0  # a trial asked but not yet owned: another process recording itself
 JOIN_WAIT_S = 60  # a machine joining a study waits this long for its creator's bookkeeping
 
 
@@ -461,13 +463,15 @@ class SweepStudy:
                 for o in self.spec.objectives]
 
     def orphans(self) -> list[optuna.trial.FrozenTrial]:
-        """RUNNING trials whose owning ``sweep run`` process on this host is gone."""
-        out = []
-        for t in self.trials(states=(TrialState.RUNNING,)):
-            owner = t.user_attrs.get(keys.OWNER)
-            if owner is None or not Owner(**owner).is_alive():
-                out.append(t)
-        return out
+        """RUNNING trials whose owning ``sweep run`` process on this host is gone (a trial
+        without an owner yet: only once :data:`UNOWNED_GRACE_S` passed since it started, since
+        another process may be between asking it and recording itself as its owner)."""
+        now = datetime.datetime.now()
+        return [t for t in self.trials(states=(TrialState.RUNNING,))
+                if (not Owner(**t.user_attrs[keys.OWNER]).is_alive()
+                    if keys.OWNER in t.user_attrs else
+                    t.datetime_start is None or
+                    (now - t.datetime_start).total_seconds() > UNOWNED_GRACE_S)]
 
     def trial_settings(self, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
         """The trainer settings a finished trial ran with (fixed, sampled, and its seed)."""

@@ -1,8 +1,9 @@
 """The MLflow UI of a finished sweep in a real browser (Debian's chromium, driven by Playwright):
 the URL `sweep ui` prints, opened in a fresh profile, shows the sweep's runs by their
 configurations' names, best objective first with it and the searched settings as columns, the
-parent run's description with the report's headline, curves, exported files, comparison, and one line per configuration once
-grouped by `sweep.config`. Screenshots of every step go to test-output/browser/ and tmp_path."""
+parent run's description with the report's headline, curves, exported files, comparison, and
+one line per configuration once grouped by `sweep.config`. Screenshots of every step go to
+test-output/browser/ and tmp_path."""
 import json
 import os
 import re
