@@ -24,7 +24,6 @@ from . import keys, objectives, stats
 from .spec import SweepSpec, compare_levels
 
 TUNE, CONFIRM = "tune", "confirm"  # the values of keys.PHASE
-CSV_COLUMNS = stats.CSV_COLUMNS
 
 
 def level_label(factors: Sequence[str], values: Sequence[Any]) -> str:

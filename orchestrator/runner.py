@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import compare, keys, objectives, paths, phases
+from . import compare, keys, objectives, paths, phases, stats
 from . import space as sp
 from .book import StoreRefused, TrialBook, stop_sweep
 from .display import WINDOW, Snapshot, TrialRow, config_name
@@ -615,7 +615,7 @@ def log_comparison(book: TrialBook) -> str | None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / name
         with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(compare.CSV_COLUMNS))
+            writer = csv.DictWriter(f, fieldnames=list(stats.CSV_COLUMNS))
             writer.writeheader()
             writer.writerows(r.as_row() for r in plan.action.results)
         book.tracker.client.log_artifact(book.parent_id, str(path), folder)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -105,12 +105,6 @@ class PairResult:
         sign = -objectives.sign(direction) * (1.0 if self.winner == self.b else -1.0)
         low, high = sorted((sign * self.ci_low, sign * self.ci_high))
         return sign * self.diff, low, high
-
-    def interval_text(self, fmt=lambda v: f"{v:+.3g}") -> str:
-        """``[-0.012, +0.004] (98.6% t interval, look 2 of 6)``; says when there is none."""
-        if math.isnan(self.ci_low):
-            return f"(no interval: {self.ci_method.split(': ', 1)[-1]})"
-        return f"[{fmt(self.ci_low)}, {fmt(self.ci_high)}] ({self.level_text()})"
 
     def level_text(self) -> str:
         """``95% t interval`` or ``98.6% t interval, look 2 of 6``."""
@@ -286,7 +280,7 @@ def _pair_stats(pairs: list[tuple[float, float]], level_alpha: float,
         out["method"] = f"{CI_METHOD}, none: no spread (every pair differs by {mean:.6g})"
         return out
     out["spread"] = True
-    half = float(stats.t.ppf(1 - level_alpha / 2, n - 1)) * sd / math.sqrt(n)
+    half = t_half_width(sd, n, 1 - level_alpha)
     ci = (mean - half, mean + half)
     if limits is not None and (ci[0] < limits[0] or ci[1] > limits[1]):
         ci = (max(ci[0], limits[0]), min(ci[1], limits[1]))
@@ -335,11 +329,6 @@ def decided(results: Sequence[PairResult]) -> bool:
     """Whether sequential seeding may stop: every pair is ``better`` or ``equivalent``
     (``undecided`` asks for another seed)."""
     return all(r.verdict in (BETTER, EQUIVALENT) for r in results)
-
-
-def with_factor(results: Sequence[PairResult], factor: str) -> list[PairResult]:
-    """The same results carrying ``factor``'s name."""
-    return [replace(r, factor=factor) for r in results]
 
 
 def sequential_rule(looks: int, seeds: int = 3, alpha: float = 0.05) -> str:
@@ -427,20 +416,26 @@ def _why_undecided(r: PairResult, fmt: Callable[[float], str]) -> str:
            "to test for equivalence)"
 
 
+def t_half_width(sd: float, n: int, level: float) -> float:
+    """Half the width of Student's t interval of a mean of ``n`` values of sample standard
+    deviation ``sd``, at two-sided ``level``."""
+    from scipy import stats
+
+    return float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+
+
 def mean_interval(values: Sequence[float],
                   bounds: tuple[float | None, float | None] | None = None,
                   level: float = 0.95) -> tuple[float, float, float, str]:
     """(mean, low, high, method) of ``values``: Student's t interval of the mean at ``level``,
     clipped to ``bounds`` (the metric's range) where it leaves it; NaN ends below 2 values or
     without spread."""
-    from scipy import stats
 
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     mean = float(x.mean()) if len(x) else math.nan
     if len(x) < 2 or not float(x.std(ddof=1)) > 0:
         return mean, math.nan, math.nan, CI_METHOD
-    half = float(stats.t.ppf(0.5 + level / 2, len(x) - 1)) * float(x.std(ddof=1)) / \
-        math.sqrt(len(x))
+    half = t_half_width(float(x.std(ddof=1)), len(x), level)
     low, high = mean - half, mean + half
     lo, hi = bounds if bounds is not None else (None, None)
     clipped = (lo is not None and low < lo) or (hi is not None and high > hi)

@@ -142,14 +142,6 @@ def phase(trials: pd.DataFrame, name: str) -> pd.DataFrame:
     return trials[(trials["phase"] == name) & (trials["state"] == "COMPLETE")]
 
 
-def confirmation_values(trials: pd.DataFrame) -> dict[str, dict[int, float]]:
-    """level -> {seed: objective} over the complete confirmation trials."""
-    out: dict[str, dict[int, float]] = {}
-    for _, t in phase(trials, "confirm").iterrows():
-        out.setdefault(str(t["level"]), {})[int(t["seed"])] = float(t["value"])
-    return out
-
-
 def tuned_settings(trials: pd.DataFrame, factor: list[str],
                    direction: str) -> dict[str, dict[str, Any]]:
     """level -> the settings its best tuning trial sampled (the compared ones left out)."""
@@ -228,8 +220,6 @@ def compare(data: SweepData) -> Comparison | None:
     c = plan.Comparison.of(spec)
     results, values, finished, found = _decision(c, data.frozen) if c is not None else \
         ([], {}, False, None)
-    seeds = int(block.get("seeds") or 3)
-    looks = (int(block.get("max_seeds") or seeds)) - seeds + 1
     tune = phase(data.trials, "tune")
     levels = stats.level_order([lv.label for lv in c.levels] if c is not None else
                                set(tune["level"].map(str)) | set(values))
@@ -239,6 +229,7 @@ def compare(data: SweepData) -> Comparison | None:
             sensitivity[level] = lr_sensitivity(level, group["params.lr"].to_numpy(float),
                                                 group["value"].to_numpy(float), direction,
                                                 metric)
+    rule = stats.sequential_rule(c.max_seeds - c.seeds + 1, c.seeds) if c is not None else ""
     target = block.get("target")
     reach = time_to_target(data, float(target)) if target is not None else \
         pd.DataFrame(columns=["level", "seed", "trial", "epochs", "seconds"])
@@ -247,7 +238,7 @@ def compare(data: SweepData) -> Comparison | None:
                      {k: {s: v for s, v in seeds_.items() if v is not None}
                       for k, seeds_ in values.items()}, sensitivity, reach,
                      _scaling(tune, sensitivity) if factor == ["batch_size"] else None,
-                     stats.sequential_rule(looks, seeds), target=target, answer=found,
+                     rule, target=target, answer=found,
                      finished=finished, budget=budget(data, levels, factor),
                      val_items=_val_items(data) if metric.startswith("val_") else None)
     if target is not None and len(reach):

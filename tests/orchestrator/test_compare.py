@@ -7,6 +7,7 @@ import math
 import signal
 import time
 
+import numpy as np
 import optuna
 import pandas as pd
 import pytest
@@ -390,3 +391,24 @@ def test_a_changed_compare_block_is_refused_on_rerun_like_any_changed_yaml(tmp_p
         SweepStudy.open(validate(more), storage)
     assert "compare" in str(refused.value) and "tune_trials" in str(refused.value)
     SweepStudy.open(validate(compare_spec()), storage)  # the same block resumes
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_the_answer_is_the_level_better_in_the_objectives_direction_and_its_typical_run(
+        direction):
+    """The named level, its mean and its run recomputed from the confirmation trials."""
+    spec = validate(compare_spec(objective={"metric": "val_loss", "direction": direction},
+                                 compare={"factor": "optimizer", "tune_trials": 1, "seeds": 4}))
+    c = compare.Comparison.of(spec)
+    planted = {"adam": [0.50, 0.52, 0.49, 0.515], "sgd": [0.30, 0.33, 0.31, 0.32]}
+    study, p = simulate(c, lambda lv, seed, _: planted[lv][seed - 1] if seed else 0.4)
+    found = compare.answer(c, compare.counted(study.trials), p.action)
+    confirm = [t for t in study.trials if t.user_attrs[keys.PHASE] == compare.CONFIRM]
+    means = {lv: np.mean(v) for lv, v in planted.items()}
+    level = max(means, key=means.get) if direction == "maximize" else min(means, key=means.get)
+    assert p.action.results[0].winner == level and found.level == level
+    assert found.mean == pytest.approx(means[level]) and found.seeds == 4
+    mine = [t for t in confirm if t.user_attrs[keys.LEVEL] == level]
+    typical = min(mine, key=lambda t: abs(t.value - means[level]))
+    assert found.trial.number == typical.number and "better than sgd" in found.why or \
+        "better than adam" in found.why
