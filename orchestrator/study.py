@@ -463,9 +463,8 @@ class SweepStudy:
                 for o in self.spec.objectives]
 
     def orphans(self) -> list[optuna.trial.FrozenTrial]:
-        """RUNNING trials whose owning ``sweep run`` process on this host is gone (a trial
-        without an owner yet: only once :data:`UNOWNED_GRACE_S` passed since it started, since
-        another process may be between asking it and recording itself as its owner)."""
+        """RUNNING trials whose ``sweep run`` process on this host is gone; one without an owner
+        yet only after :data:`UNOWNED_GRACE_S` (its process may be about to record itself)."""
         now = datetime.datetime.now()
         return [t for t in self.trials(states=(TrialState.RUNNING,))
                 if (not Owner(**t.user_attrs[keys.OWNER]).is_alive()
