@@ -46,10 +46,8 @@ def mean_ci(values: np.ndarray, bounds: tuple[float | None, float | None] | None
     mean, low, high, _ = mean_interval(values, bounds)
     if len(values) < 2:
         return mean, math.nan, math.nan, math.nan
-    std = float(values.std(ddof=1))
-    if not std > 0:  # no spread: the interval is the value itself
-        return mean, std, mean, mean
-    return mean, std, low, high
+    # no spread (two seeds alike): no interval to defend, NaN like mean_interval's
+    return mean, float(values.std(ddof=1)), low, high
 
 
 def searched_by(trials: pd.DataFrame, factor: str) -> pd.DataFrame:

@@ -170,3 +170,12 @@ def test_the_export_table_reads_the_figures_tag_and_an_older_stores_metrics():
                                                                    [1, "int8", "FAILED"]]
     assert table["top1_agreement"].tolist() == [1.0, 0.9]
     assert table["ms_per_image_b1"].iloc[0] == 0.3 and math.isnan(table["max_abs_diff"].iloc[1])
+
+
+def test_a_level_without_spread_gets_no_interval():
+    from orchestrator.report import factor_table
+
+    trials = pd.DataFrame({"trial": range(2), "state": "COMPLETE", "value": [0.98, 0.98],
+                           "repeat": [0, 1], "params.opt": "a", "searched": "opt"})
+    [row] = factor_table(trials, ["opt"], bounds=(0.0, 1.0)).to_dict("records")
+    assert row["std"] == 0 and np.isnan(row["ci_low"]) and np.isnan(row["ci_high"])
