@@ -346,9 +346,14 @@ class Runs:
         A process killed between creating a trial's run and recording its id on the trial leaves
         a run that no trial points at; the run's ``sweep.trial_number`` tag finds it.
         """
+        # the runs first: a trial is RUNNING before its run is created, so each run found here
+        # has its trial in the read below (read the other way round, a trial another process
+        # starts between the two reads looks stray, and its live run was closed under it)
+        runs = self.tracker.running_trial_runs(self.opened.experiment_id, self.opened.parent_id)
+        if not runs:
+            return
         running = {t.number for t in self.study.trials() if t.state.name == "RUNNING"}
-        for run_id, number in self.tracker.running_trial_runs(self.opened.experiment_id,
-                                                               self.opened.parent_id):
+        for run_id, number in runs:
             if number not in running:
                 self.tracker.fail_run(run_id, "the sweep run process that owned it was gone "
                                       "before the run was linked to its trial")

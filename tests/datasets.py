@@ -126,25 +126,42 @@ def hanging_model(num_classes: int, in_channels: int):
 
 def hangs_once_loaded(num_classes: int, in_channels: int):
     """A user model that trains, but whose forward never returns once saved weights are loaded
-    into it: what the test split's evaluation and the export do, and training does not."""
+    into it: what the test split's evaluation and the export do, and training does not.
+
+    With ``SWEEP_TEST_MARKS`` set to a folder, loading the weights leaves a file ``loaded``
+    there, and training past 60 batches waits (up to two minutes) for that file: a longer
+    trial is still training when another process first loads a trial's weights, however fast
+    the machine."""
+    import os
     import time
+    from pathlib import Path
 
     from torch import nn
+
+    marks = os.environ.get("SWEEP_TEST_MARKS")
 
     class HangsLoaded(nn.Module):
         def __init__(self):
             super().__init__()
-            self.loaded = False
+            self.loaded, self.batches = False, 0
             self.net = nn.Sequential(nn.AdaptiveAvgPool2d(2), nn.Flatten(),
                                      nn.Linear(in_channels * 4, num_classes))
 
         def load_state_dict(self, *args, **kwargs):
             self.loaded = True
+            if marks:
+                (Path(marks) / "loaded").touch()
             return super().load_state_dict(*args, **kwargs)
 
         def forward(self, x):
             if self.loaded:
                 time.sleep(3600)
+            if self.training and marks:
+                self.batches += 1
+                deadline = time.monotonic() + 120
+                while (self.batches > 60 and not (Path(marks) / "loaded").exists()
+                       and time.monotonic() < deadline):
+                    time.sleep(0.05)
             return self.net(x)
 
     return HangsLoaded()

@@ -247,6 +247,30 @@ def test_a_running_run_without_a_running_trial_is_closed(stores, open_book):
     assert run_of(stores, live.number).info.status == "RUNNING"
 
 
+def test_a_trial_another_process_starts_while_stray_runs_are_sought_keeps_its_run(
+        stores, open_book):
+    """Another process starting a trial (trial, then run) between the search for stray runs'
+    two reads: its live run is not taken for a stray one and closed under it."""
+    import inspect
+
+    first = open_book()
+    first.attach_tracking()
+    run_trial(first, [0.5])
+    second = open_book()
+    reads, started = second.study.trials, []
+
+    def trials(*args, **kwargs):
+        found = reads(*args, **kwargs)
+        if not started and inspect.stack()[1].function == "_close_stray_runs":
+            started.append(run_trial(first, [0.5], slot=1))  # the other process, meanwhile
+        return found
+
+    second.study.trials = trials
+    second.attach_tracking()
+    assert started, "the stray runs' search never read the trials"
+    assert run_of(stores, started[0].number).info.status == "RUNNING"
+
+
 def test_trials_whose_heartbeat_stopped_are_failed_retried_and_every_run_of_theirs_closed(
         tmp_path, stores, open_book):
     book = open_book(retries=1, heartbeat_seconds=1,

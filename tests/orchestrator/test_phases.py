@@ -196,7 +196,11 @@ def test_an_export_ahead_that_hangs_is_stopped_at_the_exports_deadline(stores, c
                      export=["torch_export"], export_timeout_s=1, test_timeout_s=1,
                      space={"epochs": [1, 30]},
                      train={"model": "tests.datasets:hangs_once_loaded", "lr": 0.03})
-    done = run_cli("run", str(write_spec(spec)), cwd=stores.dir, env=USER_CODE, timeout=300)
+    # the 30-epoch trial waits, past its second epoch, till a process loads saved weights
+    marks = stores.dir / "marks"
+    marks.mkdir()
+    done = run_cli("run", str(write_spec(spec)), cwd=stores.dir,
+                   env={**USER_CODE, "SWEEP_TEST_MARKS": str(marks)}, timeout=300)
     assert done.returncode == 0, done.stderr
     stopped = [x for x in done.stdout.splitlines() if "was stopped: its " in x]
     # once: the worker that replaces it warms the exporters up (no user code), not on 1 s

@@ -79,17 +79,20 @@ def test_a_machine_killed_mid_trial_is_failed_by_heartbeat_and_retried(databases
     doomed = _machine(tmp_path, "b", spec, storage, server)
     deadline = time.monotonic() + 120
     victim = None
+    # both machines past their start (each owns a running trial): the survivor's opening of
+    # the stores, which fails a dead process's trials on this host at once, is behind it, so
+    # the doomed machine's trial can only be failed by its missing heartbeat
     while victim is None and time.monotonic() < deadline:
         assert doomed.poll() is None, doomed.communicate()
+        assert survivor.poll() is None, survivor.communicate()
         try:
-            running = [t for t in _study(storage, "survivor").trials
-                       if t.state.name == "RUNNING" and
-                       t.user_attrs.get("sweep.owner", {}).get("pid") == doomed.pid]
+            running = {t.user_attrs.get("sweep.owner", {}).get("pid"): t.number
+                       for t in _study(storage, "survivor").trials if t.state.name == "RUNNING"}
         except KeyError:  # the study is not created yet
-            running = []
-        victim = running[0].number if running else None
-        time.sleep(0.2)
-    assert victim is not None, "the second machine never started a trial"
+            running = {}
+        victim = running.get(doomed.pid) if survivor.pid in running else None
+        time.sleep(0.1)
+    assert victim is not None, "the two machines never ran trials at one time"
     doomed.kill()  # kill -9: no cleanup of any kind
     doomed.wait(timeout=10)
 

@@ -62,8 +62,9 @@ def valid_spaces(draw, taken: frozenset = frozenset(), depth: int = 0,
     """``careless``: settings already taken may be drawn again (a setting decided twice)."""
     pool = [s for s in [*VALUES, *OPTIONS]
             if (careless or s not in taken) and (depth < 2 or s in VALUES)]
-    chosen = draw(st.lists(st.sampled_from(pool), unique=True, min_size=min(1, len(pool)),
-                           max_size=3))
+    if not pool:  # every setting is taken above: nothing left to decide here
+        return {}
+    chosen = draw(st.lists(st.sampled_from(pool), unique=True, min_size=1, max_size=3))
     nestable = [s for s in pool if s in OPTIONS and s not in chosen]
     if nestable and draw(st.booleans()):  # options inside options, half the time
         chosen.insert(0, draw(st.sampled_from(nestable)))
