@@ -24,6 +24,7 @@ LAYERS: list[set[str]] = [
      "trainers.optim", "trainers.activations"},
     {"trainers.datasets", "trainers.batches", "trainers.distributed"},
     {"trainers.loop"},
+    {"trainers.checks", "trainers.data_checks", "trainers.model_checks", "trainers.fit_checks"},
     {"trainers.export", "trainers.preflight", "trainers.rank"},
     {"trainers"},
     # orchestrator: pure pieces, the stores, the coordinator's rooms, the loop, the commands

@@ -190,12 +190,12 @@ def test_the_sample_grid_shows_each_image_upscaled_with_its_class_name(tmp_path)
     import torch
     from PIL import Image
 
-    from trainers.preflight import GRID_COLUMNS, GRID_TILE, _sample_grid
+    from trainers.preflight import GRID_COLUMNS, GRID_TILE, sample_grid
 
     # two 2x2 grey images, min-max scaled: a chessboard and its negative
     x = torch.tensor([[[[0.0, 1.0], [1.0, 0.0]]], [[[1.0, 0.0], [0.0, 1.0]]]])
     data = SimpleNamespace(normalization=None, classes=("cat", "dog"))
-    png = np.asarray(Image.open(_sample_grid(x, torch.tensor([1, 0]), data,
+    png = np.asarray(Image.open(sample_grid(x, torch.tensor([1, 0]), data,
                                              tmp_path / "g.png")).convert("L"))
     assert png.shape == (GRID_TILE + 22, GRID_COLUMNS * (GRID_TILE + 8))
     half = GRID_TILE // 2
