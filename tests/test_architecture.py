@@ -30,7 +30,7 @@ LAYERS: list[set[str]] = [
     # orchestrator: pure pieces, the stores, the coordinator's rooms, the loop, the commands
     {"orchestrator.errors", "orchestrator.paths", "orchestrator.keys", "orchestrator.protocol",
      "orchestrator.reach"},
-    {"orchestrator.space", "orchestrator.slots", "orchestrator.locks", "orchestrator.stats",
+    {"orchestrator.space", "orchestrator.space_reading", "orchestrator.slots", "orchestrator.locks", "orchestrator.stats",
      "orchestrator.usage", "orchestrator.objectives"},
     {"orchestrator.spec"},
     {"orchestrator.compare"},

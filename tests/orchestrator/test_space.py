@@ -6,11 +6,12 @@ import optuna
 import pytest
 
 from orchestrator import space as sp
+from orchestrator.space_reading import parse_space
 
 
 def parse(mapping: dict) -> tuple[tuple, list[str]]:
     problems: list[str] = []
-    return sp.parse_space(mapping, "space", problems), problems
+    return parse_space(mapping, "space", problems), problems
 
 
 def names(space) -> set[str]:
