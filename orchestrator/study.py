@@ -34,6 +34,7 @@ from . import space as sp
 from .errors import SweepError
 from .locks import store_lock
 from .paths import RDB_SCHEMES, mask
+from .samplers import build_pruner, build_sampler
 from .spec import SweepSpec, settings_of
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -165,32 +166,14 @@ def make_sampler(spec: SweepSpec, seed_offset: int = 0):
 def _one_sampler(spec: SweepSpec, seed_offset: int):
     # numpy's seeds stop at 2**32 - 1, which a valid seed plus a joiner's offset can pass
     s, seed = spec.sampler, (spec.sampler_seed + seed_offset) % 2**32
-    factories = {
-        "tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler,
-        # every grid point is enqueued, so the sampler is never asked for a value
-        "grid": optuna.samplers.RandomSampler, "cmaes": optuna.samplers.CmaEsSampler,
-        "gp": optuna.samplers.GPSampler, "qmc": optuna.samplers.QMCSampler,
-        "nsga2": optuna.samplers.NSGAIISampler, "nsga3": optuna.samplers.NSGAIIISampler}
-    return factories[s.name](seed=seed, **s.options)
+    return build_sampler(s.name, seed, s.options)
 
 
 def make_pruner(spec: SweepSpec):
     """The pruner of ``spec``; for a comparison, judging each level against itself."""
-    pruner = _one_pruner(spec)
-    return compare.LevelPruner(pruner) if spec.compare is not None else pruner
-
-
-def _one_pruner(spec: SweepSpec):
     p = spec.pruner
-    if p.name == "median":
-        # the earliest a trial can be pruned is at step == n_warmup_steps (steps are epochs)
-        return optuna.pruners.MedianPruner(n_warmup_steps=p.min_epochs, **p.options)
-    if p.name == "successive_halving":
-        return optuna.pruners.SuccessiveHalvingPruner(min_resource=p.min_epochs, **p.options)
-    if p.name == "hyperband":
-        return optuna.pruners.HyperbandPruner(min_resource=p.min_epochs,
-                                              max_resource=spec.epochs, **p.options)
-    return optuna.pruners.NopPruner()
+    pruner = build_pruner(p.name, p.min_epochs, spec.epochs, p.options)
+    return compare.LevelPruner(pruner) if spec.compare is not None else pruner
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,8 @@ LAYERS: list[set[str]] = [
      "orchestrator.reach"},
     {"orchestrator.space", "orchestrator.space_reading", "orchestrator.slots", "orchestrator.locks", "orchestrator.stats",
      "orchestrator.usage", "orchestrator.objectives"},
+    {"orchestrator.spec_reading", "orchestrator.samplers", "orchestrator.spec_dryrun"},
+    {"orchestrator.spec_rules"},
     {"orchestrator.spec"},
     {"orchestrator.compare"},
     {"orchestrator.schema", "orchestrator.study", "orchestrator.tracking",

@@ -439,6 +439,23 @@ def test_the_largest_seed_still_makes_a_sampler_for_a_joining_process():
     assert 0 < trial.suggest_float("x", 0.0, 1.0) < 1
 
 
+@pytest.mark.parametrize("name", ["median", "successive_halving", "hyperband"])
+def test_a_pruner_keyword_sweep_sets_is_refused_and_the_study_builds_the_named_pruner(name):
+    from orchestrator.samplers import pruner_arguments, pruner_class
+    from orchestrator.study import make_pruner
+
+    keywords = pruner_arguments(name, min_epochs=2, epochs=4)
+    assert keywords  # each of these pruners is given min_epochs (and hyperband epochs)
+    for keyword in keywords:
+        with pytest.raises(SpecError) as e:
+            validate(tiny_spec(pruner={"name": name, keyword: 3}), source="s.yaml")
+        assert e.value.lines == [f"s.yaml: pruner.{keyword} is set by sweep from "
+                                 f"min_epochs/epochs; remove it"]
+    spec = validate(tiny_spec(pruner={"name": name, "min_epochs": 2},
+                              train={"dataset": "digits", "model": "small_cnn", "epochs": 4}))
+    assert type(make_pruner(spec)) is pruner_class(name)
+
+
 def test_the_text_a_sweep_logs_is_the_text_it_validated(tmp_path):
     # read once: a file edited while the sweep starts cannot make the logged YAML another one
     path = tmp_path / "s.yaml"
