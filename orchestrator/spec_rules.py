@@ -38,6 +38,7 @@ from .samplers import (
     sampler_class,
 )
 from .slots import plan_slots
+from .space_reading import check_values, parse_space, unused_problem
 from .spec_dryrun import check_options, construct, dry_run
 
 MINIMIZE_HINT = {"val_loss": "minimize", "train_loss": "minimize", "val_acc": "maximize"}
@@ -81,7 +82,7 @@ def check_rules(top, max_grid: int | None, problems: list[str],
 def _check_settings(top, problems: list[str]) -> sp.Space:
     """Check ``train`` and ``space`` as trainer settings; return the parsed space."""
     fixed = _check_train(top.train, problems)
-    space = sp.parse_space(top.space, "space", problems)
+    space = parse_space(top.space, "space", problems)
     for path, node in sp.walk(space):
         if path.count(".") == 1 and node.setting in fixed:
             problems.append(f"{path}: {node.setting} is also fixed in train; keep it in one place")
@@ -99,10 +100,10 @@ def _check_settings(top, problems: list[str]) -> sp.Space:
             _check_fixed_seams(first, fixed, problems)
     if not problems:
         for key, value in fixed.items():
-            unused = sp.unused_problem(f"train.{key} = {value!r}", key, space, fixed, {})
+            unused = unused_problem(f"train.{key} = {value!r}", key, space, fixed, {})
             if unused:
                 problems.append(unused)
-        sp.check_values(space, fixed, problems)
+        check_values(space, fixed, problems)
     return space
 
 
