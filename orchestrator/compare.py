@@ -20,7 +20,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import keys, objectives, stats
+from . import compat, keys, objectives, stats
 from .spec import SweepSpec, compare_levels
 
 TUNE, CONFIRM = "tune", "confirm"  # the values of keys.PHASE
@@ -296,13 +296,18 @@ class LevelView:
     def get_trials(self, deepcopy: bool = True, states=None) -> list[FrozenTrial]:
         return self._mine(self._study.get_trials(deepcopy=deepcopy, states=states))
 
-    def _get_trials(self, deepcopy: bool = True, states=None, use_cache: bool = False):
-        return self._mine(self._study._get_trials(deepcopy=deepcopy, states=states,
-                                                  use_cache=use_cache))
+    def trials_read(self, deepcopy: bool = True, states=None, use_cache: bool = False):
+        """The study's own trials read (:data:`compat.STUDY_TRIALS`, which samplers call), of
+        this level only."""
+        return self._mine(compat.study_trials(self._study, deepcopy=deepcopy, states=states,
+                                              use_cache=use_cache))
 
     @property
     def trials(self) -> list[FrozenTrial]:
         return self.get_trials()
+
+
+compat.implement(LevelView, compat.STUDY_TRIALS, LevelView.trials_read)
 
 
 class LevelSampler(optuna.samplers.BaseSampler):

@@ -8,10 +8,10 @@ from urllib.parse import urlsplit
 
 import optuna
 from optuna.storages import GrpcStorageProxy
-from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
 
-from . import keys
+from . import compat, keys
+from .compat import BaseHeartbeat
 from .errors import SweepError
 from .paths import mask
 
@@ -78,16 +78,18 @@ class HeartbeatProxy(GrpcStorageProxy, BaseHeartbeat):
     def record_heartbeat(self, trial_id: int) -> None:
         self.set_trial_system_attr(trial_id, keys.HEARTBEAT, time.time())
 
-    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+    def stale_trial_ids(self, study_id: int) -> list[int]:
+        """The running trials of ``study_id`` whose beat has not changed for two intervals
+        (:data:`compat.STALE_TRIAL_IDS`, which Optuna calls)."""
         now, stale, seen = time.monotonic(), [], {}
         for t in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
             beat = t.system_attrs.get(keys.HEARTBEAT)
             if beat is None:
                 continue
-            before = self._seen.get(study_id, {}).get(t._trial_id)
-            seen[t._trial_id] = before if before and before[0] == beat else (beat, now)
-            if now - seen[t._trial_id][1] > 2 * self._interval:
-                stale.append(t._trial_id)
+            before = self._seen.get(study_id, {}).get(compat.trial_id(t))
+            seen[compat.trial_id(t)] = before if before and before[0] == beat else (beat, now)
+            if now - seen[compat.trial_id(t)][1] > 2 * self._interval:
+                stale.append(compat.trial_id(t))
         self._seen[study_id] = seen  # trials no longer running are forgotten
         return stale
 
@@ -96,3 +98,6 @@ class HeartbeatProxy(GrpcStorageProxy, BaseHeartbeat):
 
     def get_heartbeat_stale_trial_callback(self):
         return self._on_stale
+
+
+compat.implement(HeartbeatProxy, compat.STALE_TRIAL_IDS, HeartbeatProxy.stale_trial_ids)

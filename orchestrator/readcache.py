@@ -17,7 +17,8 @@ import time
 from typing import Any
 
 from optuna.storages import BaseStorage
-from optuna.storages._heartbeat import BaseHeartbeat
+
+from .compat import BaseHeartbeat
 
 # how stale another machine's changes may look to this process (its own writes are seen at once):
 # READ_S, and longer with many unfinished trials, which each read fetches again (at 1,000 running

@@ -29,6 +29,7 @@ LAYERS: list[set[str]] = [
     {"trainers"},
     # orchestrator: pure pieces, the stores, the coordinator's rooms, the loop, the commands
     {"orchestrator.errors", "orchestrator.paths", "orchestrator.keys", "orchestrator.protocol",
+     "orchestrator.compat",
      "orchestrator.reach"},
     {"orchestrator.space", "orchestrator.space_reading", "orchestrator.slots", "orchestrator.locks", "orchestrator.stats",
      "orchestrator.usage", "orchestrator.objectives"},

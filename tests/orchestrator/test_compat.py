@@ -1,0 +1,88 @@
+"""The private names of Optuna and CPython behind ``orchestrator.compat``: one test each, so an
+upgrade that removes or changes one fails here, by name, before anything subtler breaks."""
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import optuna
+import pytest
+from optuna.storages import JournalStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend
+
+from orchestrator import compat
+from tests.conftest import ROOT
+
+
+@pytest.fixture
+def study(tmp_path):
+    storage = JournalStorage(JournalFileBackend(str(tmp_path / "j.journal")))
+    s = optuna.create_study(storage=storage, study_name="s")
+    for x in (1.0, 2.0):
+        s.enqueue_trial({"x": x})
+        s.optimize(lambda t: t.suggest_float("x", 0, 3), n_trials=1)
+    return s
+
+
+def test_base_heartbeat_is_the_protocol_rdb_storages_implement_with_the_stale_trials_method():
+    assert issubclass(RDBStorage, compat.BaseHeartbeat)
+    assert compat.STALE_TRIAL_IDS in compat.BaseHeartbeat.__abstractmethods__
+    params = list(inspect.signature(getattr(RDBStorage, compat.STALE_TRIAL_IDS)).parameters)
+    assert params == ["self", "study_id"]
+
+
+def test_implement_gives_an_abstract_private_method_so_the_class_can_be_made():
+    class Beats(compat.BaseHeartbeat):
+        def record_heartbeat(self, trial_id): ...
+        def get_heartbeat_interval(self): return 1
+        def get_heartbeat_stale_trial_callback(self): return None
+
+    with pytest.raises(TypeError):
+        Beats()
+    compat.implement(Beats, compat.STALE_TRIAL_IDS, lambda self, study_id: [study_id])
+    assert getattr(Beats(), compat.STALE_TRIAL_IDS)(7) == [7]
+
+
+def test_study_trials_is_the_read_with_a_cache_flag_that_samplers_make(study):
+    params = inspect.signature(getattr(optuna.Study, compat.STUDY_TRIALS)).parameters
+    assert {"deepcopy", "states", "use_cache"} <= set(params)
+    read = compat.study_trials(study, deepcopy=False, use_cache=True)
+    assert [t.params for t in read] == [t.params for t in study.get_trials()]
+
+
+def test_storage_of_writes_an_attr_of_a_trial_no_trial_object_of_this_process_holds(study):
+    running = study.ask()  # as another process left it RUNNING: only its number is known here
+    frozen = next(t for t in study.trials if t.number == running.number)
+    compat.storage_of(study).set_trial_user_attr(compat.trial_id(frozen), "note", "kept")
+    assert study.trials[running.number].user_attrs["note"] == "kept"
+
+
+def test_trial_id_of_a_live_and_a_frozen_trial_names_that_trial_in_its_storage(study):
+    storage = compat.storage_of(study)
+    live = study.ask()
+    assert storage.get_trial(compat.trial_id(live)).number == live.number
+    frozen = study.trials[1]
+    assert storage.get_trial(compat.trial_id(frozen)).number == frozen.number
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_end_threads_joins_the_running_threads_before_an_exit_that_skips_teardown():
+    out = _python("import os, threading, time\n"
+                  "from orchestrator.compat import end_threads\n"
+                  "def work():\n    time.sleep(0.3); print('thread done', flush=True)\n"
+                  "threading.Thread(target=work).start()\n"
+                  "end_threads()\nos._exit(0)\n")
+    assert out.returncode == 0 and "thread done" in out.stdout, out.stderr
+
+
+def test_run_exit_hooks_runs_the_atexit_hooks_now():
+    out = _python("import atexit, os\n"
+                  "from orchestrator.compat import run_exit_hooks\n"
+                  "atexit.register(lambda: print('hook ran', flush=True))\n"
+                  "run_exit_hooks()\nos._exit(0)\n")
+    assert out.returncode == 0 and "hook ran" in out.stdout, out.stderr
