@@ -122,7 +122,7 @@ def test_the_live_views_per_trial_best_follows_the_direction(direction):
 
 @pytest.mark.parametrize("direction", BOTH)
 def test_the_studys_best_configuration_is_the_best_mean_in_its_direction(direction):
-    from orchestrator.study import best_configuration
+    from orchestrator.objectives import best_configuration
 
     rows = [(0.001, 0, 0.2), (0.001, 1, 0.4), (0.01, 0, 0.5), (0.01, 1, 0.7)]
     study = _study_of(direction, rows)
