@@ -310,9 +310,9 @@ def _pending(study: SweepStudy, trial: optuna.Trial) -> PendingTrial:
 
 
 def _create_or_join(spec: SweepSpec, storage, name: str) -> tuple[optuna.Study, bool]:
-    """Study ``name`` of ``storage``: created by this process (True), else, when another one
-    created it first, loaded once its creator wrote its identity and checked to be this sweep,
-    its sampler's seed offset for this joiner (:func:`machines.sampler_offset`) (False)."""
+    """Study ``name`` in ``storage``, and whether this process created it. One another process
+    created first is loaded once its creator has written its identity, checked to be this
+    sweep, and given a sampler seeded for this joiner (:func:`machines.sampler_offset`)."""
     try:
         return optuna.create_study(study_name=name, storage=storage,
                                    directions=spec.directions,
