@@ -220,7 +220,7 @@ def _check(spec: SweepSpec, console: Console, tracking_uri: str | None,
 def check_stores(tracking_uri: str | None, storage: str | None, *, create: bool) -> None:
     """:func:`reach.check_stores` for these flags, their defaults filled in (``storage``
     False: a command that uses no study storage)."""
-    from .study import default_storage
+    from .storages import default_storage
 
     uri = tracking_uri or paths.default_tracking_uri()
     reach.check_store(uri, "--tracking-uri", create=create)
@@ -231,7 +231,7 @@ def check_stores(tracking_uri: str | None, storage: str | None, *, create: bool)
 def _result(spec: SweepSpec, outcome: Outcome) -> SweepResult:
     import optuna
 
-    from .study import open_storage
+    from .storages import open_storage
 
     study = optuna.load_study(study_name=outcome.study_name,
                               storage=open_storage(outcome.storage))
@@ -287,7 +287,7 @@ def load(name: str, *, tracking_uri: str | None = None,
     """
     from .report import load_sweep
     from .status import load_named
-    from .study import default_storage
+    from .storages import default_storage
 
     tracking_uri = tracking_uri or paths.default_tracking_uri()
     storage = storage or default_storage(tracking_uri)

@@ -305,7 +305,7 @@ def unexpected_line(error: Exception, args: argparse.Namespace) -> str:
     where = f"the traceback is in {log}" if log else "the traceback could not be written"
     full = disk_full(error)
     if full is not None:
-        from .study import default_storage
+        from .storages import default_storage
 
         uri = getattr(args, "tracking_uri", None) or paths.default_tracking_uri()
         storage = getattr(args, "storage", None) or default_storage(uri)
@@ -464,7 +464,7 @@ def _browse_lines(name: str, outcome) -> str:
     GenAI views)."""
     from .paths import mask
     from .server import sweep_view
-    from .study import default_storage
+    from .storages import default_storage
 
     uri, runs = outcome.tracking_uri, sweep_view(outcome.experiment_id)
     uri_flag = "" if uri == paths.default_tracking_uri() else f" --tracking-uri {mask(uri)}"

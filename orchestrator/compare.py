@@ -132,9 +132,8 @@ class Plan:
 def counted(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
     """The trials that spend the budget: all but a failure whose retry is queued or ran (its
     retry stands for it)."""
-    retry_of = {t.user_attrs.get(keys.RETRY_OF) for t in trials}
-    return [t for t in trials if not (t.state == TrialState.FAIL and (
-        t.user_attrs.get(keys.WILL_RETRY) or t.number in retry_of))]
+    retried = objectives.retried_numbers(trials)
+    return [t for t in trials if t.number not in retried]
 
 
 def best_tuned(trials: Sequence[FrozenTrial], direction: str) -> FrozenTrial | None:

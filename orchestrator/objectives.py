@@ -1,7 +1,8 @@
 """What a trial's epochs are worth to a study, and which trials are the best: the objective's
 reduction of a curve (last, best, mean of the last k, epochs to a target), constraint values,
-the feasible trials, the Pareto front of several objectives, and the rules that stop a trial
-(``patience``) or a sweep (``stop_when``) early.
+the feasible trials, the Pareto front of several objectives, the configuration with the best
+mean, which failures were retried, and the rules that stop a trial (``patience``) or a sweep
+(``stop_when``) early.
 
 Pure functions over numbers and Optuna's frozen trials, shared by the study, the trial book,
 ``sweep status`` and the report, so that each names the same trials best.
@@ -9,6 +10,7 @@ Pure functions over numbers and Optuna's frozen trials, shared by the study, the
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -182,6 +184,62 @@ def best_trials(trials: Sequence[FrozenTrial], directions: Sequence[str]) -> lis
         return ranked(trials, directions[0])
     return pareto_front(trials, directions)
 
+
+def config_key(params: dict[str, Any]) -> tuple:
+    """What makes two trials the same configuration: their parameters, by name and ``repr``
+    (so ``1``, ``1.0`` and ``True`` stay apart)."""
+    return tuple(sorted((k, repr(v)) for k, v in params.items()))
+
+
+def by_configuration(trials: Sequence[FrozenTrial], direction: str) -> list[list[FrozenTrial]]:
+    """Complete ``trials`` (e.g. the :func:`candidates`) grouped by configuration
+    (:func:`config_key`), the best mean value over each group's seeds first (ties: the group
+    with the earliest trial).
+    Every "best configuration by mean" goes through it: the study's, the run summary's."""
+    groups: dict[tuple, list[FrozenTrial]] = {}
+    for t in trials:
+        groups.setdefault(config_key(t.params), []).append(t)
+    return sorted(groups.values(), key=lambda g: (
+        sign(direction) * statistics.fmean(t.value for t in g), min(t.number for t in g)))
+
+
+def best_configuration(spec, trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """The complete feasible trials of sweep ``spec`` (a :class:`orchestrator.spec.SweepSpec`)
+    of the configuration with the best mean objective over its repeats (one trial without
+    repeats; ties go to the earliest); with several objectives, the Pareto front's trial best on
+    the first objective."""
+    pool = candidates(trials)
+    if spec.is_multi_objective:
+        return best_trials(pool, spec.directions)[:1]
+    groups = by_configuration(pool, spec.objective.goal)
+    return groups[0] if groups else []
+
+
+# ------------------------------------------------------------------ retries
+
+def _retried_targets(trials: Sequence[FrozenTrial]) -> set:
+    """The trial numbers some trial of ``trials`` is the retry of."""
+    return {t.user_attrs.get(keys.RETRY_OF) for t in trials}
+
+
+def retried_numbers(trials: Sequence[FrozenTrial]) -> set[int]:
+    """The numbers of the FAIL trials (of a whole study) whose retry is queued or has run: a
+    failure marked for retry, or one some trial retries. Such a failure is not counted (its
+    retry stands for it) by the trial counts, ``sweep status`` or a comparison's budget."""
+    targets = _retried_targets(trials)
+    return {t.number for t in trials if t.state == TrialState.FAIL and
+            (t.user_attrs.get(keys.WILL_RETRY) or t.number in targets)}
+
+
+def lost_retries(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """The FAIL trials (of a whole study) marked for retry that no trial retries yet: their
+    process died between failing them and queueing the retry."""
+    targets = _retried_targets(trials)
+    return [t for t in trials if t.state == TrialState.FAIL and
+            t.user_attrs.get(keys.WILL_RETRY) and t.number not in targets]
+
+
+# ------------------------------------------------------------------ early stops
 
 def patience_spent(curve: Sequence[float], patience: int, maximize: bool) -> bool:
     """Whether the last ``patience`` epochs of ``curve`` brought no improvement on the best

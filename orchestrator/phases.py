@@ -34,7 +34,6 @@ from .protocol import (
 )
 from .slots import plan_slots
 from .spec import SweepSpec
-from .study import best_configuration
 from .workers import Worker, WorkerPool
 
 # Deadlines of a request to a worker, derived from the work it asks for: a preflight trains
@@ -357,7 +356,7 @@ def evaluate_test_split(book: TrialBook, workers: Workers) -> dict[str, Any] | N
     Returns:
         The :func:`summarize_test` of the trials evaluated, or None when none was.
     """
-    group = best_configuration(book.spec, book.study.trials())
+    group = objectives.best_configuration(book.spec, book.study.trials())
     if not group or workers.interrupted():
         return None
     book.attach_tracking()

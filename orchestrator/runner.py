@@ -26,6 +26,7 @@ from . import space as sp
 from .book import StoreRefused, TrialBook, stop_sweep
 from .display import WINDOW, Snapshot, TrialRow, config_name
 from .errors import SweepError
+from .machines import claim_end, end_done
 from .protocol import (
     REPLY_TO,
     Decision,
@@ -45,7 +46,8 @@ from .protocol import (
 )
 from .slots import plan_slots
 from .spec import SweepSpec, warm_up_settings
-from .study import PendingTrial, claim_end, default_storage, end_done
+from .storages import default_storage
+from .study import PendingTrial
 from .workers import Worker, WorkerPool
 
 EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 130, 143
@@ -585,22 +587,17 @@ def configurations(study) -> list[dict[str, Any]]:
         trials = [t for t in trials if t.user_attrs.get(keys.PHASE) == compare.CONFIRM]
     elif study.spec.repeats < 2:
         return []
-    groups: dict[tuple, list] = {}
-    for t in trials:
-        groups.setdefault(tuple(sorted(t.params.items())), []).append(t)
     rows = []
-    for group in groups.values():
+    for group in objectives.by_configuration(trials, study.spec.objective.goal):
         values = [t.value for t in group]
         rows.append({"name": config_name(sp.settings_for(study.spec.space, group[0].params)),
                      "mean": statistics.fmean(values), "n": len(values),
                      "std": statistics.stdev(values) if len(values) > 1 else 0.0,
                      "run_ids": [t.user_attrs.get(keys.RUN_ID) or "" for t in group],
                      "trials": [t.number for t in group]})
-    sign = objectives.sign(study.spec.objective.goal)
     found = compare.final_answer(study.comparison, study.trials())
     named = found.trial.number if found else None  # the comparison's answer first
-    return sorted(rows, key=lambda r: (named not in r["trials"], sign * r["mean"],
-                                       min(r["trials"])))
+    return sorted(rows, key=lambda r: named not in r["trials"])  # stable: best mean next
 
 
 def log_comparison(book: TrialBook) -> str | None:

@@ -141,7 +141,7 @@ def storage_proxy(args, console: Console) -> Sidecar | None:
             raise SweepError(f"--storage {mask(args.storage)}: sweep server serves a study "
                              f"storage only through its proxy; add --storage-proxy")
         return None
-    from .study import RDB_SCHEMES  # what the proxy's own storage opener takes
+    from .paths import RDB_SCHEMES  # what the proxy's own storage opener takes
 
     url = args.storage or ""
     scheme = urllib.parse.urlsplit(url).scheme.split("+")[0]
@@ -176,7 +176,7 @@ def run_proxy(url: str, host: str, port: int) -> int:
     created under the store's lock). Returns 2 when it cannot be opened (said on stderr)."""
     import optuna
 
-    from .study import open_storage  # Optuna: imported in the proxy's process only
+    from .storages import open_storage  # Optuna: imported in the proxy's process only
 
     try:
         storage = open_storage(url)

@@ -20,8 +20,9 @@ from rich.text import Text
 from . import keys, objectives, paths
 from .display import clock, params_text
 from .errors import SweepError, did_you_mean
-from .paths import mask
-from .study import RDB_SCHEMES, default_storage, open_storage, retried_numbers, state_counts
+from .paths import RDB_SCHEMES, mask
+from .storages import default_storage, open_storage
+from .study import state_counts
 
 NUMERIC = {"trials", "complete", "running", "pruned", "failed", "#", "epochs", "value"}
 WRAPS = {"sweep", "best", "started", "last activity", "params", "note"}
@@ -114,7 +115,7 @@ def sweep_row(study: optuna.Study, now: datetime) -> dict[str, str]:
 def trial_rows(study: optuna.Study, now: datetime) -> list[dict[str, str]]:
     """The study's trials as the columns of the trial table."""
     trials = study.get_trials(deepcopy=False)
-    retried = retried_numbers(trials)
+    retried = objectives.retried_numbers(trials)
     best = _best(study, trials)
     front = {t.number for t in best_trials(study, trials)} if best is None else set()
     found = study.user_attrs.get(keys.ANSWER)

@@ -1,158 +1,32 @@
-"""Everything Optuna: storages, samplers, pruners, the study of a sweep and its trials.
+"""The study of a sweep and the life of its trials: opening (create or join, same sweep, grid and
+warm start), asking, reporting, completing, pruning, failing and retrying; samplers and pruners.
 
 Only the ``sweep run`` process (never a training worker) talks to the study, so a journal file or
 SQLite storage has a single writer per machine; several ``sweep run`` processes may share one study
-(the journal file and RDB storages lock their own writes).
+(the journal file and RDB storages lock their own writes; :mod:`orchestrator.storages` opens
+them, :mod:`orchestrator.machines` keeps what the processes share).
 """
 from __future__ import annotations
 
 import contextlib
-import datetime
-import hashlib
 import itertools
 import json
 import math
-import os
-import shutil
-import socket
-import sys
-import time
 import uuid
-import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import optuna
-from optuna.storages import JournalStorage, RDBStorage
-from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import TrialState
 
-from . import compare, keys, objectives, paths, proxy, readcache
+from . import compare, compat, keys, objectives, readcache
 from . import space as sp
 from .errors import SweepError
 from .locks import store_lock
-from .paths import RDB_SCHEMES, mask
+from .machines import Machines, sampler_offset, wait_for
 from .samplers import build_pruner, build_sampler
 from .spec import SweepSpec, settings_of
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-# a sweep records heartbeats itself, from a thread, since it does not use Study.optimize
-warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
-
-UNOWNED_GRACE_S = 60.0  # a trial asked but not yet owned: another process recording itself
-JOIN_WAIT_S = 60  # a machine joining a study waits this long for its creator's bookkeeping
-
-
-def default_storage(tracking_uri: str) -> str:
-    """The journal file next to a local MLflow SQLite database (else in the working directory)."""
-    return str(paths.home(tracking_uri) / "optuna.journal")
-
-
-def open_storage(url: str, heartbeat_s: int | None = None, on_stale=None):
-    """An Optuna storage for ``url``: an RDB URL (sqlite://, postgresql://, mysql://...), a
-    journal file given as a path or ``journal:PATH``, or Optuna's storage proxy in front of an
-    RDB storage, ``grpc://HOST:PORT`` (``sweep server --storage-proxy``).
-
-    With ``heartbeat_s``, an RDB storage records the heartbeats of running trials and calls
-    ``on_stale(study, frozen_trial)`` for each trial :func:`optuna.storages.fail_stale_trials`
-    fails after two intervals without one (a journal file has no heartbeats: there, a dead
-    process's trials are found by its pid, on its own machine). Through a proxy, heartbeats are
-    trial attributes (:class:`proxy.HeartbeatProxy`).
-    """
-    scheme = urlsplit(url).scheme.split("+")[0]
-    if scheme in RDB_SCHEMES:
-        return _open_rdb(url, heartbeat_s, on_stale)
-    if scheme == "grpc":
-        return proxy.open_grpc(url, heartbeat_s, on_stale)
-    path = paths.journal_file(url)
-    if path is None:
-        raise SweepError(f"--storage {mask(url)}: unknown storage scheme {scheme!r}; use a file "
-                         f"path (journal), sqlite:///FILE, postgresql://..., mysql://... or "
-                         f"grpc://HOST:PORT (a storage proxy)")
-    paths.check_journal_folder(url)
-    with store_lock(str(path)):  # one process repairs or creates the file at a time
-        repair_journal(path)
-        try:
-            return JournalStorage(JournalFileBackend(str(path)))
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:  # its replay
-            raise SweepError(f"{path}: the Optuna journal holds an entry Optuna cannot read "
-                             f"({type(e).__name__}: {e}); restore it from a backup or start a "
-                             f"fresh sweep with --storage NEW_FILE") from None
-
-
-def _open_rdb(url: str, heartbeat_s: int | None, on_stale) -> RDBStorage:
-    """An RDB storage, created under the store's lock: Optuna creates a new database's tables
-    and stamps its schema version without one, so machines starting together break each other."""
-    paths.check_sqlite_folder(url, "--storage")
-    for attempt in range(4):
-        try:
-            with store_lock(url):
-                return RDBStorage(url, heartbeat_interval=heartbeat_s,
-                                  grace_period=2 * heartbeat_s if heartbeat_s else None,
-                                  heartbeat_stale_trial_callback=on_stale if heartbeat_s
-                                  else None)
-        except Exception as e:  # the driver's own errors are many and varied
-            error = e
-            if paths.missing_driver(e):  # no wait cures that
-                break
-            time.sleep(0.5 * (attempt + 1))  # a database server starting, a network blink
-    raise SweepError(f"--storage {mask(url)}: cannot open the Optuna storage: "
-                     f"{paths.missing_driver(error) or str(error).splitlines()[0]}") from None
-
-
-def repair_journal(path: Path) -> Path | None:
-    """Cut a torn tail (a kill or a full disk during a write) off an Optuna journal file.
-
-    Optuna skips a torn last line when reading, but the next write would be appended to it and
-    corrupt the file for good. The damaged file is kept as ``PATH.damaged-<time>`` first.
-    Returns the backup's path, or None when the file was whole.
-
-    Raises:
-        SweepError: the damage is not at the end (lines after it would be lost).
-    """
-    if not path.exists():
-        return None
-    lock = JournalFileSymlinkLock(str(path))  # the lock Optuna's own writers take
-    lock.acquire()
-    try:
-        return _cut_torn_tail(path)
-    finally:
-        lock.release()
-
-
-def _cut_torn_tail(path: Path) -> Path | None:
-    data = path.read_bytes()
-    good = 0
-    for line in data.splitlines(keepends=True):
-        if not line.endswith(b"\n") or not _is_json(line):
-            break
-        good += len(line)
-    if good == len(data):
-        return None
-    rest = data[good:].split(b"\n", 1)
-    if len(rest) > 1 and rest[1].strip():
-        raise SweepError(f"{path}: the Optuna journal is damaged at byte {good} with entries "
-                         f"after it; restore it from a backup or start a fresh sweep with "
-                         f"--storage NEW_FILE")
-    backup = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
-    shutil.copy2(path, backup)
-    with open(path, "r+b") as f:
-        f.truncate(good)
-    sys.stderr.write(f"sweep: warning: {path}: cut a torn last entry ({len(data) - good} bytes) "
-                     f"off the Optuna journal; the damaged file is kept as {backup.name}\n")
-    return backup
-
-
-def _is_json(line: bytes) -> bool:
-    """Whether ``line`` is a journal entry: a JSON object with an op code."""
-    try:
-        entry = json.loads(line)
-    except ValueError:
-        return False
-    return isinstance(entry, dict) and isinstance(entry.get("op_code"), int)
+from .storages import open_storage
 
 
 def make_sampler(spec: SweepSpec, seed_offset: int = 0):
@@ -176,36 +50,6 @@ def make_pruner(spec: SweepSpec):
     return compare.LevelPruner(pruner) if spec.compare is not None else pruner
 
 
-@dataclass(frozen=True)
-class Owner:
-    """The ``sweep run`` process that owns a running trial: alive only if pid and start match."""
-
-    host: str
-    pid: int
-    started: int
-
-    @classmethod
-    def me(cls) -> "Owner":
-        return cls(socket.gethostname(), os.getpid(), process_start(os.getpid()))
-
-    def is_alive(self) -> bool:
-        if self.host != socket.gethostname():
-            return True  # another machine's process: not ours to judge
-        return process_start(self.pid) == self.started
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "pid": self.pid, "started": self.started}
-
-
-def process_start(pid: int) -> int:
-    """The start time of process ``pid`` in clock ticks since boot, or -1 if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return -1
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
 @dataclass
 class PendingTrial:
     """A trial asked from the study, with the settings the trainer will get."""
@@ -225,15 +69,15 @@ class PendingTrial:
 
 
 class SweepStudy:
-    """The Optuna study of one sweep: asking, reporting and telling trials."""
+    """The Optuna study of one sweep: asking, reporting and telling trials. What its processes
+    share across machines (owners, heartbeats, the parent run) is :attr:`machines`."""
 
     def __init__(self, spec: SweepSpec, study: optuna.Study, created: bool = True,
                  stale: list | None = None, storage_url: str | None = None):
         self.spec, self.study, self.storage_url = spec, study, storage_url
         self.comparison = compare.Comparison.of(spec)
         self.created = created  # this process won the create_study race
-        self.owner = Owner.me()
-        self._stale = stale if stale is not None else []  # filled by the storage's callback
+        self.machines = Machines(study, stale)
 
     @classmethod
     def open(cls, spec: SweepSpec, storage_url: str, study_name: str | None = None,
@@ -260,28 +104,9 @@ class SweepStudy:
             name = next(f"{name}-{i}" for i in itertools.count(2) if f"{name}-{i}" not in taken)
         # checked before the study exists: a refused warm_start leaves no half-made study
         copies = warm_start_copies(spec, storage) if spec.warm_start is not None else []
-        try:
-            study = optuna.create_study(study_name=name, storage=storage,
-                                        directions=spec.directions,
-                                        sampler=make_sampler(spec), pruner=make_pruner(spec))
-            created = True
-        except optuna.exceptions.DuplicatedStudyError:
-            created = False
-            existing = optuna.load_study(study_name=name, storage=storage)
-            # another machine may have created it a moment ago: its attributes come next
-            _wait_for(lambda: keys.FINGERPRINT in existing.user_attrs)
-            _check_same_sweep(spec, name, existing)
-            study = optuna.load_study(study_name=name, storage=storage,
-                                      sampler=make_sampler(spec, _sampler_offset(existing)),
-                                      pruner=make_pruner(spec))
+        study, created = _create_or_join(spec, storage, name)
         self = cls(spec, study, created, stale, storage_url)
-        if created:
-            _initialise(self, copies)
-        elif spec.is_grid:  # the creator enqueues the grid; a joiner waits for it to be done
-            _wait_for(lambda: keys.GRID_DONE in study.user_attrs)
-        if spec.is_grid and not study.user_attrs.get(keys.GRID_DONE):
-            _enqueue_grid(self)
-        _enqueue_lost_retries(self)
+        _fill(self, copies)
         return self
 
     @property
@@ -297,6 +122,10 @@ class SweepStudy:
         """Trials by state (see :func:`state_counts`)."""
         return state_counts(self.trials())
 
+    def running(self) -> int:
+        """Trials RUNNING in the study, on any machine."""
+        return len(self.trials(states=(TrialState.RUNNING,)))
+
     # ------------------------------------------------------------------------------- trials
 
     def next_trial(self) -> PendingTrial | compare.Wait | None:
@@ -311,25 +140,7 @@ class SweepStudy:
             return None
         else:
             trial = self.study.ask()
-        try:
-            sampled = sp.sample(trial, self.spec.space)
-            repeat = trial.user_attrs.get(keys.REPEAT)
-            if repeat is None:
-                repeat = 0
-                trial.set_user_attr(keys.REPEAT, 0)
-                for copy in range(1, self.spec.repeats):
-                    self.study.enqueue_trial(trial.params, user_attrs={keys.REPEAT: copy})
-            seed = trial.user_attrs.get(keys.SEED, self.spec.seed + repeat)
-            trial.set_user_attr(keys.SEED, seed)
-            trial.set_user_attr(keys.OWNER, self.owner.as_dict())
-            settings = {**settings_of(self.spec, sampled), "seed": seed}
-        except BaseException as e:
-            abandon(self, trial, e)
-            raise
-        attrs = trial.user_attrs
-        return PendingTrial(trial, settings, repeat, seed, retry_of=attrs.get(keys.RETRY_OF),
-                            root=attrs.get(keys.RETRY_ROOT, trial.number),
-                            phase=attrs.get(keys.PHASE), level=attrs.get(keys.LEVEL))
+        return _pending(self, trial)
 
     def plan(self) -> compare.Plan | None:
         """A comparison's next step and planned trial count (:func:`compare.plan`)."""
@@ -365,22 +176,23 @@ class SweepStudy:
         retry. Returns whether this call failed the trial.
         """
         t = trial.trial if isinstance(trial, PendingTrial) else trial
-        storage = self.study._storage
+        storage = compat.storage_of(self.study)
         # Optuna has no public call to set a user attr on a trial another process left RUNNING.
         attrs = {keys.FAIL_REASON: reason[-4000:], keys.FAIL_KIND: kind}
         if retry:
             attrs[keys.WILL_RETRY] = True
         try:
             for key, value in attrs.items():
-                storage.set_trial_user_attr(t._trial_id, key, value)
+                storage.set_trial_user_attr(compat.trial_id(t), key, value)
             self.study.tell(t.number, state=TrialState.FAIL)
         except (RuntimeError, ValueError):  # finished meanwhile by another process
             return False
         if retry:
-            self._enqueue_retry(self.trials()[t.number])
+            self.retry(self.trials()[t.number])
         return True
 
-    def _enqueue_retry(self, failed: optuna.trial.FrozenTrial) -> None:
+    def retry(self, failed: optuna.trial.FrozenTrial) -> None:
+        """Queue a new attempt of ``failed`` (already FAIL, e.g. by :meth:`fail_stale`)."""
         attrs = failed.user_attrs
         kept = {k: attrs[k] for k in (keys.PHASE, keys.LEVEL, keys.SEED) if k in attrs}
         # a trial failed before it sampled holds only its fixed parameters (a comparison's level)
@@ -396,46 +208,6 @@ class SweepStudy:
                    if t.user_attrs.get(keys.RETRY_ROOT, t.number) == root
                    and t.user_attrs.get(keys.FAIL_KIND, "crash") == "crash")
 
-    # ---------------------------------------------------------------- several machines
-
-    @property
-    def heartbeat(self) -> bool:
-        """Whether the storage keeps trial heartbeats (an RDB storage with heartbeat_seconds)."""
-        return getattr(self.study._storage, "get_heartbeat_interval", lambda: None)() is not None
-
-    def beat(self, pending: PendingTrial) -> None:
-        """Record that ``pending`` is alive (called from a thread every heartbeat interval)."""
-        self.study._storage.record_heartbeat(pending.trial._trial_id)
-
-    def fail_stale(self) -> list[optuna.trial.FrozenTrial]:
-        """Fail the trials whose heartbeat stopped (their machine died) with
-        :func:`optuna.storages.fail_stale_trials`; returns those this process failed (each
-        stale trial is failed by exactly one process), for the caller to retry and close."""
-        if not self.heartbeat:
-            return []
-        optuna.storages.fail_stale_trials(self.study)
-        failed, self._stale[:] = list(self._stale), []
-        return failed
-
-    def retry(self, failed: optuna.trial.FrozenTrial) -> None:
-        """Queue a new attempt of ``failed`` (already FAIL, e.g. by :meth:`fail_stale`)."""
-        self._enqueue_retry(failed)
-
-    def running(self) -> int:
-        """Trials RUNNING in the study, on any machine."""
-        return len(self.trials(states=(TrialState.RUNNING,)))
-
-    def shared_parent(self) -> str | None:
-        return self.study.user_attrs.get(keys.PARENT_RUN)
-
-    def set_shared_parent(self, run_id: str) -> None:
-        self.study.set_user_attr(keys.PARENT_RUN, run_id)
-
-    def wait_for_shared_parent(self) -> str | None:
-        """The parent run id the creating machine stores, waiting up to :data:`JOIN_WAIT_S`."""
-        found = _wait_for(lambda: self.study.user_attrs.get(keys.PARENT_RUN))
-        return found or None
-
     def set_attr(self, pending: PendingTrial, key: str, value: Any) -> None:
         pending.trial.set_user_attr(key, value)
 
@@ -444,16 +216,6 @@ class SweepStudy:
         return [objectives.reduce_curve(o, [m.get(o.metric, math.nan) for m in history],
                                         self.spec.epochs)
                 for o in self.spec.objectives]
-
-    def orphans(self) -> list[optuna.trial.FrozenTrial]:
-        """RUNNING trials whose ``sweep run`` process on this host is gone; one without an owner
-        yet only after :data:`UNOWNED_GRACE_S` (its process may be about to record itself)."""
-        now = datetime.datetime.now()
-        return [t for t in self.trials(states=(TrialState.RUNNING,))
-                if (not Owner(**t.user_attrs[keys.OWNER]).is_alive()
-                    if keys.OWNER in t.user_attrs else
-                    t.datetime_start is None or
-                    (now - t.datetime_start).total_seconds() > UNOWNED_GRACE_S)]
 
     def trial_settings(self, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
         """The trainer settings a finished trial ran with (fixed, sampled, and its seed)."""
@@ -475,36 +237,92 @@ class SweepStudy:
         return objectives.stop_reason(self.spec.stop_when, self.trials(),
                                       self.spec.objective.goal, self.spec.objective.label)
 
+    # ----------------------------------------- several machines (:class:`machines.Machines`)
 
-def claim_end(study: SweepStudy, ran_trials: bool) -> dict[str, Any] | None:
-    """Claim the end of the sweep (held-out test, export, parent run end) for this process,
-    which ``ran_trials`` or not: None when the end is this process's to do, else the claim of
-    the process that does it, or did (``owner``, ``finished``, ``done``).
+    @property
+    def heartbeat(self) -> bool:
+        """Whether the storage keeps trial heartbeats (:attr:`Machines.heartbeat`)."""
+        return self.machines.heartbeat
 
-    Several ``sweep run`` processes of one study finish together; one of them ends the sweep.
-    Optuna cannot compare-and-set a study attribute, so the claim (:data:`keys.END_CLAIM`) is
-    read and written under the storage's lock (:func:`~orchestrator.locks.store_lock`: an
-    advisory lock on PostgreSQL, a file lock beside a journal...). A claim is taken again when
-    it was made at fewer finished trials (the sweep went on since), by this process, by a
-    process gone before it was done, or, once done, by a rerun that ran no trial.
-    """
-    finished = study.counts()["finished"]
-    me = study.owner.as_dict()
-    with store_lock(study.storage_url) if study.storage_url else contextlib.nullcontext():
-        held = study.study.user_attrs.get(keys.END_CLAIM)
-        if held and held.get("finished") == finished and held.get("owner") != me and (
-                ran_trials if held.get("done") else Owner(**held["owner"]).is_alive()):
-            return held
-        study.study.set_user_attr(keys.END_CLAIM, {"owner": me, "finished": finished,
-                                                   "done": False})
-    return None
+    def beat(self, pending: PendingTrial) -> None:
+        """Record that ``pending`` is alive (:meth:`Machines.beat`)."""
+        self.machines.beat(pending.trial)
+
+    def fail_stale(self) -> list[optuna.trial.FrozenTrial]:
+        """Fail the trials whose heartbeat stopped (:meth:`Machines.fail_stale`)."""
+        return self.machines.fail_stale()
+
+    def orphans(self) -> list[optuna.trial.FrozenTrial]:
+        """RUNNING trials whose process on this host is gone (:meth:`Machines.orphans`)."""
+        return self.machines.orphans()
+
+    def shared_parent(self) -> str | None:
+        return self.machines.shared_parent()
+
+    def set_shared_parent(self, run_id: str) -> None:
+        self.machines.set_shared_parent(run_id)
+
+    def wait_for_shared_parent(self) -> str | None:
+        return self.machines.wait_for_shared_parent()
 
 
-def end_done(study: SweepStudy) -> None:
-    """Mark this process's claim of the end (:func:`claim_end`) done."""
-    held = dict(study.study.user_attrs.get(keys.END_CLAIM) or {})
-    if held.get("owner") == study.owner.as_dict():
-        study.study.set_user_attr(keys.END_CLAIM, {**held, "done": True})
+def _pending(study: SweepStudy, trial: optuna.Trial) -> PendingTrial:
+    """Sample an asked ``trial``'s settings and record on it its repeat (queueing the other
+    repeats of a new configuration), seed and owner; a trial that raises meanwhile is
+    abandoned (:func:`abandon`)."""
+    spec = study.spec
+    try:
+        sampled = sp.sample(trial, spec.space)
+        repeat = trial.user_attrs.get(keys.REPEAT)
+        if repeat is None:
+            repeat = 0
+            trial.set_user_attr(keys.REPEAT, 0)
+            for copy in range(1, spec.repeats):
+                study.study.enqueue_trial(trial.params, user_attrs={keys.REPEAT: copy})
+        seed = trial.user_attrs.get(keys.SEED, spec.seed + repeat)
+        trial.set_user_attr(keys.SEED, seed)
+        study.machines.own(trial)
+        settings = {**settings_of(spec, sampled), "seed": seed}
+    except BaseException as e:
+        abandon(study, trial, e)
+        raise
+    attrs = trial.user_attrs
+    return PendingTrial(trial, settings, repeat, seed, retry_of=attrs.get(keys.RETRY_OF),
+                        root=attrs.get(keys.RETRY_ROOT, trial.number),
+                        phase=attrs.get(keys.PHASE), level=attrs.get(keys.LEVEL))
+
+
+def _create_or_join(spec: SweepSpec, storage, name: str) -> tuple[optuna.Study, bool]:
+    """Study ``name`` in ``storage``, and whether this process created it. One another process
+    created first is loaded once its creator has written its identity, checked to be this
+    sweep, and given a sampler seeded for this joiner (:func:`machines.sampler_offset`)."""
+    try:
+        return optuna.create_study(study_name=name, storage=storage,
+                                   directions=spec.directions,
+                                   sampler=make_sampler(spec), pruner=make_pruner(spec)), True
+    except optuna.exceptions.DuplicatedStudyError:
+        existing = optuna.load_study(study_name=name, storage=storage)
+        # another machine may have created it a moment ago: its attributes come next
+        wait_for(lambda: keys.FINGERPRINT in existing.user_attrs)
+        _check_same_sweep(spec, name, existing)
+        return optuna.load_study(study_name=name, storage=storage,
+                                 sampler=make_sampler(spec, sampler_offset(existing)),
+                                 pruner=make_pruner(spec)), False
+
+
+def _fill(study: SweepStudy, copies: list) -> None:
+    """Bring an opened study's queue up to date: its creator's bookkeeping (:func:`_initialise`
+    with the ``warm_start`` ``copies``), the grid, and the retries a dead process did not
+    queue."""
+    spec, s = study.spec, study.study
+    if study.created:
+        _initialise(study, copies)
+    elif spec.is_grid:  # the creator enqueues the grid; a joiner waits for it to be done
+        wait_for(lambda: keys.GRID_DONE in s.user_attrs)
+    if spec.is_grid and not s.user_attrs.get(keys.GRID_DONE):
+        _enqueue_grid(study)
+    for t in objectives.lost_retries(study.trials()):  # their process died before queueing
+        study.retry(t)
 
 
 def record_end(spec: SweepSpec, trial: optuna.Trial, history: list[dict[str, float]]) -> None:
@@ -526,29 +344,12 @@ def constrain(spec: SweepSpec, trial: optuna.Trial, history: list[dict[str, floa
         trial.set_user_attr(keys.CONSTRAINTS, values)
 
 
-def best_configuration(spec: SweepSpec, trials) -> list[optuna.trial.FrozenTrial]:
-    """The complete feasible trials of this sweep of the configuration with the best mean
-    objective over its repeats (one trial without repeats; ties go to the earliest); with
-    several objectives, the Pareto front's trial best on the first objective."""
-    pool = objectives.candidates(trials)
-    if spec.is_multi_objective:
-        return objectives.best_trials(pool, spec.directions)[:1]
-    groups: dict[tuple, list[optuna.trial.FrozenTrial]] = {}
-    for t in pool:
-        groups.setdefault(_key(t.params), []).append(t)
-    if not groups:
-        return []
-    sign = objectives.sign(spec.objective.goal)
-    return min(groups.values(), key=lambda g: (sign * sum(t.value for t in g) / len(g),
-                                               min(t.number for t in g)))
-
-
 def _initialise(study: SweepStudy, copies: list) -> None:
     """What the process creating a study writes into it: who made it, the enqueued
     configurations, the trials copied by ``warm_start``, then its identity (joiners wait for
     the fingerprint, so it is written last)."""
     spec, s = study.spec, study.study
-    s.set_user_attr(keys.CREATOR, study.owner.as_dict())
+    s.set_user_attr(keys.CREATOR, study.machines.owner.as_dict())
     if spec.compare is not None:
         s.set_user_attr(keys.COMPARE, spec.compare.model_dump_json())
     for point in spec.enqueue:
@@ -597,24 +398,14 @@ def warm_start_copies(spec: SweepSpec, storage) -> list[optuna.trial.FrozenTrial
 
 
 def _enqueue_grid(study: SweepStudy) -> None:
-    present = {(_key(t.params or t.system_attrs.get("fixed_params", {})),
+    present = {(objectives.config_key(t.params or t.system_attrs.get("fixed_params", {})),
                 t.user_attrs.get(keys.REPEAT, 0)) for t in study.trials()}
     configs = study.spec.grid()
     for repeat in range(study.spec.repeats):  # seed-major: one full comparison per seed first
         for params in configs:
-            if (_key(params), repeat) not in present:
+            if (objectives.config_key(params), repeat) not in present:
                 study.study.enqueue_trial(params, user_attrs={keys.REPEAT: repeat})
     study.study.set_user_attr(keys.GRID_DONE, len(configs) * study.spec.repeats)
-
-
-def _enqueue_lost_retries(study: SweepStudy) -> None:
-    """Queue the retry of a FAIL marked for retry whose process died before queueing it."""
-    trials = study.trials()
-    retried = {t.user_attrs.get(keys.RETRY_OF) for t in trials}
-    for t in trials:
-        if t.state == TrialState.FAIL and t.user_attrs.get(keys.WILL_RETRY) and \
-                t.number not in retried:
-            study.retry(t)
 
 
 def ask_compared(study: SweepStudy) -> optuna.Trial | compare.Wait | None:
@@ -642,7 +433,7 @@ def ask_compared(study: SweepStudy) -> optuna.Trial | compare.Wait | None:
 
 def fresh(study: SweepStudy) -> None:
     """The next look at the study's trials reads the storage (see :mod:`readcache`)."""
-    getattr(study.study._storage, "forget", lambda: None)()
+    getattr(compat.storage_of(study.study), "forget", lambda: None)()
 
 
 def abandon(study: SweepStudy, trial: PendingTrial | optuna.Trial,
@@ -667,43 +458,12 @@ def state_counts(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
     ``trials`` target counts."""
     out = {s.name.lower(): 0 for s in TrialState}
     out["retried"] = out["copied"] = 0
-    retried = retried_numbers(trials)
+    retried = objectives.retried_numbers(trials)
     for t in trials:
         out["copied" if objectives.is_copied(t) else
             "retried" if t.number in retried else t.state.name.lower()] += 1
     out["finished"] = out["complete"] + out["pruned"] + out["fail"]
     return out
-
-
-def retried_numbers(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
-    """The numbers of the FAIL trials (of a whole study) whose retry is queued or has run."""
-    retry_of = {t.user_attrs.get(keys.RETRY_OF) for t in trials}
-    return {t.number for t in trials if t.state == TrialState.FAIL and
-            (t.user_attrs.get(keys.WILL_RETRY) or t.number in retry_of)}
-
-
-def _sampler_offset(existing: optuna.Study) -> int:
-    """The sampler seed offset of a process loading a study: the trials it already holds, plus,
-    while it holds none and its creator is alive, or always for a study ``sweep submit`` created
-    (its tasks start together), a number drawn from this host and pid (machines joining at the
-    same moment each draw their own trials)."""
-    offset = len(existing.get_trials(deepcopy=False))
-    creator = existing.user_attrs.get(keys.CREATOR)
-    if existing.user_attrs.get(keys.SUBMITTED) or (
-            not offset and creator and Owner(**creator).is_alive()):
-        offset += 1 + int.from_bytes(
-            hashlib.sha256(f"{socket.gethostname()}:{os.getpid()}".encode()).digest()[:3], "big")
-    return offset
-
-
-def _wait_for(ready, timeout: float = JOIN_WAIT_S):
-    """Poll ``ready()`` until it is truthy or ``timeout`` passes; returns its last value."""
-    deadline = time.monotonic() + timeout
-    value = ready()
-    while not value and time.monotonic() < deadline:
-        time.sleep(0.2)
-        value = ready()
-    return value
 
 
 def _check_same_sweep(spec: SweepSpec, name: str, study: optuna.Study) -> None:
@@ -750,7 +510,3 @@ def _diff(before: Any, now: Any, path: str = "") -> list[str]:
                 out += _diff(before[key], now[key], sub)
         return out
     return [] if before == now else [f"{path} was {before!r}, now {now!r}"]
-
-
-def _key(params: dict[str, Any]) -> tuple:
-    return tuple(sorted((k, repr(v)) for k, v in params.items()))

@@ -13,7 +13,7 @@ from .. import space as sp
 from ..errors import SweepError
 from ..spec import SweepSpec, load_spec, read_yaml, validate
 from ..status import load_named
-from ..study import best_configuration, default_storage
+from ..storages import default_storage
 from ..tracking import Tracker
 
 CURVES = ("val_acc", "val_loss", "train_loss")  # the per-epoch metrics a report plots
@@ -38,7 +38,7 @@ class SweepData:
     parent_tags: dict[str, str] = field(default_factory=dict)
     tracker: Tracker | None = field(default=None, repr=False, compare=False)
     compare: dict | None = None
-    # the trials of the configuration with the best mean (study.best_configuration)
+    # the trials of the configuration with the best mean (objectives.best_configuration)
     best_group: list[int] = field(default_factory=list)
     # the trials the study names best (objectives.best_trials): ranked, or the Pareto front
     best: list[int] = field(default_factory=list)
@@ -84,7 +84,7 @@ def load_sweep(spec_or_name: str, tracking_uri: str | None = None,
                      dict(parent.data.metrics) if parent else {},
                      dict(parent.data.tags) if parent else {}, tracker,
                      json.loads(compare) if compare else None,
-                     [t.number for t in best_configuration(spec, every)],
+                     [t.number for t in objectives.best_configuration(spec, every)],
                      [t.number for t in objectives.best_trials(every, spec.directions)],
                      every)
 

@@ -221,7 +221,7 @@ def _best_line(data: SweepData) -> str:
 
 def _best_configuration_line(data: SweepData, feasible: str) -> str:
     """With repeats: the configuration of the best mean over its seeds (see
-    :func:`orchestrator.study.best_configuration`), not the luckiest single seed."""
+    :func:`orchestrator.objectives.best_configuration`), not the luckiest single seed."""
     rows = data.trials[data.trials["trial"].isin(data.best_group)].sort_values("trial")
     values = rows["value"]
     spread = f" +- {values.std():.4f}" if len(values) > 1 else ""

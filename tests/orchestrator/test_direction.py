@@ -122,12 +122,40 @@ def test_the_live_views_per_trial_best_follows_the_direction(direction):
 
 @pytest.mark.parametrize("direction", BOTH)
 def test_the_studys_best_configuration_is_the_best_mean_in_its_direction(direction):
-    from orchestrator.study import best_configuration
+    from orchestrator.objectives import best_configuration
 
     rows = [(0.001, 0, 0.2), (0.001, 1, 0.4), (0.01, 0, 0.5), (0.01, 1, 0.7)]
     study = _study_of(direction, rows)
     group = best_configuration(study.spec, study.trials())
     assert {t.params["lr"] for t in group} == {0.01 if direction == "maximize" else 0.001}
+
+
+@pytest.mark.parametrize("direction", BOTH)
+def test_configurations_are_grouped_by_their_parameters_as_written_best_mean_first(direction):
+    def trial(number: int, x, value: float):
+        t = create_trial(value=value, params={"x": x}, distributions={
+            "x": CategoricalDistribution([1, 1.0, True, 2])})
+        t.number = number
+        return t
+
+    # x=1 and x=2 tie on their mean 0.5: the one with the earliest trial goes first
+    trials = [trial(0, 1, 0.25), trial(1, 2, 0.375), trial(2, 1.0, 0.875), trial(3, 1, 0.75),
+              trial(4, 2, 0.625), trial(5, True, 0.625)]
+    groups = [[t.number for t in g] for g in objectives.by_configuration(trials, direction)]
+    assert groups == ([[2], [5], [0, 3], [1, 4]] if direction == "maximize" else
+                      [[0, 3], [1, 4], [5], [2]])
+
+
+@pytest.mark.parametrize("direction", BOTH)
+def test_the_run_summarys_first_configuration_is_the_studys_best_configuration(direction):
+    from orchestrator.runner import configurations
+
+    rows = [(0.001, 0, 0.25), (0.001, 1, 0.75), (0.01, 0, 0.375), (0.01, 1, 0.625),
+            (0.1, 0, 0.875), (0.1, 1, 0.625)]  # means 0.5, 0.5 (a tie: the earliest first), 0.75
+    study = _study_of(direction, rows)
+    best = objectives.best_configuration(study.spec, study.trials())
+    assert configurations(study)[0]["trials"] == [t.number for t in best]
+    assert {t.params["lr"] for t in best} == {0.1 if direction == "maximize" else 0.001}
 
 
 @pytest.mark.parametrize("direction", BOTH)

@@ -465,3 +465,29 @@ def test_a_metric_missing_from_the_epochs_fails_the_trial_or_violates_its_constr
     assert violations(spec.constraints, cpu.history[-1]) == {"peak_memory_mb<=4000": math.inf}
     assert violations(spec.constraints, {"peak_memory_mb": 3000.0}) == \
         {"peak_memory_mb<=4000": -1000.0}
+
+
+def test_a_retried_failure_is_one_rule_for_the_counts_the_comparison_budget_and_lost_retries():
+    from optuna.trial import TrialState, create_trial
+
+    from orchestrator import compare, keys
+    from orchestrator.objectives import lost_retries, retried_numbers
+    from orchestrator.study import state_counts
+
+    def trial(number: int, state: TrialState, **attrs):
+        t = create_trial(state=state, value=0.5 if state == TrialState.COMPLETE else None,
+                         user_attrs={getattr(keys, k): v for k, v in attrs.items()})
+        t.number = number
+        return t
+
+    trials = [trial(0, TrialState.FAIL, WILL_RETRY=True),  # its process died before queueing
+              trial(1, TrialState.FAIL),  # failed for a stale heartbeat, retried by trial 3
+              trial(2, TrialState.FAIL, WILL_RETRY=True),  # retried by trial 4
+              trial(3, TrialState.WAITING, RETRY_OF=1),
+              trial(4, TrialState.COMPLETE, RETRY_OF=2),
+              trial(5, TrialState.FAIL)]  # failed for good
+    assert retried_numbers(trials) == {0, 1, 2}
+    assert [t.number for t in lost_retries(trials)] == [0]
+    assert [t.number for t in compare.counted(trials)] == [3, 4, 5]
+    counts = state_counts(trials)
+    assert (counts["retried"], counts["fail"], counts["finished"]) == (3, 1, 2)

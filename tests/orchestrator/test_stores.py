@@ -98,7 +98,7 @@ def assert_one_trial_each(storage: str, tracking_uri: str) -> None:
     import optuna
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.study import open_storage
+    from orchestrator.storages import open_storage
 
     trials = optuna.load_study(study_name="together", storage=open_storage(storage)).trials
     assert Counter(t.state.name for t in trials) == {"COMPLETE": MACHINES}
@@ -238,7 +238,7 @@ def test_sweeps_of_one_name_in_other_storages_get_parent_runs_of_their_own(store
     import optuna
 
     from orchestrator.paths import sqlite_uri
-    from orchestrator.study import open_storage
+    from orchestrator.storages import open_storage
 
     (stores.dir / "s.yaml").write_text(yaml.safe_dump(tiny_spec(
         trials=2, workers=2, train={"dataset": "digits", "model": "small_cnn", "epochs": 1})))
@@ -266,7 +266,7 @@ def test_a_parent_run_of_another_study_is_refused_in_one_line(stores, tmp_path):
     the copy's study made afresh by hand) writes nothing to that run."""
     import optuna
 
-    from orchestrator.study import open_storage
+    from orchestrator.storages import open_storage
 
     (stores.dir / "s.yaml").write_text(yaml.safe_dump(tiny_spec(
         trials=1, workers=1, train={"dataset": "digits", "model": "small_cnn", "epochs": 1})))

@@ -4,7 +4,8 @@ import pytest
 from orchestrator.errors import SweepError
 from orchestrator.paths import mask
 from orchestrator.spec import validate
-from orchestrator.study import SweepStudy, default_storage, open_storage
+from orchestrator.storages import default_storage, open_storage
+from orchestrator.study import SweepStudy
 from tests.conftest import tiny_spec
 
 
