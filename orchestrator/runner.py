@@ -23,7 +23,7 @@ from typing import Any
 
 from . import compare, keys, objectives, paths, phases, stats
 from . import space as sp
-from .book import StoreRefused, TrialBook, stop_sweep
+from .book import TrialBook, fail_stale_trials, stop_sweep
 from .display import WINDOW, Snapshot, TrialRow, config_name
 from .errors import SweepError
 from .protocol import (
@@ -43,6 +43,7 @@ from .protocol import (
     Warm,
     Warmed,
 )
+from .runs import StoreRefused
 from .slots import plan_slots
 from .spec import SweepSpec, warm_up_settings
 from .study import PendingTrial, claim_end, default_storage, end_done
@@ -230,7 +231,7 @@ class _Loop:
             self._enforce_trial_timeout()
             self._enforce_lent_deadline()
             self.pool.kill_unstarted(self.spec.start_timeout_s)
-            self.book.fail_stale_trials()
+            fail_stale_trials(self.book)
             self._show()
         self._show(force=True)
         self._phase("opening the MLflow store")
@@ -248,7 +249,7 @@ class _Loop:
             return self._interrupted(started)
         log_comparison(self.book)
         note_parent(self.book)
-        self.book.end_parent("FINISHED")
+        self.book.runs.end_parent("FINISHED")
         end_done(self.study)
         return self._outcome(started, interrupted=False)
 
@@ -269,7 +270,7 @@ class _Loop:
                       f"other sweep run process (host {owner['host']}, pid {owner['pid']})")
         if held.get("done") and \
                 self.book.tracker.client.get_run(self.book.parent_id).info.status == "RUNNING":
-            self.book.end_parent("FINISHED")  # resumed here after that end
+            self.book.runs.end_parent("FINISHED")  # resumed here after that end
         return False
 
     def _done(self) -> bool:
@@ -320,7 +321,7 @@ class _Loop:
             self._worker_died(worker)
             return
         if self.book.attach_tracking(wait=False):
-            self.book.open_run(active)
+            self.book.runs.open_run(active)
 
     def handle(self, worker: Worker, msg: Message | None) -> None:
         slot = worker.slot.index
