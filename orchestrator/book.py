@@ -167,7 +167,7 @@ class TrialBook:
     # ---------------------------------------------------------------------------- MLflow
 
     def attach_tracking(self, wait: bool = True) -> bool:
-        """See :meth:`Runs.attach`."""
+        """See :meth:`Runs.attach <orchestrator.runs.Runs.attach>`."""
         return self.runs.attach(wait)
 
     @property
