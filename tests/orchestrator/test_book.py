@@ -13,6 +13,7 @@ from orchestrator import book as book_module
 from orchestrator import keys, space, tracking
 from orchestrator.book import TrialBook, fail_stale_trials
 from orchestrator.protocol import Done, Epoch, Failed, Ready
+from orchestrator.retries import will_retry
 from orchestrator.runs import StoreBroke
 from orchestrator.spec import validate
 from tests.conftest import tiny_spec
@@ -156,6 +157,21 @@ def test_no_crash_is_retried_with_zero_retries(stores, open_book):
     book = open_book(retries=0)
     crash(book)
     assert waiting_retries(stores) == []
+
+
+def test_the_retry_rule_counts_the_crashes_only_of_a_crash():
+    """An interrupt is retried and a deterministic failure is not without reading the study
+    (an abort asks the rule while the Optuna store may be failing too)."""
+    counted = []
+
+    def crashed() -> int:
+        counted.append(1)
+        return 1
+
+    assert will_retry("interrupt", 0, crashed) and not will_retry("deterministic", 5, crashed)
+    assert counted == []
+    assert will_retry("crash", 2, crashed) and not will_retry("crash", 1, crashed)
+    assert counted == [1, 1]
 
 
 def test_a_deterministic_failure_is_not_retried_even_with_retries_left(stores, open_book):
