@@ -288,12 +288,14 @@ def load(name: str, *, tracking_uri: str | None = None,
     from .report import load_sweep
     from .status import load_named
     from .storages import default_storage
+    from .tracking_reads import TrackingReader
 
     tracking_uri = tracking_uri or paths.default_tracking_uri()
     storage = storage or default_storage(tracking_uri)
     study = load_named(name, storage)
     data = load_sweep(name, tracking_uri, storage, curves=False)
-    experiment_id = data.tracker.experiment_id(data.spec.name) if data.tracker else None
+    experiment_id = TrackingReader(data.tracker).experiment_id(data.spec.name) \
+        if data.tracker else None
     return SweepResult(data.spec, study, data.parent_id, experiment_id, tracking_uri, storage)
 
 
@@ -381,13 +383,14 @@ def export(run_id: str, *, formats: Iterable[str] | None = None, out: str | Path
     from trainers.export import summary_metrics
 
     from .tracking import Tracker
+    from .tracking_reads import TrackingReader
 
     formats = tuple(formats or DEFAULT_EXPORT_FORMATS)
     out = reach.check_out(out or f"export-{run_id}", folder=True)  # before any work
     check_stores(tracking_uri, False, create=False)  # a missing store is not made
     tracker = Tracker(tracking_uri or paths.default_tracking_uri())
     with tempfile.TemporaryDirectory(prefix="sweep-export-") as tmp:
-        settings_dict, weights = tracker.trial_files(run_id, tmp)
+        settings_dict, weights = TrackingReader(tracker).trial_files(run_id, tmp)
         status = contextlib.nullcontext()
         if console is not None:
             console.print(f"exporting run {run_id} as {', '.join(formats)}...")

@@ -18,6 +18,7 @@ from trainers import READ_BY, reads
 
 from . import keys
 from .tracking import Tracker, git_commit, git_diff_hash, param_text
+from .tracking_reads import TrackingReader
 
 COMPARED = ("train_loss", "train_acc", "val_loss", "val_acc", "grad_norm", "clipped_fraction")
 GPU_RTOL = 1e-3  # nondeterministic GPU kernels: curves agree to this relative tolerance
@@ -63,9 +64,10 @@ def reproduce(run_id: str, tracking_uri: str, progress=None) -> Verdict:
     from trainers import TrainSettings
 
     tracker = Tracker(tracking_uri)
-    run = tracker.trial_run(run_id)
+    reader = TrackingReader(tracker)
+    run = reader.trial_run(run_id)
     with tempfile.TemporaryDirectory() as tmp:
-        settings = tracker.trial_settings(run_id, tmp)
+        settings = reader.trial_settings(run_id, tmp)
     edits = [f"settings.yaml differs from the run's logged params: {k} is {settings.get(k)!r} "
              f"in the artifact, {run.data.params.get(k)!r} as a param"
              for k in sorted(settings) if param_text(settings.get(k)) != run.data.params.get(k)
@@ -75,7 +77,7 @@ def reproduce(run_id: str, tracking_uri: str, progress=None) -> Verdict:
     torch.set_num_threads(threads)
     s = TrainSettings.from_dict(settings)
     epochs = int(run.data.params.get("epochs", s.epochs))
-    original = {k: dict(v) for k, v in tracker.metric_histories(run_id, COMPARED).items()}
+    original = {k: dict(v) for k, v in reader.metric_histories(run_id, COMPARED).items()}
     ran = max((len(v) for v in original.values()), default=0)
     again = tracker.start_reproduction(run, threads)
     try:

@@ -8,31 +8,25 @@ idle worker from it.
 """
 from __future__ import annotations
 
-import csv
-import posixpath
 import shutil
 import signal
 import statistics
-import tempfile
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from . import compare, keys, objectives, paths, phases, stats
+from . import compare, keys, objectives, paths, phases
 from . import space as sp
-from .book import StoreRefused, TrialBook, stop_sweep
+from .book import TrialBook, fail_stale_trials, stop_sweep
 from .display import WINDOW, Snapshot, TrialRow, config_name
 from .errors import SweepError
-from .machines import claim_end, end_done
 from .protocol import (
     REPLY_TO,
     Decision,
     Done,
     Epoch,
-    Export,
     Exported,
     Failed,
     Message,
@@ -44,10 +38,13 @@ from .protocol import (
     Warm,
     Warmed,
 )
+from .runs import StoreRefused
 from .slots import plan_slots
 from .spec import SweepSpec, warm_up_settings
 from .storages import default_storage
 from .study import PendingTrial
+from .sweep_end import claim_sweep_end, close_sweep
+from .timeouts import enforce_lent_deadline, enforce_trial_timeout
 from .workers import Worker, WorkerPool
 
 EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 130, 143
@@ -229,15 +226,15 @@ class _Loop:
             for worker, msg in self.pool.wait(timeout=0.5):
                 self.handle(worker, msg)
             self.book.attach_tracking(wait=False)
-            self._enforce_trial_timeout()
-            self._enforce_lent_deadline()
+            enforce_trial_timeout(self.spec, self.pool, self.book.active)
+            enforce_lent_deadline(self.spec, self.pool, self.study)
             self.pool.kill_unstarted(self.spec.start_timeout_s)
-            self.book.fail_stale_trials()
+            fail_stale_trials(self.book)
             self._show()
         self._show(force=True)
         self._phase("opening the MLflow store")
         self.book.attach_tracking()
-        if not self._claim_end():
+        if not claim_sweep_end(self.book, self.ran_trials):
             self.ahead.drop()
             return self._outcome(started, interrupted=bool(self.signals.received))
         self._phase("held-out test split")
@@ -248,31 +245,8 @@ class _Loop:
         self._phase("closing the sweep")
         if self.signals.received:
             return self._interrupted(started)
-        log_comparison(self.book)
-        note_parent(self.book)
-        self.book.end_parent("FINISHED")
-        end_done(self.study)
+        close_sweep(self.book)
         return self._outcome(started, interrupted=False)
-
-    def _claim_end(self) -> bool:
-        """Whether the end of the sweep (held-out test, export, parent run end) is this
-        process's to do: not while other machines' trials run (the last machine does it), nor
-        when another process of the study claimed it first (:func:`claim_end`)."""
-        if self.study.running():
-            self.book.say(f"{self.study.running()} trial(s) still run on other machines; the "
-                          f"last of them ends the sweep (held-out test, export, parent run)")
-            return False
-        held = claim_end(self.study, ran_trials=self.ran_trials)
-        if held is None:
-            return True
-        owner = held["owner"]
-        done = "was done" if held.get("done") else "is done"
-        self.book.say(f"the end of the sweep (held-out test, export, parent run) {done} by the "
-                      f"other sweep run process (host {owner['host']}, pid {owner['pid']})")
-        if held.get("done") and \
-                self.book.tracker.client.get_run(self.book.parent_id).info.status == "RUNNING":
-            self.book.end_parent("FINISHED")  # resumed here after that end
-        return False
 
     def _done(self) -> bool:
         if self.study.comparison is not None:
@@ -322,7 +296,7 @@ class _Loop:
             self._worker_died(worker)
             return
         if self.book.attach_tracking(wait=False):
-            self.book.open_run(active)
+            self.book.runs.open_run(active)
 
     def handle(self, worker: Worker, msg: Message | None) -> None:
         slot = worker.slot.index
@@ -357,37 +331,6 @@ class _Loop:
             if self.failed_starts >= 2 * len(self.pool.workers):
                 raise SweepError(f"training workers cannot start: {reason}")
         self.pool.restart(worker)
-
-    def _enforce_trial_timeout(self) -> None:
-        if not self.spec.trial_timeout_min:
-            return
-        limit = self.spec.trial_timeout_min * 60
-        for worker in self.pool.workers:
-            active = self.book.active.get(worker.slot.index)
-            if active and worker.kill_reason is None and time.monotonic() - active.started > limit:
-                self.pool.kill_one(worker, f"trial exceeded trial_timeout_min "
-                                           f"({self.spec.trial_timeout_min:g} min)")
-
-    def _enforce_lent_deadline(self) -> None:
-        """A worker lent to an export ahead of the end that has not answered within the
-        export's deadline (user code hanging in an exporter), or to the exporters' warm-up
-        (no user code: imports) within :data:`phases.EXPORT_PER_FORMAT_S` a format, is killed
-        and restarted: it would hold its slot, and its GPU, for the rest of the sweep."""
-        now = time.monotonic()
-        late = [w for w in self.pool.workers if w.warming and w.kill_reason is None
-                and now - w.lent_at > self._lent_deadline(w, ())]
-        for worker in late:  # the deadline's cheap part passed: now read the epoch times
-            limit = self._lent_deadline(worker, self.study.trials())
-            if now - worker.lent_at > limit:
-                what = "export ahead of the end" if isinstance(worker.lent, Export) else \
-                    "warm-up of the exporters"
-                self.pool.kill_one(worker, f"its {what} did not answer within {limit:.0f} s")
-
-    def _lent_deadline(self, worker: Worker, trials) -> float:
-        formats = len(getattr(worker.lent, "formats", ()) or ()) or 1
-        if isinstance(worker.lent, Export):
-            return phases.export_deadline(self.spec, formats, trials)
-        return formats * phases.EXPORT_PER_FORMAT_S
 
     # ------------------------------------------------------------------------------- ending
 
@@ -598,39 +541,3 @@ def configurations(study) -> list[dict[str, Any]]:
     found = compare.final_answer(study.comparison, study.trials())
     named = found.trial.number if found else None  # the comparison's answer first
     return sorted(rows, key=lambda r: named not in r["trials"])  # stable: best mean next
-
-
-def log_comparison(book: TrialBook) -> str | None:
-    """At the end of a decided comparison: its pairs as ``report/comparison.csv`` and its
-    verdict as the tag ``sweep.verdict`` on the parent run (``sweep report`` writes both again
-    from the stores). Returns the verdict; None when the sweep is no comparison, or undecided."""
-    plan = book.study.plan()
-    if plan is None or not isinstance(plan.action, compare.Done):
-        return None
-    sentence = compare.verdict_sentence(book.study.comparison, plan.action.results)
-    folder, name = posixpath.split(keys.COMPARISON_CSV)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / name
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(stats.CSV_COLUMNS))
-            writer.writeheader()
-            writer.writerows(r.as_row() for r in plan.action.results)
-        book.tracker.client.log_artifact(book.parent_id, str(path), folder)
-    book.tracker.log_final(book.parent_id, {}, tags={keys.VERDICT: sentence})
-    book.say(sentence)
-    found = compare.final_answer(book.study.comparison, book.study.trials())
-    if found is not None:
-        book.say(f"the sweep names {found.why}")
-    return sentence
-
-
-def note_parent(book: TrialBook) -> None:
-    """The parent run's description, shown on its MLflow page: the report's headline (and a
-    comparison's table of pairs), read back from the stores as ``sweep report`` reads them."""
-    from .report import load_sweep, log_note
-
-    try:  # a comparison's sentences on time to target read the curves
-        log_note(load_sweep(book.study.name, book.tracking_uri, book.storage,
-                            curves=book.study.comparison is not None))
-    except SweepError as e:  # the sweep itself is done and stored: say why, go on
-        book.say(f"the parent run's description was not written: {e}")

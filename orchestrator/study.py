@@ -24,6 +24,7 @@ from . import space as sp
 from .errors import SweepError
 from .locks import store_lock
 from .machines import Machines, sampler_offset, wait_for
+from .retries import will_retry
 from .samplers import build_pruner, build_sampler
 from .spec import SweepSpec, settings_of
 from .storages import open_storage
@@ -445,7 +446,7 @@ def abandon(study: SweepStudy, trial: PendingTrial | optuna.Trial,
     kind = "interrupt" if isinstance(error, KeyboardInterrupt) else "crash"
     root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
     try:
-        retry = kind == "interrupt" or study.crashes(root) < study.spec.retries
+        retry = will_retry(kind, study.spec.retries, lambda: study.crashes(root))
         study.fail(t, f"could not be started: {type(error).__name__}: {error}", kind, retry)
     except Exception:  # noqa: BLE001 - the original error is the one to report
         pass

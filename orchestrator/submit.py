@@ -407,7 +407,7 @@ def create_once(spec, storage: str, tracking_uri: str) -> tuple[str, str]:
     """Create the sweep's study and parent run (or find them: a submit again resumes), so the
     tasks only join; returns the study name and the parent run id."""
     from . import keys
-    from .book import open_tracking
+    from .runs import open_tracking
     from .study import SweepStudy
     from .tracking import tracker_for
 

@@ -1,8 +1,9 @@
-"""Everything MLflow: the store, the sweep's experiment and parent run, one nested run per trial.
+"""MLflow, written: the store, the sweep's experiment and parent run, one nested run per trial.
 
 Only the ``sweep run`` process writes to MLflow (workers send their metrics over a pipe), so the
 embedded SQLite store never sees two writers from one sweep and its schema is created once, here,
-before any worker starts.
+before any worker starts. What the commands that look at a sweep afterwards read of it is
+:mod:`orchestrator.tracking_reads`'s.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import platform
 import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mlflow.store.db.utils as mlflow_db_utils
 import yaml
@@ -28,9 +29,6 @@ from . import keys, paths
 from .errors import SweepError
 from .locks import store_lock
 from .paths import mask
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 # after the import: MLflow sets its own level then; its INFO lines would break the progress display
 for _name in ("mlflow", "alembic"):
@@ -183,8 +181,9 @@ def _refuse_deleted(experiment, name: str) -> None:
 
 
 class Tracker:
-    """MLflow bookkeeping of one sweep (experiment, parent run, trial runs), and every read of
-    the store by the commands that look at a sweep afterwards (report, export, reproduce)."""
+    """MLflow bookkeeping of one sweep: its experiment, parent run and trial runs, their epochs,
+    ends and files (and what the commands add after: a report, an export, a reproduction's
+    run). Their reads afterwards: :class:`~orchestrator.tracking_reads.TrackingReader`."""
 
     def __init__(self, tracking_uri: str):
         self.uri = tracking_uri
@@ -213,11 +212,6 @@ class Tracker:
                 raise
             return exp.experiment_id
 
-    def experiment_id(self, name: str) -> str | None:
-        """The id of experiment ``name``, or None if there is none (nothing is created)."""
-        exp = self.client.get_experiment_by_name(name)
-        return exp.experiment_id if exp else None
-
     def find_parent_run(self, experiment_id: str, study_name: str,
                         study_id: str | None = None) -> Run | None:
         """Study ``study_name``'s parent run, if any: the oldest; with ``study_id``, only one
@@ -227,21 +221,6 @@ class Tracker:
         found = self.client.search_runs([experiment_id], filter_string=query, max_results=1,
                                         order_by=["attributes.start_time ASC"])
         return found[0] if found else None
-
-    def trial_runs(self, experiment_id: str, study_name: str) -> pd.DataFrame:
-        """Study ``study_name``'s trial runs, a row each: ``run_id``, ``params.*``, ``tags.*``,
-        ``metrics.*`` (the last value)."""
-        import mlflow
-
-        mlflow.set_tracking_uri(self.uri)
-        return mlflow.search_runs(
-            [experiment_id], output_format="pandas", max_results=50000,
-            filter_string=f"tags.`{keys.ROLE}` = 'trial' and tags.`{keys.STUDY}` = '{study_name}'")
-
-    def metric_histories(self, run_id: str, keys) -> dict[str, list[tuple[int, float]]]:
-        """Every logged ``(step, value)`` of each metric in ``keys``, in the store's order."""
-        return {key: [(m.step, m.value) for m in self.client.get_metric_history(run_id, key)]
-                for key in keys}
 
     def resume_parent(self, run_id: str, study_id: str | None = None) -> None:
         """Mark the parent run RUNNING again (a rerun, or another machine joining), once
@@ -337,44 +316,6 @@ class Tracker:
         if mlflow_model and tags.get(keys.export_tag("onnx")) == "passed":
             log_onnx_model(self.uri, run_id, onnx_file,
                            os.path.join(folder, "input_example.npy"))
-
-    def trial_run(self, run_id: str) -> Run:
-        """The MLflow run of a trial (its params, tags and info).
-
-        Raises:
-            SweepError: no such run, or not a trial run.
-        """
-        from mlflow.exceptions import MlflowException
-
-        try:
-            run = self.client.get_run(run_id)
-        except MlflowException:
-            raise SweepError(f"RUN_ID {run_id}: no such run in {mask(self.uri)}; copy the id "
-                             f"from the UI or the end of `sweep run`, or pass --tracking-uri"
-                             ) from None
-        if run.data.tags.get(keys.ROLE) != "trial":
-            raise SweepError(f"RUN_ID {run_id}: is not a trial run (it is the sweep's parent "
-                             f"run or another run); pick one of its trials")
-        return run
-
-    def trial_settings(self, run_id: str, dst_dir: str | os.PathLike) -> dict[str, Any]:
-        """A trial's settings, read from its ``settings.yaml`` (fetched into ``dst_dir``)."""
-        with open(self.client.download_artifacts(run_id, keys.SETTINGS_FILE, str(dst_dir))) as f:
-            return yaml.safe_load(f)
-
-    def trial_files(self, run_id: str, dst_dir: str | os.PathLike) -> tuple[dict, str]:
-        """A finished trial's settings (its ``settings.yaml``) and a local copy of its weights.
-
-        Raises:
-            SweepError: no such run, not a trial run, or a run without weights.
-        """
-        self.trial_run(run_id)
-        weights = self.weights_path(run_id, dst_dir)
-        if weights is None:
-            raise SweepError(f"RUN_ID {run_id}: has no {keys.WEIGHTS_DIR}/{keys.WEIGHTS_FILE} "
-                             f"(the trial failed, or ran before weights were logged); export "
-                             f"another")
-        return self.trial_settings(run_id, dst_dir), weights
 
     def start_reproduction(self, original: Run, threads: int) -> str:
         """A run beside trial run ``original`` for training it again (``sweep.role =

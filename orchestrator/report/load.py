@@ -1,4 +1,5 @@
-"""A sweep as tables: its study (Optuna) joined with its runs (MLflow, read through the Tracker)."""
+"""A sweep as tables: its study (Optuna) joined with its runs (MLflow, read through a
+:class:`~orchestrator.tracking_reads.TrackingReader`)."""
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ from ..spec import SweepSpec, load_spec, read_yaml, validate
 from ..status import load_named
 from ..storages import default_storage
 from ..tracking import Tracker
+from ..tracking_reads import TrackingReader
 
 CURVES = ("val_acc", "val_loss", "train_loss")  # the per-epoch metrics a report plots
 SECONDS = "epoch_seconds"  # an epoch's wall time: time-to-target in seconds
@@ -71,10 +73,11 @@ def load_sweep(spec_or_name: str, tracking_uri: str | None = None,
     # the study exists, so its grid was accepted when it ran (perhaps with --max-grid)
     spec = load_spec(spec_or_name, max_grid=None) if is_file else _spec_from_study(name, study)
     tracker = Tracker(tracking_uri)
-    experiment_id = tracker.experiment_id(spec.name)
-    runs = tracker.trial_runs(experiment_id, name) if experiment_id else pd.DataFrame()
+    reader = TrackingReader(tracker)
+    experiment_id = reader.experiment_id(spec.name)
+    runs = reader.trial_runs(experiment_id, name) if experiment_id else pd.DataFrame()
     trials = _trial_table(study, runs, spec)
-    curves, lr = _curves(tracker, trials if curves else trials.iloc[0:0],
+    curves, lr = _curves(reader, trials if curves else trials.iloc[0:0],
                          spec.objective.metric)
     parent = tracker.find_parent_run(experiment_id, name, study.user_attrs.get(keys.STUDY_ID)) \
         if experiment_id else None
@@ -165,16 +168,16 @@ def _typed(text):
     return text
 
 
-def _curves(tracker: Tracker, trials: pd.DataFrame,
+def _curves(reader: TrackingReader, trials: pd.DataFrame,
             objective: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     rows, lr_rows = [], []
     wanted = tuple(dict.fromkeys((*CURVES, objective, SECONDS)))
     for _, t in trials.dropna(subset=["run_id"]).iterrows():
-        for key, history in tracker.metric_histories(t["run_id"], wanted).items():
+        for key, history in reader.metric_histories(t["run_id"], wanted).items():
             for step, value in history:
                 rows.append({"trial": t["trial"], "metric": key, "epoch": step, "value": value})
         if t["state"] == "COMPLETE":
-            for step, value in tracker.metric_histories(t["run_id"], (keys.LR,))[keys.LR]:
+            for step, value in reader.metric_histories(t["run_id"], (keys.LR,))[keys.LR]:
                 lr_rows.append({"trial": t["trial"], "step": step, "lr": value})
     return (pd.DataFrame(rows, columns=["trial", "metric", "epoch", "value"]),
             pd.DataFrame(lr_rows, columns=["trial", "step", "lr"]))

@@ -11,8 +11,10 @@ from optuna.trial import TrialState
 
 from orchestrator import book as book_module
 from orchestrator import keys, space, tracking
-from orchestrator.book import TrialBook
+from orchestrator.book import TrialBook, fail_stale_trials
 from orchestrator.protocol import Done, Epoch, Failed, Ready
+from orchestrator.retries import will_retry
+from orchestrator.runs import StoreBroke
 from orchestrator.spec import validate
 from tests.conftest import tiny_spec
 
@@ -45,7 +47,7 @@ def run_trial(book: TrialBook, curve: list[float], slot: int = 0):
     """Start the next trial on ``slot`` as the loop does and report ``curve``, one value an
     epoch."""
     pending = book.study.next_trial()
-    book.open_run(book.start(slot, pending, WORKER))
+    book.runs.open_run(book.start(slot, pending, WORKER))
     for n, value in enumerate(curve, 1):
         book.report_epoch(slot, epoch(n, value))
         book.log_epoch(slot, epoch(n, value))
@@ -157,6 +159,21 @@ def test_no_crash_is_retried_with_zero_retries(stores, open_book):
     assert waiting_retries(stores) == []
 
 
+def test_the_retry_rule_counts_the_crashes_only_of_a_crash():
+    """An interrupt is retried and a deterministic failure is not without reading the study
+    (an abort asks the rule while the Optuna store may be failing too)."""
+    counted = []
+
+    def crashed() -> int:
+        counted.append(1)
+        return 1
+
+    assert will_retry("interrupt", 0, crashed) and not will_retry("deterministic", 5, crashed)
+    assert counted == []
+    assert will_retry("crash", 2, crashed) and not will_retry("crash", 1, crashed)
+    assert counted == [1, 1]
+
+
 def test_a_deterministic_failure_is_not_retried_even_with_retries_left(stores, open_book):
     book = open_book(retries=3)
     pending = run_trial(book, [0.5])
@@ -238,7 +255,8 @@ def test_a_running_run_without_a_running_trial_is_closed(stores, open_book):
     first.attach_tracking()
     live = run_trial(first, [0.5])
     first.attach_tracking()
-    stray = first.tracker.start_trial(first.experiment_id, first.parent_id, 99, {}, {}, {})
+    stray = first.tracker.start_trial(first.runs.opened.experiment_id, first.parent_id, 99,
+                                     {}, {}, {})
     open_book().attach_tracking()
     client = stores.client()
     closed = client.get_run(stray)
@@ -282,14 +300,14 @@ def test_trials_whose_heartbeat_stopped_are_failed_retried_and_every_run_of_thei
     runs = []
     for pending in dead:
         book.study.beat(pending)
-        runs.append(book.tracker.start_trial(book.experiment_id, book.parent_id, pending.number,
-                                             {}, {}, {}))
+        runs.append(book.tracker.start_trial(book.runs.opened.experiment_id, book.parent_id,
+                                             pending.number, {}, {}, {}))
     book.study.set_attr(dead[0], keys.RUN_ID, runs[0])
     deadline = time.monotonic() + 15  # two intervals without a beat (the store counts seconds)
     while any(book.study.trials()[p.number].state == TrialState.RUNNING for p in dead) and \
             time.monotonic() < deadline:
         time.sleep(0.5)
-        book.fail_stale_trials()
+        fail_stale_trials(book)
     trials = book.study.trials()
     assert [trials[p.number].state for p in dead] == [TrialState.FAIL] * 2
     assert sorted(t.user_attrs.get(keys.RETRY_OF) for t in trials
@@ -340,7 +358,7 @@ def test_a_trial_whose_end_mlflow_cannot_record_is_queued_for_retry_as_a_store_f
     book.attach_tracking()
     pending = run_trial(book, [0.5])  # its epoch is logged: ending it is MLflow's next call
     break_mlflow(stores)
-    with pytest.raises(book_module.StoreBroke):
+    with pytest.raises(StoreBroke):
         book.finish(0, end)
     book.abort("the sweep run process stopped: StoreBroke")  # as the runner does then
     t = trial(stores, pending.number)

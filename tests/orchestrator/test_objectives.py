@@ -391,7 +391,8 @@ def test_a_nan_epoch_is_never_the_best_and_spoils_the_last_epochs_it_is_among(
 
 
 def test_a_trial_failed_for_a_value_that_is_not_finite_says_the_value_and_the_epochs():
-    from orchestrator.book import Active, objective_problem
+    from orchestrator.book import objective_problem
+    from orchestrator.runs import Active
 
     spec = validate(tiny_spec(objective={"metric": "val_acc", "direction": "maximize",
                                          "reduce": "mean_last_k", "k": 2}))

@@ -149,13 +149,14 @@ def test_too_few_pairs_get_no_row_but_a_line_and_a_partial_sweep_says_so(tmp_pat
 def test_the_report_reads_the_parent_run_every_sweep_run_logs_to(grid):
     from orchestrator.report import load_sweep
     from orchestrator.tracking import Tracker
+    from orchestrator.tracking_reads import TrackingReader
 
     stores, _, _ = grid
     data = load_sweep("grid", stores.tracking_uri, str(stores.journal))
-    tracker = Tracker(stores.tracking_uri)
+    reader = TrackingReader(Tracker(stores.tracking_uri))
     # the one the sweep logged to, read independently of the report's own query
     assert data.parent_id == stores.runs("grid", "parent")[0].info.run_id
-    assert tracker.experiment_id("no-such-sweep") is None
+    assert reader.experiment_id("no-such-sweep") is None
 
 
 @pytest.mark.parametrize("direction", ["maximize", "minimize"])
