@@ -20,7 +20,7 @@ from typing import Any, Callable
 from . import compare, keys, objectives, paths
 from . import space as sp
 from .display import config_name
-from .errors import SweepError, disk_full
+from .errors import CouldNotFinish, SweepError, SweepFailure, disk_full
 from .paths import mask
 from .protocol import Done, Epoch, Failed, Ready
 from .spec import SweepSpec
@@ -129,9 +129,9 @@ def open_stores(spec: SweepSpec, storage: str, tracking_uri: str, new: bool):
     return study, tracker or tracker_for(tracking_uri, spec.name)
 
 
-class StoreBroke(SweepError):
+class StoreBroke(CouldNotFinish):
     """The MLflow store failed under a sweep (deleted, unreadable, full): never the fault of the
-    trials it was recording, which are queued for retry."""
+    trials it was recording, which are queued for retry, nor of the input (exit 3)."""
 
 
 class StoreRefused(SweepError):
@@ -186,10 +186,10 @@ def _root_cause(error: BaseException) -> str:
 
 class Guarded:
     """A :class:`~orchestrator.tracking.Tracker` whose every call turns a failure of the store
-    into :class:`StoreBroke` (a :class:`SweepError` it raises on purpose passes unchanged), and
+    into :class:`StoreBroke` (a :class:`SweepFailure` it raises on purpose passes unchanged), and
     tells ``on_broke`` first."""
 
-    def __init__(self, tracker, on_broke: Callable[[SweepError], None]):
+    def __init__(self, tracker, on_broke: Callable[[StoreBroke], None]):
         self._tracker, self._on_broke = tracker, on_broke
 
     def __getattr__(self, name: str):
@@ -201,7 +201,7 @@ class Guarded:
         def call(*args, **kwargs):
             try:
                 return value(*args, **kwargs)
-            except SweepError:
+            except SweepFailure:
                 raise
             except Exception as e:
                 from .tracking import refused_input  # MLflow: not imported before it opens
@@ -296,7 +296,7 @@ class Runs:
             open_tracking, tracker, spec, study, spec_text, storage)
         self.opened: Tracking | None = None
         self.tracking_uri = tracker.uri
-        self.broken: SweepError | None = None  # why the MLflow side cannot be used, once it broke
+        self.broken: SweepFailure | None = None  # why the MLflow side cannot be used, once it broke
         # (trial number, run id, reason) of runs to close once attached
         self._unclosed: list[Closing] = []
 
@@ -314,6 +314,7 @@ class Runs:
 
         Raises:
             SweepError: the MLflow store cannot be opened (:attr:`broken` says so too).
+            StoreBroke: it holds no parent run the study recorded, or it failed.
         """
         if self.opened is not None:
             return True
@@ -322,7 +323,7 @@ class Runs:
             return False
         try:
             opened = self._setup.result()
-        except SweepError as e:  # the store cannot be opened, or holds no such parent run
+        except SweepFailure as e:  # the store cannot be opened, or holds no such parent run
             self.broken = e
             raise
         except Exception as e:
@@ -337,7 +338,7 @@ class Runs:
             self.flush(active)
         return True
 
-    def _broke(self, error: SweepError) -> None:
+    def _broke(self, error: StoreBroke) -> None:
         self.broken = self.broken or error
 
     def _close_stray_runs(self) -> None:
@@ -440,6 +441,7 @@ class TrialBook:
 
         Raises:
             SweepError: a store cannot be opened, or the study belongs to another sweep.
+            StoreBroke: the SQLite file of the study's runs is gone.
         """
         study, tracker = open_stores(spec, storage, tracking_uri, new)
         book = cls(spec, study, tracker=tracker, storage=storage, spec_text=spec_text, say=say)

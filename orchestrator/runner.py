@@ -25,7 +25,7 @@ from . import compare, keys, objectives, paths, phases, stats
 from . import space as sp
 from .book import StoreRefused, TrialBook, stop_sweep
 from .display import WINDOW, Snapshot, TrialRow, config_name
-from .errors import SweepError
+from .errors import ExitCode, SweepError, SweepFailure
 from .protocol import (
     REPLY_TO,
     Decision,
@@ -48,15 +48,12 @@ from .spec import SweepSpec, warm_up_settings
 from .study import PendingTrial, claim_end, default_storage, end_done
 from .workers import Worker, WorkerPool
 
-EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 130, 143
-STOP_CODES = {"SIGINT": EXIT_INTERRUPTED, "SIGTERM": EXIT_TERMINATED}  # 128 + the signal
-
 
 @dataclass
 class Outcome:
     """How a ``sweep run`` ended; ``exit_code`` is what the CLI returns."""
 
-    exit_code: int
+    exit_code: ExitCode
     counts: dict[str, int]
     best: list[dict[str, Any]]
     experiment_id: str
@@ -108,8 +105,8 @@ class _Signals:
             signal.pthread_kill(main, signum)
 
     @property
-    def exit_code(self) -> int:
-        return STOP_CODES.get(self.received or "", EXIT_INTERRUPTED)
+    def exit_code(self) -> ExitCode:
+        return ExitCode.stopped_by(self.received)
 
     def __exit__(self, *exc):
         self._ended.set()
@@ -138,6 +135,7 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
     Raises:
         SweepError: a store cannot be opened, the study belongs to another sweep, workers
             cannot start, or a preflight check failed (without ``force``).
+        StoreBroke: the MLflow store broke under the sweep (its running trials queued for retry).
     """
     started = time.monotonic()
     tracking_uri = tracking_uri or paths.default_tracking_uri()
@@ -156,7 +154,7 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
             try:
                 book = TrialBook.open(spec, storage, tracking_uri, spec_text=spec_text, new=new,
                                       say=progress.trial_done if progress else None)
-            except (SweepError, KeyboardInterrupt):  # before any trial: leave no folder
+            except (SweepFailure, KeyboardInterrupt):  # before any trial: leave no folder
                 pool.stop()
                 if made is not None:
                     shutil.rmtree(made, ignore_errors=True)
@@ -409,7 +407,7 @@ class _Loop:
                  "run_id": t.user_attrs.get(keys.RUN_ID)}  # several objectives: the front
                 for t in self.study.best(None if self.spec.is_multi_objective else 5)]
         code = (self.signals.exit_code if interrupted else
-                EXIT_FAILED_TRIALS if counts["fail"] else EXIT_OK)
+                ExitCode.NEGATIVE if counts["fail"] else ExitCode.OK)
         return Outcome(code, counts, best, opened.experiment_id if opened else "",
                        opened.parent_id if opened else "",
                        self.book.tracking_uri, self.book.storage, time.monotonic() - started,
