@@ -41,6 +41,8 @@ LAYERS: list[set[str]] = [
     {"orchestrator.phases", "orchestrator.submit"},
     {"orchestrator.runner"},
     {"orchestrator.api"},
+    {"orchestrator.cli_parser"},
+    {"orchestrator.cli_commands"},
     {"orchestrator.cli"},
     {"orchestrator"},
 ]

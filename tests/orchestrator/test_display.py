@@ -171,7 +171,7 @@ def test_with_repeats_the_summary_has_a_row_per_configuration_and_every_full_run
     from rich.console import Console
 
     from orchestrator import keys
-    from orchestrator.cli import print_summary
+    from orchestrator.cli_commands import print_summary
     from orchestrator.runner import Outcome, configurations
     from orchestrator.spec import validate
     from orchestrator.study import SweepStudy
