@@ -78,7 +78,7 @@ def print_summary(console: Console, spec, outcome) -> None:
     on a narrow or piped console), then the commands that look at it."""
     c = outcome.counts
     name = outcome.study_name or spec.name  # NAME-2... after --new: the study that ran
-    state = "interrupted" if ExitCode(outcome.exit_code).stopped else "finished"
+    state = "interrupted" if outcome.exit_code.stopped else "finished"
     console.print(f"sweep {name!r} {state} in {outcome.elapsed:.1f} s: {c['complete']} "
                   f"complete, {c['pruned']} pruned, {c['fail']} failed", soft_wrap=True)
     objective = "; ".join(f"{o.label}, {o.goal}" for o in spec.objectives)

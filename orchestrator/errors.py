@@ -52,9 +52,9 @@ MEANINGS = {
 
 class SweepFailure(Exception):
     """An error the CLI says in lines of its own, without a traceback, then exits with the
-    class's :attr:`exit_code`; ``lines`` says each problem. Catch a subclass, not this."""
+    class's :attr:`exit_code`; ``lines`` says each problem. Raise and catch a subclass."""
 
-    exit_code = ExitCode.COULD_NOT_FINISH
+    exit_code = ExitCode.COULD_NOT_FINISH  # unless the subclass says otherwise
 
     def __init__(self, *lines: str):
         self.lines = [line for line in lines if line]
@@ -71,8 +71,6 @@ class SweepError(SweepFailure):
 class CouldNotFinish(SweepFailure):
     """Not the input's fault, nor a bug: something the command relied on failed under it (an
     MLflow store deleted mid-sweep). The CLI exits 3 (:attr:`ExitCode.COULD_NOT_FINISH`)."""
-
-    exit_code = ExitCode.COULD_NOT_FINISH
 
 
 class SpecError(SweepError):
