@@ -3,7 +3,8 @@
 The ``sweep`` command line is a thin layer over these functions: it parses its flags, calls one of
 them and prints what it returns. Errors are :class:`~orchestrator.errors.SpecError` (the YAML or
 an override) or :class:`~orchestrator.errors.SweepError` (the stores, the data, a run), each line
-naming the field, the value and the fix; never ``SystemExit``.
+naming the field, the value and the fix, or :class:`~orchestrator.errors.CouldNotFinish` (an
+MLflow store that broke under a sweep); never ``SystemExit``.
 """
 from __future__ import annotations
 
@@ -170,13 +171,15 @@ def run(spec: str | Path | Mapping[str, Any] | SweepSpec, *, trials: int | None 
         progress: False shows no progress (warnings still show).
 
     Returns:
-        The sweep, ``result.outcome`` saying how the run ended (``exit_code`` 1: some trials
-        failed for good).
+        The sweep, ``result.outcome`` saying how the run ended (``exit_code``
+        :attr:`~orchestrator.errors.ExitCode.NEGATIVE`, 1: some trials failed for good).
 
     Raises:
         SpecError: the YAML or an override is invalid.
         SweepError: the data, the stores or the workers cannot be used, or a preflight check
             FAILed (without ``force``).
+        CouldNotFinish: the MLflow store broke under the sweep (its running trials are queued
+            for retry: fix the store, run again).
         SweepInterrupted: Ctrl-C (or SIGTERM) stopped it; a :class:`KeyboardInterrupt`.
             Signals are caught only when it runs in the main thread.
     """
@@ -190,14 +193,14 @@ def run(spec: str | Path | Mapping[str, Any] | SweepSpec, *, trials: int | None 
     spec, text = _spec_of(spec, overrides, max_grid)
     console = console or Console(highlight=False)
     _check(spec, console, tracking_uri, storage)
-    from .runner import STOP_CODES, run_sweep
+    from .runner import run_sweep
 
     shown = Progress(console, spec.name) if progress else contextlib.nullcontext()
     with shown as view:
         outcome = run_sweep(spec, spec_text=text, storage=storage, tracking_uri=tracking_uri,
                             workers=workers, gpus=gpus, new=new, force=force, progress=view)
     result = _result(spec, outcome)
-    if outcome.exit_code in STOP_CODES.values():
+    if outcome.exit_code.stopped:
         raise SweepInterrupted(result)
     return result
 

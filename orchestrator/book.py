@@ -152,6 +152,7 @@ class TrialBook:
 
         Raises:
             SweepError: a store cannot be opened, or the study belongs to another sweep.
+            StoreBroke: the SQLite file of the study's runs is gone.
         """
         study, tracker = open_stores(spec, storage, tracking_uri, new)
         book = cls(spec, study, tracker=tracker, storage=storage, spec_text=spec_text, say=say)

@@ -20,7 +20,8 @@ Contract:
   - :class:`Stop` -> no answer: the worker exits.
 * A message that is not a dict, an unknown op, a missing or unexpected field, or an op the
   receiving side does not take raises :class:`ProtocolError` where it is decoded: the runner
-  stops the sweep; a worker exits with code 2 and trains nothing.
+  stops the sweep (``sweep`` reports a bug, exit 3); a worker exits with code 2 and trains
+  nothing.
 """
 from __future__ import annotations
 
@@ -29,11 +30,10 @@ from dataclasses import dataclass, fields
 from multiprocessing.connection import Connection
 from typing import Any, ClassVar
 
-from .errors import SweepError
 
-
-class ProtocolError(SweepError):
-    """A message between the runner and a worker that breaks the contract of this module."""
+class ProtocolError(Exception):
+    """A message between the runner and a worker that breaks the contract of this module: a bug
+    in sweep, never bad input (``sweep`` says it as one, with the file holding the traceback)."""
 
 
 class Op(enum.Enum):

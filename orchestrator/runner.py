@@ -21,7 +21,7 @@ from . import compare, keys, objectives, paths, phases
 from . import space as sp
 from .book import TrialBook, fail_stale_trials, stop_sweep
 from .display import WINDOW, Snapshot, TrialRow, config_name
-from .errors import SweepError
+from .errors import ExitCode, SweepError, SweepFailure
 from .protocol import (
     REPLY_TO,
     Decision,
@@ -47,15 +47,12 @@ from .sweep_end import claim_sweep_end, close_sweep
 from .timeouts import enforce_lent_deadline, enforce_trial_timeout
 from .workers import Worker, WorkerPool
 
-EXIT_OK, EXIT_FAILED_TRIALS, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 130, 143
-STOP_CODES = {"SIGINT": EXIT_INTERRUPTED, "SIGTERM": EXIT_TERMINATED}  # 128 + the signal
-
 
 @dataclass
 class Outcome:
     """How a ``sweep run`` ended; ``exit_code`` is what the CLI returns."""
 
-    exit_code: int
+    exit_code: ExitCode
     counts: dict[str, int]
     best: list[dict[str, Any]]
     experiment_id: str
@@ -107,8 +104,8 @@ class _Signals:
             signal.pthread_kill(main, signum)
 
     @property
-    def exit_code(self) -> int:
-        return STOP_CODES.get(self.received or "", EXIT_INTERRUPTED)
+    def exit_code(self) -> ExitCode:
+        return ExitCode.stopped_by(self.received)
 
     def __exit__(self, *exc):
         self._ended.set()
@@ -137,6 +134,7 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
     Raises:
         SweepError: a store cannot be opened, the study belongs to another sweep, workers
             cannot start, or a preflight check failed (without ``force``).
+        StoreBroke: the MLflow store broke under the sweep (its running trials queued for retry).
     """
     started = time.monotonic()
     tracking_uri = tracking_uri or paths.default_tracking_uri()
@@ -155,7 +153,7 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
             try:
                 book = TrialBook.open(spec, storage, tracking_uri, spec_text=spec_text, new=new,
                                       say=progress.trial_done if progress else None)
-            except (SweepError, KeyboardInterrupt):  # before any trial: leave no folder
+            except (SweepFailure, KeyboardInterrupt):  # before any trial: leave no folder
                 pool.stop()
                 if made is not None:
                     shutil.rmtree(made, ignore_errors=True)
@@ -354,7 +352,7 @@ class _Loop:
                  "run_id": t.user_attrs.get(keys.RUN_ID)}  # several objectives: the front
                 for t in self.study.best(None if self.spec.is_multi_objective else 5)]
         code = (self.signals.exit_code if interrupted else
-                EXIT_FAILED_TRIALS if counts["fail"] else EXIT_OK)
+                ExitCode.NEGATIVE if counts["fail"] else ExitCode.OK)
         return Outcome(code, counts, best, opened.experiment_id if opened else "",
                        opened.parent_id if opened else "",
                        self.book.tracking_uri, self.book.storage, time.monotonic() - started,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from . import keys, paths
-from .errors import SweepError, disk_full
+from .errors import CouldNotFinish, SweepError, SweepFailure, disk_full
 from .paths import mask
 from .protocol import Done, Epoch, Failed
 from .spec import SweepSpec
@@ -104,9 +104,9 @@ def open_tracking(tracker, spec: SweepSpec, study: SweepStudy, spec_text: str,
     return Tracking(tracker, experiment_id, parent_id, env_tags, packages)
 
 
-class StoreBroke(SweepError):
+class StoreBroke(CouldNotFinish):
     """The MLflow store failed under a sweep (deleted, unreadable, full): never the fault of the
-    trials it was recording, which are queued for retry."""
+    trials it was recording, which are queued for retry, nor of the input (exit 3)."""
 
 
 class StoreRefused(SweepError):
@@ -161,10 +161,10 @@ def _root_cause(error: BaseException) -> str:
 
 class Guarded:
     """A :class:`~orchestrator.tracking.Tracker` whose every call turns a failure of the store
-    into :class:`StoreBroke` (a :class:`SweepError` it raises on purpose passes unchanged), and
+    into :class:`StoreBroke` (a :class:`SweepFailure` it raises on purpose passes unchanged), and
     tells ``on_broke`` first."""
 
-    def __init__(self, tracker, on_broke: Callable[[SweepError], None]):
+    def __init__(self, tracker, on_broke: Callable[[StoreBroke], None]):
         self._tracker, self._on_broke = tracker, on_broke
 
     def __getattr__(self, name: str):
@@ -176,7 +176,7 @@ class Guarded:
         def call(*args, **kwargs):
             try:
                 return value(*args, **kwargs)
-            except SweepError:
+            except SweepFailure:
                 raise
             except Exception as e:
                 from .tracking import refused_input  # MLflow: not imported before it opens
@@ -206,7 +206,7 @@ class Runs:
             open_tracking, tracker, spec, study, spec_text, storage)
         self.opened: Tracking | None = None
         self.tracking_uri = tracker.uri
-        self.broken: SweepError | None = None  # why the MLflow side cannot be used, once it broke
+        self.broken: SweepFailure | None = None  # why the MLflow side cannot be used, once it broke
         # (trial number, run id, reason) of runs to close once attached
         self._unclosed: list[Closing] = []
 
@@ -224,6 +224,7 @@ class Runs:
 
         Raises:
             SweepError: the MLflow store cannot be opened (:attr:`broken` says so too).
+            StoreBroke: it holds no parent run the study recorded, or it failed.
         """
         if self.opened is not None:
             return True
@@ -232,7 +233,7 @@ class Runs:
             return False
         try:
             opened = self._setup.result()
-        except SweepError as e:  # the store cannot be opened, or holds no such parent run
+        except SweepFailure as e:  # the store cannot be opened, or holds no such parent run
             self.broken = e
             raise
         except Exception as e:
@@ -255,7 +256,7 @@ class Runs:
         except Exception:  # noqa: BLE001 - it broke: broken says how
             return False
 
-    def _broke(self, error: SweepError) -> None:
+    def _broke(self, error: StoreBroke) -> None:
         self.broken = self.broken or error
 
     def _close_stray_runs(self) -> None:

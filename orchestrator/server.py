@@ -22,7 +22,7 @@ from typing import Callable
 from rich.console import Console
 
 from . import keys, paths
-from .errors import SweepError
+from .errors import ExitCode, SweepError
 from .paths import mask
 
 
@@ -170,7 +170,7 @@ def proxy_command(host: str, port: int) -> list[str]:
     return [sys.executable, "-m", "orchestrator.server", "proxy", host, str(port)]
 
 
-def run_proxy(url: str, host: str, port: int) -> int:
+def run_proxy(url: str, host: str, port: int) -> ExitCode:
     """Serve the study storage ``url`` through Optuna's gRPC proxy on ``host:port`` until the
     process is stopped; the storage opened as ``sweep run`` opens it (a new database's tables
     created under the store's lock). Returns 2 when it cannot be opened (said on stderr)."""
@@ -182,11 +182,11 @@ def run_proxy(url: str, host: str, port: int) -> int:
         storage = open_storage(url)
     except SweepError as e:
         sys.stderr.write(f"sweep: {e}\n")
-        return 2
+        return ExitCode.BAD_INPUT
     # Optuna's advice: a cached storage (get_storage), not a bare RDBStorage, behind the proxy
     optuna.storages.run_grpc_proxy_server(optuna.storages.get_storage(storage), host=host,
                                           port=port)
-    return 0
+    return ExitCode.OK
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # besides SIGINT (Ctrl-C)
@@ -210,7 +210,7 @@ class Sidecar:
 
 def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str,
           path: str | Callable[[str], str], hint: str = "", sidecar: Sidecar | None = None
-          ) -> int:
+          ) -> ExitCode:
     """Start an MLflow server, print its URL once it answers, and stop it with its helper
     processes on Ctrl-C, SIGTERM or SIGHUP (or when it exits).
 
@@ -227,7 +227,7 @@ def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str
             with the server; the server stops when it ends.
 
     Returns:
-        0 once the server stopped.
+        :attr:`ExitCode.OK` once the server stopped.
 
     Raises:
         SweepError: it did not answer within two minutes (the end of its log says why), or
@@ -264,7 +264,7 @@ def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str
             kill_group(p)
         for s, handler in previous.items():
             signal.signal(s, handler)
-    return 0
+    return ExitCode.OK
 
 
 def _start(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:

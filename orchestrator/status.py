@@ -19,7 +19,7 @@ from rich.text import Text
 
 from . import keys, objectives, paths
 from .display import clock, params_text
-from .errors import SweepError, did_you_mean
+from .errors import ExitCode, SweepError, did_you_mean
 from .paths import RDB_SCHEMES, mask
 from .storages import default_storage, open_storage
 from .study import state_counts
@@ -33,7 +33,7 @@ def storage_url(tracking_uri: str | None, storage: str | None) -> str:
     return storage or default_storage(tracking_uri or paths.default_tracking_uri())
 
 
-def show(console: Console, name: str | None, url: str) -> int:
+def show(console: Console, name: str | None, url: str) -> ExitCode:
     """Print the sweeps in ``url`` (``name`` None) or the trials of sweep ``name``.
 
     Raises:
@@ -46,16 +46,16 @@ def show(console: Console, name: str | None, url: str) -> int:
         if not names:
             console.out(f"no sweeps in the study storage {mask(url)}; start one with "
                         f"`sweep run sweeps/quickstart.yaml`", highlight=False)
-            return 0
+            return ExitCode.OK
         rows = [sweep_row(optuna.load_study(study_name=n, storage=storage), now) for n in names]
         _table(console, f"sweeps in {mask(url)}", rows)
-        return 0
+        return ExitCode.OK
     study = load_named(name, url, storage, names)
     console.out(summary_line(study), highlight=False)
     trials = study.get_trials(deepcopy=False)
     if trials:
         _table(console, f"trials of {name}", trial_rows(study, now))
-    return 0
+    return ExitCode.OK
 
 
 def load_named(name: str, url: str, storage=None, names: list[str] | None = None

@@ -48,6 +48,8 @@ LAYERS: list[set[str]] = [
      "orchestrator.timeouts"},
     {"orchestrator.runner"},
     {"orchestrator.api"},
+    {"orchestrator.cli_parser"},
+    {"orchestrator.cli_commands"},
     {"orchestrator.cli"},
     {"orchestrator"},
 ]

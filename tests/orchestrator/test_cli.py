@@ -11,7 +11,10 @@ import pytest
 import yaml
 
 from orchestrator import keys
-from orchestrator.cli import COMPLETION_SHELLS, EXIT_CODES, build_parser, main
+from orchestrator.cli import main
+from orchestrator.cli_commands import HANDLERS
+from orchestrator.cli_parser import COMMANDS, COMPLETION_SHELLS, build_parser
+from orchestrator.errors import ExitCode
 from tests.conftest import ROOT, run_cli, tiny_spec
 
 
@@ -216,20 +219,46 @@ def test_an_unexpected_error_exits_3_not_the_1_of_failed_trials(tmp_path, monkey
     log.unlink()
 
 
-def test_sweep_help_and_the_docs_list_the_same_exit_codes():
-    from orchestrator import cli, runner
-
-    for name in ("EXIT_OK", "EXIT_FAILED_TRIALS", "EXIT_INTERRUPTED",  # what sweep run ends with
-                 "EXIT_TERMINATED"):
-        assert getattr(runner, name) == getattr(cli, name)
-    assert list(EXIT_CODES) == [0, 1, 2, 3, 130, 143]
+def test_sweep_help_and_the_docs_list_the_exit_codes_of_the_enum():
+    meanings = {int(code): code.meaning for code in ExitCode}
+    assert list(meanings) == [0, 1, 2, 3, 130, 143]
     epilog = build_parser().format_help().split("exit codes:\n")[1].split("\n\n")[0]
     listed = {int(m[0]): " ".join(m[1].split()) for m in re.findall(
         r"^  (\d+) +(.+(?:\n {7}.+)*)", epilog, re.M)}
-    assert listed == EXIT_CODES
+    assert listed == meanings
     page = (ROOT / "docs" / "commands.md").read_text()
     table = dict(re.findall(r"^  \| (\d+) \| (.+) \|$", page, re.M))
-    assert {int(k): v for k, v in table.items()} == EXIT_CODES
+    assert {int(k): v for k, v in table.items()} == meanings
+
+
+def test_every_command_of_the_parser_has_its_handler():
+    assert list(HANDLERS) == list(COMMANDS)
+
+
+def test_a_worker_breaking_the_protocol_is_a_bug_in_one_line_and_exit_3(stores, write_spec,
+                                                                       tmp_path):
+    """A worker whose epochs carry an op no message has (a site hook of the worker processes
+    alone): the runner stops the sweep as on a bug in sweep, never as on bad input."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import sys\n"
+        "if 'orchestrator.worker' in getattr(sys, 'orig_argv', []):\n"
+        "    from orchestrator import protocol\n"
+        "    real = protocol.encode\n"
+        "    def encode(message):\n"
+        "        raw = real(message)\n"
+        "        return {**raw, 'op': 'bogus'} if raw['op'] == 'epoch' else raw\n"
+        "    protocol.encode = encode\n")
+    spec = write_spec(tiny_spec(trials=1, workers=1))
+    out = run_cli("run", str(spec), cwd=stores.dir, env={"PYTHONPATH": f"{hook}:{ROOT}"})
+    assert out.returncode == ExitCode.COULD_NOT_FINISH == 3, out.stdout + out.stderr
+    (said,) = out.stderr.splitlines()
+    assert said.startswith("sweep: unexpected error ProtocolError: unknown op 'bogus'"), said
+    assert "this is a bug in sweep" in said, said
+    log = Path(said.split("the traceback is in ")[1].split()[0])
+    assert "ProtocolError" in log.read_text()
+    log.unlink()
 
 
 def _next_steps(stdout: str) -> dict[str, str]:

@@ -171,7 +171,8 @@ def test_with_repeats_the_summary_has_a_row_per_configuration_and_every_full_run
     from rich.console import Console
 
     from orchestrator import keys
-    from orchestrator.cli import print_summary
+    from orchestrator.cli_commands import print_summary
+    from orchestrator.errors import ExitCode
     from orchestrator.runner import Outcome, configurations
     from orchestrator.spec import validate
     from orchestrator.study import SweepStudy
@@ -188,8 +189,9 @@ def test_with_repeats_the_summary_has_a_row_per_configuration_and_every_full_run
                                                                  (0.6, 2, [0, 1])]
     assert abs(confs[1]["std"] - 0.1414) < 1e-3
     out = Console(file=StringIO(), width=40, color_system=None)  # narrow, as when piped
-    print_summary(out, spec, Outcome(0, study.counts(), [], "1", "p" * 32, "sqlite:///x.db",
-                                     str(tmp_path / "j.journal"), 1.0, None, confs))
+    print_summary(out, spec, Outcome(ExitCode.OK, study.counts(), [], "1", "p" * 32,
+                                     "sqlite:///x.db", str(tmp_path / "j.journal"), 1.0, None,
+                                     confs))
     text = out.file.getvalue()
     assert all(f"trial {n}: {f'{n:x}' * 32}" in text for n in range(4)), text
     assert "sweep report tiny" in text

@@ -161,7 +161,7 @@ def test_a_store_that_breaks_mid_sweep_queues_its_trials_for_retry_and_reruns_fa
     proc = sweep_until_a_run_exists(tmp_path)
     (tmp_path / "mlflow.db").unlink()  # the database deleted under the running sweep
     out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 2, out + err
+    assert proc.returncode == 3, out + err  # could not finish: not the input's fault
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("sweep: the MLflow store sqlite:///"), err
     assert all(words in lines[0] for words in ("queued for retry", "restore", "--new")), err
@@ -173,7 +173,7 @@ def test_a_store_that_breaks_mid_sweep_queues_its_trials_for_retry_and_reruns_fa
     broken = trial_states(tmp_path)
 
     missing = rerun(tmp_path)  # refused before any trial starts; nothing is created
-    assert missing.returncode == 2, missing.stdout + missing.stderr
+    assert missing.returncode == 3, missing.stdout + missing.stderr
     assert missing.stderr.startswith("sweep: --tracking-uri sqlite:///") and \
         "mlflow.db is missing, but study 'tiny' recorded its runs there" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
