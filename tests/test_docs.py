@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.orchestrator.test_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.helpers import CHROMIUM, CHROMIUM_ARGS
 
 DOCS = ROOT / "docs"
 SHOTS = ROOT / "test-output" / "docs"

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, SLACK, Stores, tiny_spec
-from tests.orchestrator.test_signals import long_spec, worker_pids
+from tests.helpers import long_spec, worker_pids
 
 RUN_ID = "sweep.mlflow_run_id"
 
