@@ -22,6 +22,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "sweeps"
 
 
+# a test that uses one of these runs a sweep or starts a server: it is end to end, marked `slow`
+# (`python -m pytest -m "not slow"` leaves it out; modules of such tests are marked whole)
+SLOW_FIXTURES = {"quickstart", "quickstart_once", "two_sweeps", "cli", "pace", "measured_pace",
+                 "server"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SLOW_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+
+
 @dataclass
 class Stores:
     """A fresh MLflow SQLite store and Optuna journal in one folder."""

@@ -15,6 +15,8 @@ import yaml
 from tests.conftest import ROOT
 from tests.helpers import CHROMIUM, CHROMIUM_ARGS
 
+pytestmark = pytest.mark.slow  # end to end: the site built, opened in a browser
+
 DOCS = ROOT / "docs"
 SHOTS = ROOT / "test-output" / "docs"
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp"}

@@ -18,6 +18,8 @@ import yaml
 from tests.conftest import ROOT, SLACK, Stores, tiny_spec
 from tests.helpers import long_spec, worker_pids
 
+pytestmark = pytest.mark.slow  # end to end: the Python API's real sweeps, in a Jupyter kernel too
+
 RUN_ID = "sweep.mlflow_run_id"
 
 # run() in the main thread, the report, load(), then run() again from another thread: one

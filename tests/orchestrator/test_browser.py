@@ -16,6 +16,8 @@ from orchestrator import keys
 from tests.conftest import ROOT, serve
 from tests.helpers import CHROMIUM, CHROMIUM_ARGS
 
+pytestmark = pytest.mark.slow  # end to end: a real browser on a real sweep
+
 SHOTS = ROOT / "test-output" / "browser"
 WAIT_MS = 60_000  # a React app: every check waits for the rendered element, up to this
 # a plotly chart's traces: how it draws (mode, fill) and how many points

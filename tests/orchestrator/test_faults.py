@@ -4,9 +4,13 @@ import signal
 import time
 from collections import Counter
 
+import pytest
+
 from orchestrator import keys
 from tests.conftest import ROOT, Stores, run_cli, tiny_spec
 from tests.helpers import start_sweep, wait_for_epoch, worker_pids
+
+pytestmark = pytest.mark.slow  # end to end: real sweeps, real failures
 
 FAULTY = '''
 import os

@@ -20,6 +20,8 @@ from orchestrator.tracking import Tracker
 from tests.conftest import Stores
 from trainers import TrainSettings
 
+pytestmark = pytest.mark.slow  # end to end: real comparisons reported
+
 SPACE = {"optimizer": {"adam": {"lr": {"low": 1e-4, "high": 1e-1, "log": True}},
                        "sgd": {"lr": {"low": 1e-3, "high": 1.0, "log": True},
                                "momentum": [0.8, 0.9]}}}

@@ -14,6 +14,8 @@ from tests.conftest import ROOT, SWEEPS, run_cli, tiny_spec
 from trainers import EPOCH_METRICS, TrainSettings
 from trainers.optim import lr_at
 
+pytestmark = pytest.mark.slow  # end to end: real sweep run processes
+
 SETTINGS = set(TrainSettings().to_dict())
 
 

@@ -11,6 +11,8 @@ import pytest
 from tests.conftest import tiny_spec
 from tests.helpers import finish, long_spec, start_sweep, wait_for_epoch, worker_pids
 
+pytestmark = pytest.mark.slow  # end to end: real sweeps interrupted
+
 
 def test_sigint_stops_the_sweep_within_seconds_and_leaves_nothing_running(stores, write_spec,
                                                                            pace):

@@ -17,6 +17,8 @@ import yaml
 from orchestrator import keys
 from tests.conftest import ROOT, SLACK, Pace, Stores, run_cli, tiny_spec
 
+pytestmark = pytest.mark.slow  # end to end: real processes on real stores
+
 MACHINES = 4
 
 
