@@ -25,7 +25,9 @@ SWEEPS = ROOT / "sweeps"
 # a test that uses one of these runs a sweep or starts a server: it is end to end, marked `slow`
 # (`python -m pytest -m "not slow"` leaves it out; modules of such tests are marked whole)
 SLOW_FIXTURES = {"quickstart", "quickstart_once", "two_sweeps", "cli", "pace", "measured_pace",
-                 "server"}
+                 "server",
+                 "rules", "front",  # test_objectives' sweeps
+                 "slurm"}  # test_submit's one-node Slurm cluster
 
 
 def pytest_collection_modifyitems(items):
