@@ -50,6 +50,7 @@ def empty(tmp_path) -> Path:
 CLOSED = "127.0.0.1:{port}"  # a port nothing listens on
 
 
+@pytest.mark.slow  # a process a case, each waiting out a silent server
 @pytest.mark.parametrize("command, flag, url", [
     ("run", "--tracking-uri", "http://{addr}"),
     ("run", "--storage", "postgresql://postgres@{addr}/sweeps"),
