@@ -8,6 +8,8 @@ import yaml
 
 from tests.conftest import free_port, run_cli, tiny_spec
 
+pytestmark = pytest.mark.slow  # end to end: the CLI as a process in every case
+
 BOUND_S = 60  # far above the probe's 5 s on a loaded machine, far below a client's retries
 
 
@@ -50,7 +52,6 @@ def empty(tmp_path) -> Path:
 CLOSED = "127.0.0.1:{port}"  # a port nothing listens on
 
 
-@pytest.mark.slow  # a process a case, each waiting out a silent server
 @pytest.mark.parametrize("command, flag, url", [
     ("run", "--tracking-uri", "http://{addr}"),
     ("run", "--storage", "postgresql://postgres@{addr}/sweeps"),
