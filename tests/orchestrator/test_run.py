@@ -382,11 +382,12 @@ def test_missing_dataset_files_stop_the_run_before_anything_is_written(tmp_path,
 
 # each example sweep shrunk to a dry run: the file as written, at one epoch and the fewest trials
 # its kind counts, no export (tested on its own); the digits sweeps without their preflight
-# (tested on its own), the GPU sweep on fake 8x8 images in fp32 for a CPU
+# (tested on its own), the GPU sweep on fake 8x8 images in fp32 for a CPU; the quickstart as
+# quickstart_once runs it for the tests that read its stores
 DIGITS = ["train.epochs=1", "export_for=none", "preflight=false"]
 COMPARISON = [*DIGITS, "compare.tune_trials=1", "compare.seeds=2", "compare.max_seeds=2"]
 DRY_RUN = {
-    "quickstart.yaml": [*DIGITS, "trials=1"],
+    "quickstart.yaml": ["train.epochs=3", "trials=4"],  # what quickstart_once runs
     "adam_vs_sgd.yaml": COMPARISON,
     "batch_lr_scaling.yaml": COMPARISON,
     "warmup_clipping.yaml": COMPARISON,
@@ -397,13 +398,18 @@ DRY_RUN = {
 
 
 @pytest.mark.parametrize("path", sorted(SWEEPS.glob("*.yaml")), ids=lambda p: p.name)
-def test_every_example_sweep_dry_runs(path, stores, cli):
+def test_every_example_sweep_dry_runs(path, request):
     from orchestrator import load_spec
 
     assert path.name in DRY_RUN, f"add {path.name} to DRY_RUN: how to shrink it for a CPU"
     sets = DRY_RUN[path.name]
     spec = load_spec(path, sets)
-    out = cli(path, *[flag for item in sets for flag in ("--set", item)])
+    if path.name == "quickstart.yaml":  # the session's quickstart run, asserted on here too
+        stores, out = request.getfixturevalue("quickstart_once")
+    else:
+        stores = request.getfixturevalue("stores")
+        out = run_cli("run", str(path), *[flag for item in sets for flag in ("--set", item)],
+                      cwd=stores.dir)
     assert out.returncode == 0, out.stderr
     runs = stores.runs(spec.name, "trial")
     assert len(runs) == spec.trials and {r.info.status for r in runs} == {"FINISHED"}
