@@ -22,6 +22,20 @@ ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "sweeps"
 
 
+# a test that uses one of these runs a sweep or starts a server: it is end to end, marked `slow`
+# (`python -m pytest -m "not slow"` leaves it out; modules of such tests are marked whole)
+SLOW_FIXTURES = {"quickstart", "quickstart_once", "two_sweeps", "cli", "pace", "measured_pace",
+                 "server",
+                 "rules", "front",  # test_objectives' sweeps
+                 "slurm"}  # test_submit's one-node Slurm cluster
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SLOW_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+
+
 @dataclass
 class Stores:
     """A fresh MLflow SQLite store and Optuna journal in one folder."""
@@ -107,12 +121,41 @@ class Pace:
         one after the other, with :data:`SLACK` for a loaded machine."""
         return SLACK * (starts * self.startup_s + epochs * self.epoch_s)
 
+    def slowed(self, factor: float) -> Pace:
+        """This pace on a machine ``factor`` times slower."""
+        return Pace(self.startup_s * factor, self.epoch_s * factor)
+
+
+def cpu_probe_s() -> float:
+    """Seconds this process takes now for a fixed bit of Python work (the median of 9 runs
+    of 10 to 30 ms each): it grows with the load that other processes put on the CPUs."""
+    runs = []
+    for _ in range(9):
+        t0 = time.monotonic()
+        sum(i * i for i in range(200_000))
+        runs.append(time.monotonic() - t0)
+    return sorted(runs)[len(runs) // 2]
+
 
 @pytest.fixture(scope="session")
-def pace(tmp_path_factory) -> Pace:
+def measured_pace(tmp_path_factory) -> tuple[Pace, float]:
+    """The training pace measured once (a fresh process trains two epochs: seconds), with the
+    :func:`cpu_probe_s` taken at the same moment."""
+    probe = cpu_probe_s()
     out = subprocess.run([sys.executable, "-c", PACE_SCRIPT], capture_output=True, text=True,
                          cwd=tmp_path_factory.mktemp("pace"), check=True)
-    return Pace(**json.loads(out.stdout.splitlines()[-1]))
+    probe = (probe + cpu_probe_s()) / 2
+    return Pace(**json.loads(out.stdout.splitlines()[-1])), probe
+
+
+@pytest.fixture
+def pace(measured_pace) -> Pace:
+    """The session's measured pace, slowed by as much as the CPU probe says the machine is
+    slower now than when it was measured (never sped up): a suite that loads the machine
+    more as it goes scales each test's deadlines from a measurement taken as that test
+    starts, for a fraction of a second instead of a fresh training run."""
+    measured, probe = measured_pace
+    return measured.slowed(max(1.0, cpu_probe_s() / probe))
 
 
 # how the end of a `run_cli` sweep names the command: as it was started (python -m ...)

@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.orchestrator.test_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.helpers import CHROMIUM, CHROMIUM_ARGS
+
+pytestmark = pytest.mark.slow  # end to end: the site built, opened in a browser
 
 DOCS = ROOT / "docs"
 SHOTS = ROOT / "test-output" / "docs"

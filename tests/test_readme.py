@@ -20,6 +20,8 @@ import pytest
 
 from tests.conftest import ROOT, SWEEPS, Stores, serve
 
+pytestmark = pytest.mark.slow  # end to end: README's commands run as written
+
 MARKED = re.compile(r"<!-- readme-test: (\w+) -->\n```\w*\n(.*?)```", re.S)
 SETUP = ("python3 -m venv ", ".venv/bin/pip install ")
 

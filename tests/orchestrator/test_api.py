@@ -16,7 +16,9 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, SLACK, Stores, tiny_spec
-from tests.orchestrator.test_signals import long_spec, worker_pids
+from tests.helpers import long_spec, worker_pids
+
+pytestmark = pytest.mark.slow  # end to end: the Python API's real sweeps, in a Jupyter kernel too
 
 RUN_ID = "sweep.mlflow_run_id"
 

@@ -12,14 +12,13 @@ from optuna.trial import TrialState
 from orchestrator import book as book_module
 from orchestrator import keys, space, tracking
 from orchestrator.book import TrialBook, fail_stale_trials
-from orchestrator.protocol import Done, Epoch, Failed, Ready
+from orchestrator.protocol import Done, Epoch, Failed
 from orchestrator.retries import will_retry
 from orchestrator.runs import StoreBroke
 from orchestrator.spec import validate
 from tests.conftest import tiny_spec
+from tests.helpers import FAKE_WORKER
 
-WORKER = Ready(pid=1, torch_version="2.0", torch_threads=1, cuda_visible_devices="",
-               cuda_available=False, cuda_version="", cudnn_version="", device_name="cpu")
 DEAD_OWNER = {"host": socket.gethostname(), "pid": os.getpid(), "started": -2}  # not this start
 
 
@@ -47,7 +46,7 @@ def run_trial(book: TrialBook, curve: list[float], slot: int = 0):
     """Start the next trial on ``slot`` as the loop does and report ``curve``, one value an
     epoch."""
     pending = book.study.next_trial()
-    book.runs.open_run(book.start(slot, pending, WORKER))
+    book.runs.open_run(book.start(slot, pending, FAKE_WORKER))
     for n, value in enumerate(curve, 1):
         book.report_epoch(slot, epoch(n, value))
         book.log_epoch(slot, epoch(n, value))
@@ -132,7 +131,7 @@ def test_the_runs_of_trials_started_before_mlflow_attached_are_created_on_attach
         stores, open_book):
     book = open_book()
     pending = book.study.next_trial()
-    active = book.start(0, pending, WORKER)
+    active = book.start(0, pending, FAKE_WORKER)
     assert active.run_id is None  # created once MLflow is attached
     book.attach_tracking()
     assert trial(stores, pending.number).user_attrs[keys.RUN_ID] == active.run_id
@@ -331,7 +330,7 @@ def test_an_error_between_ask_and_training_leaves_no_running_trial(stores, open_
             pending = book.study.next_trial()
             monkeypatch.setattr(book_module, "run_tags", broken)
             with pytest.raises(RuntimeError):
-                book.start(0, pending, WORKER)
+                book.start(0, pending, FAKE_WORKER)
         monkeypatch.undo()
     trials = stores.study("tiny").trials
     assert [t.state for t in trials] == [TrialState.FAIL] * 2

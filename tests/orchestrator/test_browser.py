@@ -14,13 +14,11 @@ from playwright.sync_api import expect, sync_playwright
 
 from orchestrator import keys
 from tests.conftest import ROOT, serve
+from tests.helpers import CHROMIUM, CHROMIUM_ARGS
 
-CHROMIUM = "/usr/bin/chromium"
+pytestmark = pytest.mark.slow  # end to end: a real browser on a real sweep
+
 SHOTS = ROOT / "test-output" / "browser"
-# headless and quiet: no GPU, no sandbox (root in CI), nothing fetched from the network
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync",
-                 "--disable-quic"]
 WAIT_MS = 60_000  # a React app: every check waits for the rendered element, up to this
 # a plotly chart's traces: how it draws (mode, fill) and how many points
 TRACES = "el => el.data.map(t => ({mode: t.mode || null, fill: t.fill || null, " \

@@ -41,12 +41,22 @@ def test_the_parser_knows_the_commands_the_readme_lists():
     assert sorted(table) == sorted(subcommands()), table
 
 
-@pytest.mark.parametrize("command", [None, *subcommands()])
-def test_help_exits_0_and_ends_with_examples_that_parse(command):
-    args = [command, "--help"] if command else ["--help"]
-    out = run_cli(*args, cwd=ROOT, timeout=60)
+def test_help_exits_0_as_a_process():
+    out = run_cli("--help", cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
-    for example in examples(out.stdout):
+    assert out.stdout.startswith("usage: sweep ") and examples(out.stdout)
+
+
+@pytest.mark.parametrize("command", [None, *subcommands()])
+def test_help_exits_0_and_ends_with_examples_that_parse(command, capsys, monkeypatch):
+    # read in this process, as wide as a captured process prints it: a process a command cost
+    # more than the rest of the file (the process's exit is tested above)
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit) as e:
+        main([command, "--help"] if command else ["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr()
+    for example in examples(out.out):
         words = shlex.split(example.split(" #")[0].split(" > ")[0])
         assert words[0] == "sweep"
         if command:
@@ -125,6 +135,7 @@ def test_a_tracking_uri_or_storage_in_a_missing_folder_is_refused_before_anythin
         assert not (tmp_path / "nope").exists() and list(here.iterdir()) == []
 
 
+@pytest.mark.slow  # a real sweep on a full disk
 def test_a_disk_that_fills_up_during_a_run_is_one_line_naming_the_stores(tmp_path, write_spec,
                                                                          mlflow_template):
     """A real full disk: the stores on a tmpfs with room for the first trials' bookkeeping
@@ -156,6 +167,7 @@ def test_a_disk_that_fills_up_during_a_run_is_one_line_naming_the_stores(tmp_pat
         log.unlink()
 
 
+@pytest.mark.slow  # a real sweep's weights
 def test_export_of_weights_that_do_not_load_is_one_line_and_exit_2(stores):
     """A trial run (made through MLflow as `sweep run` makes one) whose weights fail to load."""
     import torch
@@ -285,6 +297,7 @@ WITHOUT_VENV = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
                                if Path(p).resolve() != VENV_BIN.resolve())
 
 
+@pytest.mark.slow  # a real sweep (tiny_done)
 @pytest.mark.parametrize("how", ["venv-not-activated", "venv-activated", "python-m"])
 def test_the_next_steps_printed_by_sweep_run_work_as_printed(tiny_done, how):
     d, spec = tiny_done
@@ -306,6 +319,7 @@ def test_the_next_steps_printed_by_sweep_run_work_as_printed(tiny_done, how):
     assert ran.returncode == 0 and "COMPLETE" in ran.stdout, ran.stdout + ran.stderr
 
 
+@pytest.mark.slow  # a real sweep (tiny_done)
 def test_every_line_after_new_names_the_fresh_study(tiny_done):
     d, spec = tiny_done
     out = run_cli("run", str(spec), "--new", cwd=d)

@@ -19,25 +19,7 @@ from orchestrator import compare, keys
 from orchestrator import stats as st
 from orchestrator.errors import SpecError
 from orchestrator.spec import validate
-from tests.conftest import tiny_spec
-from tests.orchestrator.test_signals import finish, progress, start
-
-SPACE = {"optimizer": {"adam": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}},
-                       "sgd": {"lr": {"low": 1e-2, "high": 0.3, "log": True}}}}
-
-
-def compare_spec(**overrides) -> dict:
-    """A digits comparison of adam and sgd, one epoch a trial."""
-    spec = tiny_spec(name="cmp", trials=None, sampler={"name": "random", "seed": 0},
-                     train={"dataset": "digits", "model": "small_cnn", "epochs": 1},
-                     space=SPACE, compare={"factor": "optimizer", "tune_trials": 2, "seeds": 2})
-    for key, value in overrides.items():
-        if value is None:
-            spec.pop(key, None)
-        else:
-            spec[key] = value
-    return spec
-
+from tests.helpers import COMPARE_SPACE, compare_spec, finish, progress, start_sweep
 
 # ------------------------------------------------------------------------ validation
 
@@ -82,7 +64,7 @@ def test_a_comparison_counts_its_most_trials_and_its_levels():
     spec = validate(compare_spec(compare={"factor": "optimizer", "tune_trials": 3, "seeds": 2,
                                           "max_seeds": 5}))
     assert spec.trials == 2 * (3 + 5)
-    both = validate(compare_spec(space={**SPACE, "clip_grad_norm": [None, 1.0]},
+    both = validate(compare_spec(space={**COMPARE_SPACE, "clip_grad_norm": [None, 1.0]},
                                  compare={"factor": ["optimizer", "clip_grad_norm"],
                                           "tune_trials": 1}))
     assert [lv.label for lv in compare.Comparison.of(both).levels] == [
@@ -339,7 +321,7 @@ def test_an_interrupted_comparison_resumes_with_equal_tuning_budgets(cli, stores
                                           "epochs": 2},
                                    compare={"factor": "optimizer", "tune_trials": 3,
                                             "seeds": 2}))
-    proc = start(spec, stores.dir)
+    proc = start_sweep(spec, stores.dir)
     try:
         deadline = time.monotonic() + pace.budget(epochs=6, starts=3)
         while time.monotonic() < deadline and (not stores.journal.exists() or

@@ -11,6 +11,8 @@ from tests.conftest import ROOT, run_cli, tiny_spec
 from tests.corpus import write_one_size_folder
 from tests.datasets import write_image_folder
 
+pytestmark = pytest.mark.slow  # end to end: sweep doctor and sweep run on each style of user code
+
 # one torch thread: the doctor's checks run in the CLI process, on a shared 2-core machine
 USER_CODE = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 PREFLIGHT = {"overfit_steps": 50}  # enough to pass or warn; a FAIL comes from the code's bug

@@ -4,9 +4,13 @@ import signal
 import time
 from collections import Counter
 
+import pytest
+
 from orchestrator import keys
 from tests.conftest import ROOT, Stores, run_cli, tiny_spec
-from tests.orchestrator.test_signals import start, wait_for_epoch, worker_pids
+from tests.helpers import start_sweep, wait_for_epoch, worker_pids
+
+pytestmark = pytest.mark.slow  # end to end: real sweeps, real failures
 
 FAULTY = '''
 import os
@@ -90,7 +94,7 @@ def test_an_interrupted_sweep_run_again_finishes_like_an_uninterrupted_one(store
                      space={"lr": [1e-3, 2e-3, 3e-3]})
     del spec["trials"]
     path = write_spec(spec)
-    proc = start(path, stores.dir)
+    proc = start_sweep(path, stores.dir)
     try:
         wait_for_epoch(stores, "tiny", proc, pace)
         proc.send_signal(signal.SIGINT)
@@ -125,7 +129,7 @@ def test_kill_9_of_the_cli_takes_its_workers_along_and_a_rerun_recovers(stores, 
                      space={"lr": [1e-3, 2e-3]})
     del spec["trials"]
     path = write_spec(spec)
-    proc = start(path, stores.dir)
+    proc = start_sweep(path, stores.dir)
     try:
         wait_for_epoch(stores, "tiny", proc, pace)
         workers = worker_pids(proc.pid)

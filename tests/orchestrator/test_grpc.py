@@ -17,6 +17,8 @@ from orchestrator.keys import HEARTBEAT
 from orchestrator.proxy import address, open_grpc
 from tests.conftest import free_port, run_cli, serve, tiny_spec
 
+pytestmark = pytest.mark.slow  # end to end: real sweeps through the storage proxy
+
 
 def test_a_sweep_runs_through_the_storage_proxy_with_heartbeats(databases, tmp_path, pace):
     storage = databases()

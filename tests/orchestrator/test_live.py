@@ -12,6 +12,8 @@ import yaml
 
 from tests.conftest import AS_STARTED, ROOT, tiny_spec
 
+pytestmark = pytest.mark.slow  # end to end: the live view of a real sweep
+
 ETA = re.compile(r"ETA (\d+):(\d\d) ± (\d+):(\d\d) from (\d+) epochs")
 ROW = re.compile(r"^\s*(\d+)\s+lr=\S+ bs=\d+\s+(\d)/2\s")
 HEX32 = re.compile(r"\b[0-9a-f]{32}\b")

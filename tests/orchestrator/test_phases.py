@@ -3,7 +3,11 @@ workers idle, every request has a deadline, and a grid sweep's first run is chec
 import re
 import time
 
+import pytest
+
 from tests.conftest import ROOT, run_cli, tiny_spec
+
+pytestmark = pytest.mark.slow  # end to end: real sweeps' preflight, test split and export
 
 USER_CODE = {"PYTHONPATH": str(ROOT)}  # the user models live in tests/datasets.py
 

@@ -7,6 +7,8 @@ from orchestrator import preflight as pf
 from orchestrator.spec import load_spec, validate
 from tests.conftest import ROOT, SWEEPS, run_cli, tiny_spec
 
+pytestmark = pytest.mark.slow  # end to end: sweep doctor and sweep run's preflight as processes
+
 SOFTMAX = {"dataset": "digits", "model": "tests.datasets:softmax_model", "epochs": 1}
 USER_CODE = {"PYTHONPATH": str(ROOT)}  # the planted bugs live in tests/datasets.py
 

@@ -129,6 +129,7 @@ def started_worker(tmp_path) -> tuple[WorkerPool, Worker]:
     return pool, pool.workers[0]
 
 
+@pytest.mark.slow  # a worker process a case, each importing torch
 @pytest.mark.parametrize("raw, error", [
     ({"op": "bogus", "number": 0}, "unknown op 'bogus'"),
     ({"op": "train", "number": 0}, "bad train message"),

@@ -8,6 +8,8 @@ import yaml
 
 from tests.conftest import free_port, run_cli, tiny_spec
 
+pytestmark = pytest.mark.slow  # end to end: the CLI as a process in every case
+
 BOUND_S = 60  # far above the probe's 5 s on a loaded machine, far below a client's retries
 
 

@@ -40,6 +40,7 @@ def _runs(stores):
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow  # a real sweep
 def test_factor_table_matches_a_hand_computation(grid):
     stores, out, _ = grid
     runs = _runs(stores)
@@ -55,6 +56,7 @@ def test_factor_table_matches_a_hand_computation(grid):
         assert row in md
 
 
+@pytest.mark.slow  # a real sweep
 def test_paired_difference_and_tests_match_scipy(grid):
     stores, out, _ = grid
     runs = _runs(stores)
@@ -75,6 +77,7 @@ def test_paired_difference_and_tests_match_scipy(grid):
     assert row["ci_low"] == pytest.approx(diff.mean() - half) and row["ci_level"] == 0.95
 
 
+@pytest.mark.slow  # a real sweep
 def test_html_opens_with_every_plot_embedded_and_is_logged(grid):
     stores, out, rep = grid
 
@@ -98,6 +101,7 @@ def test_html_opens_with_every_plot_embedded_and_is_logged(grid):
     assert "optimizer" in rep.stdout
 
 
+@pytest.mark.slow  # a real sweep
 def test_a_report_opens_the_study_and_the_tracking_store_once(grid, tmp_path, monkeypatch):
     import optuna
 
@@ -126,6 +130,7 @@ def test_a_report_opens_the_study_and_the_tracking_store_once(grid, tmp_path, mo
     assert opened == {"tracker": 1, "load_study": 1, "create_study": 1}
 
 
+@pytest.mark.slow  # a real sweep
 def test_too_few_pairs_get_no_row_but_a_line_and_a_partial_sweep_says_so(tmp_path):
     import yaml
 
@@ -146,6 +151,7 @@ def test_too_few_pairs_get_no_row_but_a_line_and_a_partial_sweep_says_so(tmp_pat
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # a real sweep
 def test_the_report_reads_the_parent_run_every_sweep_run_logs_to(grid):
     from orchestrator.report import load_sweep
     from orchestrator.tracking import Tracker
@@ -226,6 +232,7 @@ def test_a_pair_short_of_the_minimum_has_no_row():
                                   direction="minimize")) == 1
 
 
+@pytest.mark.slow  # a real sweep
 @pytest.mark.parametrize("direction", ["maximize", "minimize"])
 def test_with_repeats_the_headline_is_the_best_configuration_mean(grid, direction, tmp_path):
     import yaml
@@ -251,6 +258,7 @@ def test_with_repeats_the_headline_is_the_best_configuration_mean(grid, directio
     assert f"optimizer={optimizer}" in line and f"clip_grad_norm={clip}" in line, line
 
 
+@pytest.mark.slow  # a real sweep
 @pytest.mark.parametrize("direction", ["maximize", "minimize"])
 def test_the_reports_best_trial_is_the_one_sweep_status_names(grid, direction, tmp_path):
     """A complete trial with an infinite value (a time to a target never reached, a user

@@ -20,6 +20,8 @@ from orchestrator.tracking import Tracker
 from tests.conftest import Stores
 from trainers import TrainSettings
 
+pytestmark = pytest.mark.slow  # end to end: real comparisons reported
+
 SPACE = {"optimizer": {"adam": {"lr": {"low": 1e-4, "high": 1e-1, "log": True}},
                        "sgd": {"lr": {"low": 1e-3, "high": 1.0, "log": True},
                                "momentum": [0.8, 0.9]}}}
@@ -304,7 +306,7 @@ def test_the_html_report_shows_the_headline_and_every_plot_in_chromium(reported,
     from playwright.sync_api import sync_playwright
 
     from tests.conftest import ROOT
-    from tests.orchestrator.test_browser import CHROMIUM, CHROMIUM_ARGS
+    from tests.helpers import CHROMIUM, CHROMIUM_ARGS
 
     direction, stores, out, args, main = reported  # both directions' reports are opened
     if not os.access(CHROMIUM, os.X_OK):
@@ -347,7 +349,7 @@ def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
 
     from orchestrator import stats as st
     from tests.conftest import run_cli
-    from tests.orchestrator.test_compare import compare_spec
+    from tests.helpers import compare_spec
 
     spec = compare_spec(name="tinycmp", export=["torchscript"], export_for="best")
     spec["compare"] = {**spec["compare"], "target": 0.5}
@@ -419,7 +421,7 @@ def test_a_level_that_failed_every_tuning_trial_is_said_so_not_called_unfinished
     import yaml
 
     from tests.conftest import run_cli
-    from tests.orchestrator.test_compare import compare_spec
+    from tests.helpers import compare_spec
 
     (tmp_path / "boom.py").write_text(
         "def model(num_classes, in_channels):\n    raise RuntimeError('boom')\n")

@@ -12,6 +12,8 @@ from scipy import stats
 from orchestrator import keys
 from tests.conftest import SWEEPS, Stores, run_cli
 
+pytestmark = pytest.mark.slow  # end to end: a real comparison reported
+
 
 def _runs(stores: Stores, name: str) -> pd.DataFrame:
     """A row per trial run: its Optuna number, params as MLflow holds them, val_acc (last),

@@ -12,6 +12,8 @@ from scipy import stats
 
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.slow  # end to end: real sweeps reported
+
 
 def _by_hand(stores, metric: str) -> dict[str, dict[int, float]]:
     """sweep -> {batch size: the metric's last value}, read from the trial runs."""

@@ -9,6 +9,8 @@ import yaml
 
 from tests.conftest import Stores, run_cli, tiny_spec
 
+pytestmark = pytest.mark.slow  # end to end: real sweeps reproduced
+
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory, mlflow_template) -> Stores:

@@ -14,6 +14,8 @@ from tests.conftest import ROOT, SWEEPS, run_cli, tiny_spec
 from trainers import EPOCH_METRICS, TrainSettings
 from trainers.optim import lr_at
 
+pytestmark = pytest.mark.slow  # end to end: real sweep run processes
+
 SETTINGS = set(TrainSettings().to_dict())
 
 
@@ -378,17 +380,47 @@ def test_missing_dataset_files_stop_the_run_before_anything_is_written(tmp_path,
     assert check.returncode == 0 and "warning:" in check.stdout
 
 
-def test_the_cifar10_resnet18_sweep_dry_runs_on_fake_images(stores, cli):
-    # the GPU sweep as written, shrunk for a CPU: fake 8x8 images, one trial of one epoch
-    out = cli(SWEEPS / "cifar10_resnet18.yaml", "--trials", "1", "--set", "repeats=1",
-              "--set", "train.dataset=fake", "--set", "train.image_size=8",
-              "--set", "train.epochs=1", "--set", "train.batch_size=128",
-              "--set", "train.amp=none", "--set", "export_for=none")
+# each example sweep shrunk to a dry run: the file as written, at one epoch and the fewest trials
+# its kind counts, no export (tested on its own); the digits sweeps without their preflight
+# (tested on its own), the GPU sweep on fake 8x8 images in fp32 for a CPU; the quickstart as
+# quickstart_once runs it for the tests that read its stores
+DIGITS = ["train.epochs=1", "export_for=none", "preflight=false"]
+COMPARISON = [*DIGITS, "compare.tune_trials=1", "compare.seeds=2", "compare.max_seeds=2"]
+DRY_RUN = {
+    "quickstart.yaml": ["train.epochs=3", "trials=4"],  # what quickstart_once runs
+    "adam_vs_sgd.yaml": COMPARISON,
+    "batch_lr_scaling.yaml": COMPARISON,
+    "warmup_clipping.yaml": COMPARISON,
+    "cifar10_resnet18.yaml": ["trials=1", "repeats=1", "train.dataset=fake", "train.image_size=8",
+                              "train.epochs=1", "train.batch_size=128", "train.amp=none",
+                              "export_for=none"],
+}
+
+
+@pytest.mark.parametrize("path", sorted(SWEEPS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_sweep_dry_runs(path, request):
+    from orchestrator import load_spec
+
+    assert path.name in DRY_RUN, f"add {path.name} to DRY_RUN: how to shrink it for a CPU"
+    sets = DRY_RUN[path.name]
+    spec = load_spec(path, sets)
+    if path.name == "quickstart.yaml":  # the session's quickstart run, asserted on here too
+        stores, out = request.getfixturevalue("quickstart_once")
+    else:
+        stores = request.getfixturevalue("stores")
+        out = run_cli("run", str(path), *[flag for item in sets for flag in ("--set", item)],
+                      cwd=stores.dir)
     assert out.returncode == 0, out.stderr
-    (run,) = stores.runs("cifar10-resnet18", "trial")
-    assert run.data.params["model"] == "resnet18" and run.data.params["augment"] == "flip_crop"
-    assert run.data.params["channels_last"] == "True"
-    assert "test_acc" in run.data.metrics  # fake data has a test split
+    runs = stores.runs(spec.name, "trial")
+    assert len(runs) == spec.trials and {r.info.status for r in runs} == {"FINISHED"}
+    # every trial trained with the file's fixed settings (the ones a dry run keeps)
+    kept = {key: str(value) for key, value in spec.train.items()
+            if isinstance(value, (str, int)) and key != "data_dir"}
+    assert kept and all(dict(r.data.params, **kept) == r.data.params for r in runs), kept
+    if path.name == "cifar10_resnet18.yaml":  # the GPU sweep's model, its CIFAR stem and more
+        assert kept["model"] == "resnet18" and kept["augment"] == "flip_crop"
+        assert kept["channels_last"] == "True"
+        assert all("test_acc" in r.data.metrics for r in runs)  # fake data has a test split
 
 
 def _artifacts(client, run_id, folder=""):

@@ -8,90 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SLACK, tiny_spec
+from tests.conftest import tiny_spec
+from tests.helpers import finish, long_spec, start_sweep, wait_for_epoch, worker_pids
 
-
-def start(spec_path: Path, cwd: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(spec_path)],
-                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
-
-
-def wait_for_epoch(stores, name: str, proc: subprocess.Popen, pace):
-    """Block until some trial of sweep ``name`` has reported an epoch and has its MLflow run
-    (created once MLflow is ready, which may come after the first epoch); return the run id.
-    Waits as long as :class:`tests.conftest.Pace` says the CLI and a worker take to start and
-    train an epoch.
-
-    Reads the Optuna journal (safe beside a writer), not the MLflow database, which this test
-    must not open while the sweep may still be creating it.
-    """
-    deadline = time.monotonic() + pace.budget(epochs=1, starts=2)
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        if stores.journal.exists():
-            try:
-                trials = stores.study(name).trials
-            except KeyError:  # the study is not created yet
-                trials = []
-            for t in trials:
-                if t.intermediate_values and "sweep.mlflow_run_id" in t.user_attrs:
-                    return t.user_attrs["sweep.mlflow_run_id"]
-        time.sleep(0.3)
-    raise AssertionError("no epoch was reported in time")
-
-
-def progress(stores, name: str) -> tuple[int, int]:
-    """(epochs reported, trials finished) of sweep ``name``, read from its journal."""
-    trials = stores.study(name).trials
-    return (sum(len(t.intermediate_values) for t in trials),
-            sum(t.state.is_finished() for t in trials))
-
-
-def finish(proc: subprocess.Popen, stores, name: str, pace) -> tuple[str, str]:
-    """``proc.communicate()``, waiting as long as the sweep makes progress: it fails only once
-    no epoch and no trial end came for as long as a fresh worker takes to start and train an
-    epoch (:class:`tests.conftest.Pace`), or SLACK times the longest such gap seen so far: on
-    a loaded machine epochs come slower, and so does the limit."""
-    seen, last, longest = progress(stores, name), time.monotonic(), 0.0
-    while True:
-        try:
-            return proc.communicate(timeout=1)
-        except subprocess.TimeoutExpired:
-            pass
-        now, done = time.monotonic(), progress(stores, name)
-        if done != seen:
-            seen, last, longest = done, now, max(longest, now - last)
-        stalled = now - last
-        assert stalled < max(pace.budget(epochs=1), SLACK * longest), \
-            f"no progress for {stalled:.0f} s (longest gap before: {longest:.0f} s)"
-
-
-def worker_pids(parent: int) -> list[int]:
-    pids = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            cmd = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(stat[1]) == parent and b"orchestrator.worker" in cmd:
-            pids.append(int(proc.name))
-    return pids
-
-
-def long_spec(**overrides):
-    return tiny_spec(train={"dataset": "digits", "epochs": 40, "batch_size": 32},
-                     space={"lr": [1e-3, 2e-3]}, sampler={"name": "grid"}, trials=None,
-                     **overrides)
+pytestmark = pytest.mark.slow  # end to end: real sweeps interrupted
 
 
 def test_sigint_stops_the_sweep_within_seconds_and_leaves_nothing_running(stores, write_spec,
                                                                            pace):
     spec = long_spec()
     del spec["trials"]
-    proc = start(write_spec(spec), stores.dir)
+    proc = start_sweep(write_spec(spec), stores.dir)
     try:
         wait_for_epoch(stores, "tiny", proc, pace)
         workers = worker_pids(proc.pid)
@@ -123,7 +50,7 @@ def run_and_kill_the_worker(stores, write_spec, pace, **overrides):
     spec = long_spec(workers=1, **overrides)
     del spec["trials"]
     spec["train"]["epochs"] = 12
-    proc = start(write_spec(spec), stores.dir)
+    proc = start_sweep(write_spec(spec), stores.dir)
     try:
         run_id = wait_for_epoch(stores, "tiny", proc, pace)
         (worker,) = worker_pids(proc.pid)

@@ -13,6 +13,8 @@ from rich.console import Console
 from orchestrator import keys, status
 from tests.conftest import AS_STARTED, run_cli, tiny_spec
 
+pytestmark = pytest.mark.slow  # end to end: sweep status on real sweeps
+
 
 def rows_of(text: str, header: str) -> list[list[str]]:
     """The rows of a plain (non-terminal) table: the lines after the header and its dashes."""

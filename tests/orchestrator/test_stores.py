@@ -17,6 +17,8 @@ import yaml
 from orchestrator import keys
 from tests.conftest import ROOT, SLACK, Pace, Stores, run_cli, tiny_spec
 
+pytestmark = pytest.mark.slow  # end to end: real processes on real stores
+
 MACHINES = 4
 
 
@@ -26,7 +28,7 @@ def machine(storage: str, tracking_uri: str, go: str) -> None:
     from orchestrator.book import TrialBook
     from orchestrator.protocol import Done, Epoch
     from orchestrator.spec import validate
-    from tests.orchestrator.test_book import WORKER
+    from tests.helpers import FAKE_WORKER
 
     spec = validate(tiny_spec(name="together", trials=MACHINES))
     print("ready", flush=True)
@@ -35,7 +37,7 @@ def machine(storage: str, tracking_uri: str, go: str) -> None:
     book = TrialBook.open(spec, storage, tracking_uri, spec_text="name: together\n")
     book.attach_tracking()
     pending = book.study.next_trial()
-    book.runs.open_run(book.start(0, pending, WORKER))
+    book.runs.open_run(book.start(0, pending, FAKE_WORKER))
     metrics = {"val_acc": 0.5, "val_loss": 0.5}
     book.report_epoch(0, Epoch(epoch=1, metrics=metrics, lr_steps=[(1, 0.01)], resumed=False))
     book.log_epoch(0, Epoch(epoch=1, metrics=metrics, lr_steps=[(1, 0.01)], resumed=False))

@@ -243,6 +243,7 @@ print(study.ask({"x": FloatDistribution(0, 1)}).params["x"])
 """
 
 
+@pytest.mark.slow  # several sweep run processes
 def test_tasks_joining_a_submitted_study_at_once_draw_their_own_trials(tmp_path, write_spec):
     """Two processes of this host open a study whose creator is gone, as the tasks of a sweep
     submit do on the node it ran on, both before either asks: marked as submitted, their first

@@ -18,6 +18,8 @@ from orchestrator.server import runs_view
 from orchestrator.spec import load_spec
 from tests.conftest import SWEEPS, group_alive, run_cli, serve
 
+pytestmark = pytest.mark.slow  # end to end: sweep ui serving real sweeps
+
 
 def test_ui_prints_the_runs_table_url_and_stops_with_its_helpers(quickstart):
     stores, _ = quickstart

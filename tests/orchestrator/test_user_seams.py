@@ -8,6 +8,8 @@ from tests.conftest import run_cli, tiny_spec
 from trainers import TrainSettings
 from trainers.optim import lr_at
 
+pytestmark = pytest.mark.slow  # end to end: real sweeps of user code
+
 
 def test_a_sweep_searches_torch_radams_own_keywords_and_logs_them(stores, write_spec):
     spec = tiny_spec(name="radam", trials=2, workers=1, train={"epochs": 1, "batch_size": 128},

@@ -3,6 +3,8 @@ import pytest
 
 from trainers import TrainSettings, train
 
+pytestmark = pytest.mark.slow  # two real training runs
+
 
 def test_tensor_and_dataloader_paths_see_the_same_batches():
     a = train(TrainSettings(epochs=2, seed=5, augment="flip_crop")).history

@@ -14,6 +14,8 @@ import torch
 from trainers import RankCrashed, RankFailed, TrainSettings, train
 from trainers.batches import EpochOrder
 
+pytestmark = pytest.mark.slow  # end to end: real process groups training
+
 CURVE = ("train_loss", "train_acc", "val_loss", "val_acc", "grad_norm")
 
 

@@ -13,6 +13,8 @@ from trainers.checkpoint import load_weights, save_weights
 from trainers.datasets import load_data
 from trainers.export import FORMATS, export, raw_pixels
 
+pytestmark = pytest.mark.slow  # a model trained, then exported to every format
+
 RELOAD = """
 import json, sys
 import numpy as np

@@ -5,6 +5,8 @@ import torch
 from trainers import TrainingDiverged, TrainSettings, train
 from trainers.datasets import load_data
 
+pytestmark = pytest.mark.slow  # real training runs, several epochs each
+
 TIMED = ("epoch_seconds", "samples_per_second")
 
 

@@ -3,24 +3,9 @@ import math
 import pytest
 import torch
 
+from tests.helpers import lrs, scheduler_lrs
 from trainers import TrainSettings
-from trainers.optim import build_optimizer, build_scheduler, lr_at
-
-
-def lrs(s: TrainSettings, steps_per_epoch: int) -> list[float]:
-    return [lr_at(s, i, steps_per_epoch) for i in range(s.epochs * steps_per_epoch)]
-
-
-def scheduler_lrs(s: TrainSettings, steps_per_epoch: int) -> list[float]:
-    """The lr of each optimizer step as the optimizer and its scheduler give it."""
-    opt = build_optimizer(torch.nn.Linear(2, 2), s)
-    sched = build_scheduler(opt, s, steps_per_epoch=steps_per_epoch)
-    seen = []
-    for _ in range(s.epochs * steps_per_epoch):
-        seen.append(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step()
-    return seen
+from trainers.optim import build_optimizer, lr_at
 
 
 def test_warmup_is_linear_then_cosine_decays_to_min_lr():

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from tests.trainers.test_optim import lrs, scheduler_lrs
+from tests.helpers import lrs, scheduler_lrs
 from trainers import SettingsError, TrainSettings, train
 from trainers.optim import build_loss, build_optimizer, lr_at
 from trainers.preflight import preflight

@@ -1,0 +1,154 @@
+"""Helpers several test files share (fixtures live in conftest.py): a `sweep run` started and
+watched as a process, its workers found, the specs and fakes more than one file runs."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from orchestrator.protocol import Ready
+from tests.conftest import SLACK, tiny_spec
+
+# ------------------------------------------------------------------ a sweep as a process
+
+
+def start_sweep(spec_path: Path, cwd: Path) -> subprocess.Popen:
+    """``sweep run SPEC`` in ``cwd`` as a real process, its output piped; the caller waits."""
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(spec_path)],
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def wait_for_epoch(stores, name: str, proc: subprocess.Popen, pace):
+    """Block until some trial of sweep ``name`` has reported an epoch and has its MLflow run
+    (created once MLflow is ready, which may come after the first epoch); return the run id.
+    Waits as long as :class:`tests.conftest.Pace` says the CLI and a worker take to start and
+    train an epoch.
+
+    Reads the Optuna journal (safe beside a writer), not the MLflow database, which this test
+    must not open while the sweep may still be creating it.
+    """
+    deadline = time.monotonic() + pace.budget(epochs=1, starts=2)
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if stores.journal.exists():
+            try:
+                trials = stores.study(name).trials
+            except KeyError:  # the study is not created yet
+                trials = []
+            for t in trials:
+                if t.intermediate_values and "sweep.mlflow_run_id" in t.user_attrs:
+                    return t.user_attrs["sweep.mlflow_run_id"]
+        time.sleep(0.3)
+    raise AssertionError("no epoch was reported in time")
+
+
+def progress(stores, name: str) -> tuple[int, int]:
+    """(epochs reported, trials finished) of sweep ``name``, read from its journal."""
+    trials = stores.study(name).trials
+    return (sum(len(t.intermediate_values) for t in trials),
+            sum(t.state.is_finished() for t in trials))
+
+
+def finish(proc: subprocess.Popen, stores, name: str, pace) -> tuple[str, str]:
+    """``proc.communicate()``, waiting as long as the sweep makes progress: it fails only once
+    no epoch and no trial end came for as long as a fresh worker takes to start and train an
+    epoch (:class:`tests.conftest.Pace`), or SLACK times the longest such gap seen so far: on
+    a loaded machine epochs come slower, and so does the limit."""
+    seen, last, longest = progress(stores, name), time.monotonic(), 0.0
+    while True:
+        try:
+            return proc.communicate(timeout=1)
+        except subprocess.TimeoutExpired:
+            pass
+        now, done = time.monotonic(), progress(stores, name)
+        if done != seen:
+            seen, last, longest = done, now, max(longest, now - last)
+        stalled = now - last
+        assert stalled < max(pace.budget(epochs=1), SLACK * longest), \
+            f"no progress for {stalled:.0f} s (longest gap before: {longest:.0f} s)"
+
+
+def worker_pids(parent: int) -> list[int]:
+    """The pids of the training workers (``orchestrator.worker``) that ``parent`` started."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            cmd = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == parent and b"orchestrator.worker" in cmd:
+            pids.append(int(proc.name))
+    return pids
+
+
+def long_spec(**overrides):
+    """A 2-configuration grid of 40 epochs each: still training when the test acts on it."""
+    return tiny_spec(train={"dataset": "digits", "epochs": 40, "batch_size": 32},
+                     space={"lr": [1e-3, 2e-3]}, sampler={"name": "grid"}, trials=None,
+                     **overrides)
+
+
+# ------------------------------------------------------------------ specs and fakes
+
+COMPARE_SPACE = {"optimizer": {"adam": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}},
+                               "sgd": {"lr": {"low": 1e-2, "high": 0.3, "log": True}}}}
+
+
+def compare_spec(**overrides) -> dict:
+    """A digits comparison of adam and sgd, one epoch a trial; an override of None removes
+    that key."""
+    spec = tiny_spec(name="cmp", trials=None, sampler={"name": "random", "seed": 0},
+                     train={"dataset": "digits", "model": "small_cnn", "epochs": 1},
+                     space=COMPARE_SPACE,
+                     compare={"factor": "optimizer", "tune_trials": 2, "seeds": 2})
+    for key, value in overrides.items():
+        if value is None:
+            spec.pop(key, None)
+        else:
+            spec[key] = value
+    return spec
+
+
+# the hello of a worker that never ran (pid 1, CPU only), for a TrialBook driven by hand
+FAKE_WORKER = Ready(pid=1, torch_version="2.0", torch_threads=1, cuda_visible_devices="",
+                    cuda_available=False, cuda_version="", cudnn_version="", device_name="cpu")
+
+
+# ------------------------------------------------------------------ the trainer's lr curves
+
+
+def lrs(s, steps_per_epoch: int) -> list[float]:
+    """The lr of each optimizer step of settings ``s`` as ``lr_at`` computes it."""
+    from trainers.optim import lr_at
+
+    return [lr_at(s, i, steps_per_epoch) for i in range(s.epochs * steps_per_epoch)]
+
+
+def scheduler_lrs(s, steps_per_epoch: int) -> list[float]:
+    """The lr of each optimizer step as the optimizer and its scheduler give it."""
+    import torch
+
+    from trainers.optim import build_optimizer, build_scheduler
+
+    opt = build_optimizer(torch.nn.Linear(2, 2), s)
+    sched = build_scheduler(opt, s, steps_per_epoch=steps_per_epoch)
+    seen = []
+    for _ in range(s.epochs * steps_per_epoch):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return seen
+
+
+# ------------------------------------------------------------------ the browser
+
+CHROMIUM = "/usr/bin/chromium"
+# headless and quiet: no GPU, no sandbox (root in CI), nothing fetched from the network
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync",
+                 "--disable-quic"]
