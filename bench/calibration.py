@@ -1,6 +1,6 @@
 """How often the comparison's verdicts are wrong, how often its intervals cover, and how many
-seeds it costs: simulated comparisons run through :func:`orchestrator.stats.compare_paired` the
-way a compare sweep runs it (a look after each added paired seed, stopping once every pair is
+seeds it costs: simulated comparisons run through :func:`orchestrator.answer.stats.compare_paired`
+the way a compare sweep runs it (a look after each added paired seed, stopping once every pair is
 decided), beside the rule used before (paired t-test at alpha / looks at every look, Bonferroni
 over the looks), on the same simulated seeds.
 
@@ -30,13 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.stats import (  # noqa: E402
-    BETTER,
-    EQUIVALENT,
-    boundary_alpha,
-    compare_paired,
-    decided,
-)
+from orchestrator.answer.stats import BETTER, EQUIVALENT, boundary_alpha, compare_paired, decided
 
 ALPHA = 0.05
 SEEDS, MAX_SEEDS = 3, 8  # the shipped sweeps' compare.seeds and compare.max_seeds

@@ -268,7 +268,7 @@ def sweep_command(work: Path, name: str, trials: int, workers: int, rehearse: bo
                  f"train.model={sizes.model}", f"train.epochs={sizes.sweep_epochs}",
                  f"train.batch_size={sizes.sweep_batch}", "train.warmup_epochs=1", *extra]
     gpus = [] if rehearse else ["--gpus", "0"]
-    return [sys.executable, "-m", "orchestrator.cli", "run", str(SPEC), "--workers", str(workers),
+    return [sys.executable, "-m", "orchestrator", "run", str(SPEC), "--workers", str(workers),
             *gpus, "--tracking-uri", f"sqlite:///{work / 'mlflow.db'}",
             "--storage", str(work / "optuna.journal"), *[f"--set={o}" for o in overrides]]
 

@@ -50,7 +50,7 @@ torch_kind() {
 
 has_project() {
   timeout 60 "$1" -c 'import mlflow, onnx, onnxruntime, onnxscript, optuna, pytest, yaml
-import orchestrator.cli, trainers' >/dev/null 2>&1
+import orchestrator.commands.cli, trainers' >/dev/null 2>&1
 }
 
 gpu_listed() { command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }

@@ -57,7 +57,7 @@ def run_sweep(spec: dict, workers: int | None,
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     t0 = time.perf_counter()
     flags = ["--workers", str(workers)] if workers else []
-    subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", str(path), *flags],
+    subprocess.run([sys.executable, "-m", "orchestrator", "run", str(path), *flags],
                    cwd=folder, check=True, env=env, stdout=subprocess.DEVNULL)
     wall, ended = time.perf_counter() - t0, time.time()
     from mlflow.tracking import MlflowClient

@@ -104,7 +104,7 @@ def run(kind: str, trials: int, folder: Path, profile: Path | None) -> dict:
         env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
         load = os.getloadavg()[0]
         start = time.time()
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", "scale.yaml",
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "scale.yaml",
                                  "--storage", storage, "--tracking-uri", tracking], cwd=folder,
                                 env=env, stdout=subprocess.DEVNULL,
                                 stderr=open(folder / "stderr.txt", "w"))
@@ -139,8 +139,8 @@ def measure(storage: str, tracking: str, rss: RssSampler, folder: Path) -> dict:
     import optuna
     from mlflow.tracking import MlflowClient
 
-    from orchestrator import keys
-    from orchestrator.study import open_storage
+    from orchestrator.core import keys
+    from orchestrator.stores.study import open_storage
 
     study = optuna.load_study(study_name="scale", storage=open_storage(storage))
     done = sorted((t for t in study.trials if t.datetime_complete),
@@ -174,7 +174,7 @@ def status_time(storage: str, tracking: str, folder: Path) -> float:
     times = []
     for _ in range(3):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "orchestrator.cli", "status", "scale",
+        subprocess.run([sys.executable, "-m", "orchestrator", "status", "scale",
                         "--storage", storage, "--tracking-uri", tracking], cwd=folder,
                        check=True, stdout=subprocess.DEVNULL)
         times.append(time.perf_counter() - t0)

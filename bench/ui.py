@@ -39,7 +39,7 @@ POLL_S = 0.05
 
 def make_store(folder: Path, trials: int, epochs: int) -> tuple[Path, str]:
     """Run the quickstart sweep in ``folder``; its MLflow store and the sweep's name."""
-    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run",
+    out = subprocess.run([sys.executable, "-m", "orchestrator", "run",
                           str(ROOT / "sweeps" / "quickstart.yaml"), "--trials", str(trials),
                           "--set", f"train.epochs={epochs}"],
                          cwd=folder, env=user_env(), capture_output=True, text=True)
@@ -70,7 +70,7 @@ def answers(url: str) -> bool:
 def time_sweep_ui(store: Path, name: str, port: int) -> float:
     """Seconds from `sweep ui NAME` to the first 200 of the URL it prints."""
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "ui", name,
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "ui", name,
                              "--tracking-uri", f"sqlite:///{store}", "--port", str(port)],
                             cwd=store.parent, env=user_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)

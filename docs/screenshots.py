@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def sweep_command(*args: str) -> list[str]:
     """``sweep ARGS`` of this checkout, whatever is installed."""
-    return [sys.executable, "-m", "orchestrator.cli", *args]
+    return [sys.executable, "-m", "orchestrator", *args]
 
 
 def sweep_env() -> dict[str, str]:

@@ -7,7 +7,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 # with a tracking server MLflow prints a "View run" line per ended run: the sweep prints its own
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-from .api import (  # noqa: E402
+from .commands.api import (
     Exported,
     SweepInterrupted,
     SweepResult,
@@ -17,8 +17,8 @@ from .api import (  # noqa: E402
     reproduce,
     run,
 )
-from .errors import SpecError, SweepError  # noqa: E402
-from .spec import SweepSpec, load_spec  # noqa: E402
+from .config.spec import SweepSpec, load_spec  # noqa: E402
+from .core.errors import SpecError, SweepError  # noqa: E402
 
 __all__ = ["Exported", "SpecError", "SweepError", "SweepInterrupted", "SweepResult", "SweepSpec",
            "export", "load", "load_spec", "report", "reproduce", "run"]

@@ -44,7 +44,7 @@ class Stores:
 
     @property
     def tracking_uri(self) -> str:
-        from orchestrator.paths import sqlite_uri
+        from orchestrator.core.paths import sqlite_uri
 
         return sqlite_uri(self.dir / "mlflow.db")
 
@@ -160,14 +160,14 @@ def pace(measured_pace) -> Pace:
 
 # how the end of a `run_cli` sweep names the command: as it was started (python -m ...)
 AS_STARTED = ("python" if shutil.which("python") == sys.executable else sys.executable) + \
-    " -m orchestrator.cli"
+    " -m orchestrator"
 
 
 def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None):
     """Run ``sweep ARGS`` as a user would (a real process); returns CompletedProcess."""
     full_env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
@@ -232,7 +232,7 @@ def serve(*args: str, cwd: Path, prefix: str, port: int | None = None) -> Iterat
         port = free_port()
         args = (*args, "--port", str(port))
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args],
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", *args],
                             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     groups: set[int] = set()
@@ -398,7 +398,7 @@ def server(databases, tmp_path_factory):
     folder = tmp_path_factory.mktemp("server")
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "server", "--backend-store-uri", databases(),
+        [sys.executable, "-m", "orchestrator", "server", "--backend-store-uri", databases(),
          "--artifacts-destination", str(folder / "artifacts"), "--port", str(port)],
         cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"

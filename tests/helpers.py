@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.protocol import Ready
+from orchestrator.running.protocol import Ready
 from tests.conftest import SLACK, tiny_spec
 
 # ------------------------------------------------------------------ a sweep as a process
@@ -17,7 +17,7 @@ from tests.conftest import SLACK, tiny_spec
 def start_sweep(spec_path: Path, cwd: Path) -> subprocess.Popen:
     """``sweep run SPEC`` in ``cwd`` as a real process, its output piped; the caller waits."""
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(spec_path)],
+    return subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(spec_path)],
                             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
 
@@ -73,7 +73,8 @@ def finish(proc: subprocess.Popen, stores, name: str, pace) -> tuple[str, str]:
 
 
 def worker_pids(parent: int) -> list[int]:
-    """The pids of the training workers (``orchestrator.worker``) that ``parent`` started."""
+    """The pids of the training workers (``orchestrator.running.worker``) that ``parent``
+    started."""
     pids = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
@@ -81,7 +82,7 @@ def worker_pids(parent: int) -> list[int]:
             cmd = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat[1]) == parent and b"orchestrator.worker" in cmd:
+        if int(stat[1]) == parent and b"orchestrator.running.worker" in cmd:
             pids.append(int(proc.name))
     return pids
 

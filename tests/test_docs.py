@@ -62,7 +62,7 @@ def test_the_site_builds_strict_without_a_warning(site):
     assert (site / "index.html").is_file()
     api = built_page(site, "api.md").read_text()
     # the reference is generated from the docstrings, not written by hand
-    assert 'id="orchestrator.stats.compare_paired"' in api
+    assert 'id="orchestrator.answer.stats.compare_paired"' in api
     assert "Every pair of levels compared over their paired seeds" in api
 
 
@@ -130,8 +130,9 @@ def test_the_built_home_and_api_pages_render_in_a_browser(site):
             expect(page.locator("h1").first).to_have_text(re.compile("sweep"))
             expect(page.locator("img[src='live-view.png']")).to_be_visible()
             page.screenshot(path=SHOTS / "home.png", full_page=False)
-            page.goto(built_page(site, "api.md").as_uri() + "#orchestrator.stats.compare_paired")
-            expect(page.locator("[id='orchestrator.stats.compare_paired']")).to_be_visible()
+            anchor = "#orchestrator.answer.stats.compare_paired"
+            page.goto(built_page(site, "api.md").as_uri() + anchor)
+            expect(page.locator("[id='orchestrator.answer.stats.compare_paired']")).to_be_visible()
             page.screenshot(path=SHOTS / "api.png", full_page=False)
         finally:
             browser.close()

@@ -198,7 +198,7 @@ def test_a_step_that_raises_is_a_fail_row(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("label", ["sweep", "alone", "packed"])
 def test_the_shortened_sweeps_validate_as_the_gpu_run_gives_them(tmp_path, label):
-    from orchestrator.spec import load_spec
+    from orchestrator.config.spec import load_spec
 
     extra = () if label == "sweep" else gc.PACKING_SETS[label]
     workers = gc.PACKED if label == "packed" else 1

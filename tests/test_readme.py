@@ -2,7 +2,7 @@
 
 A block marked ``<!-- readme-test: NAME -->`` (in README.md or a page of docs/, each NAME once)
 holds one command a line. They run in a fresh copy
-of ``sweeps/``, with ``.venv/bin/sweep`` as this interpreter's ``python -m orchestrator.cli``; the
+of ``sweeps/``, with ``.venv/bin/sweep`` as this interpreter's ``python -m orchestrator``; the
 quickstart's ``python3 -m venv`` and ``pip install`` steps are left out (CI runs README's test
 command, which proves them).
 """
@@ -48,7 +48,7 @@ def argv(command: str) -> list[str]:
     assert words[0] == ".venv/bin/sweep", command
     script = Path(sys.executable).parent / "sweep"  # this venv's own, as README types it
     return [str(script), *words[1:]] if script.exists() else \
-        [sys.executable, "-m", "orchestrator.cli", *words[1:]]
+        [sys.executable, "-m", "orchestrator", *words[1:]]
 
 
 def run(command: str, cwd, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -152,7 +152,7 @@ def test_every_image_the_readme_and_the_docs_show_is_a_small_png_its_script_make
 
 
 def test_the_docs_and_the_quickstart_say_the_workers_default_the_code_uses():
-    from orchestrator.slots import plan_slots
+    from orchestrator.config.slots import plan_slots
 
     assert len(plan_slots(None, gpus=[], cores=3)) == 3  # no GPU: one per CPU core
     assert len(plan_slots(None, gpus=["0", "1"], cores=8, workers_per_gpu=2)) == 4

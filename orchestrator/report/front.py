@@ -1,7 +1,8 @@
 """The report's best trials: those the study's rules name (a single objective's best among
-the feasible trials, or the Pareto front of several: :func:`orchestrator.objectives.best_trials`,
-read once by :func:`~orchestrator.report.load.load_sweep`), as rows of the trial table, so that
-``sweep status`` and the report name the same trials."""
+the feasible trials, or the Pareto front of several:
+:func:`orchestrator.answer.objectives.best_trials`, read once by
+:func:`~orchestrator.report.load.load_sweep`), as rows of the trial table, so that ``sweep status``
+and the report name the same trials."""
 from __future__ import annotations
 
 import pandas as pd

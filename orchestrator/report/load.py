@@ -1,5 +1,5 @@
 """A sweep as tables: its study (Optuna) joined with its runs (MLflow, read through a
-:class:`~orchestrator.tracking_reads.TrackingReader`)."""
+:class:`~orchestrator.stores.tracking_reads.TrackingReader`)."""
 from __future__ import annotations
 
 import json
@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import keys, objectives, paths
-from .. import space as sp
-from ..errors import SweepError
-from ..spec import SweepSpec, load_spec, read_yaml, validate
-from ..status import load_named
-from ..storages import default_storage
-from ..tracking import Tracker
-from ..tracking_reads import TrackingReader
+from ..answer import objectives
+from ..config import space as sp
+from ..config.spec import SweepSpec, load_spec, read_yaml, validate
+from ..core import keys, paths
+from ..core.errors import SweepError
+from ..stores.storages import default_storage
+from ..stores.tracking import Tracker
+from ..stores.tracking_reads import TrackingReader
+from .status import load_named
 
 CURVES = ("val_acc", "val_loss", "train_loss")  # the per-epoch metrics a report plots
 SECONDS = "epoch_seconds"  # an epoch's wall time: time-to-target in seconds

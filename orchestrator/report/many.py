@@ -8,8 +8,8 @@ Rules the numbers follow:
   same seed. What the sweeps fixed differently (``train.epochs``, the dataset, the code) is what
   is compared. Within a sweep, a second trial of a configuration and seed is left out (listed).
 - *all matched trials*: every two sweeps, b minus a over the configurations and seeds both ran,
-  by :func:`orchestrator.stats.compare_paired` (paired t-test and its 95% t interval, clipped to
-  the range of a bounded metric's difference; Wilcoxon signed-rank; Holm over the pairs of
+  by :func:`orchestrator.answer.stats.compare_paired` (paired t-test and its 95% t interval, clipped
+  to the range of a bounded metric's difference; Wilcoxon signed-rank; Holm over the pairs of
   sweeps), the verdict turned the way of the objective. Fewer than
   :data:`~orchestrator.report.stats.MIN_PAIRS` pairs: undecided, no interval.
 - *per configuration*: the same over that configuration's seeds (each configuration on its own:
@@ -25,8 +25,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import keys, stats
-from ..errors import SweepError
+from ..answer import stats
+from ..core import keys
+from ..core.errors import SweepError
 from .load import SweepData
 from .plots import Figure, png_bytes
 from .render import Document, Table, markdown, number, p_value, to_html

@@ -1,6 +1,6 @@
 """The report's plots, each a PNG with its caption: curves, lr schedule, batch scaling,
 optimization history, importances and parallel coordinates (and a comparison's own, in
-:mod:`orchestrator.report.compare_plots`)."""
+:mod:`orchestrator.report.comparison_plots`)."""
 from __future__ import annotations
 
 import io
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .. import objectives
+from ..answer import objectives
 from .load import SweepData
 from .stats import MAX_LEVELS, configuration
 

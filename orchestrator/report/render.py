@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import keys, objectives
-from .compare import Comparison, compare, settings_text, tolerance_words
-from .compare_plots import comparison_plots
+from ..answer import objectives
+from ..core import keys
+from .comparison import Comparison, compare, settings_text, tolerance_words
+from .comparison_plots import comparison_plots
 from .front import best_rows, value_columns
 from .load import SweepData
 from .plots import Figure, plots
@@ -95,7 +96,7 @@ class Report:
 def build_report(data: SweepData, out_dir: str | os.PathLike, by: str | None = None) -> Report:
     """Write report.html, report.md, trials.csv, trials.parquet, plots/*.png and, for a
     comparison, comparison.csv into ``out_dir``."""
-    from ..stats import METRIC_BOUNDS
+    from ..answer.stats import METRIC_BOUNDS
 
     out = Path(out_dir)
     (out / "plots").mkdir(parents=True, exist_ok=True)
@@ -221,7 +222,7 @@ def _best_line(data: SweepData) -> str:
 
 def _best_configuration_line(data: SweepData, feasible: str) -> str:
     """With repeats: the configuration of the best mean over its seeds (see
-    :func:`orchestrator.objectives.best_configuration`), not the luckiest single seed."""
+    :func:`orchestrator.answer.objectives.best_configuration`), not the luckiest single seed."""
     rows = data.trials[data.trials["trial"].isin(data.best_group)].sort_values("trial")
     values = rows["value"]
     spread = f" +- {values.std():.4f}" if len(values) > 1 else ""
@@ -315,7 +316,7 @@ def _search_sections(doc: Document, data: SweepData, ftable, trends, paired) -> 
 
 
 def _comparison_section(doc: Document, c: Comparison, data: SweepData) -> None:
-    from ..stats import level_percent, mean_interval
+    from ..answer.stats import level_percent, mean_interval
 
     doc.heading(f"The comparison of {c.factor}")
     doc.say(c.rule)
@@ -376,7 +377,7 @@ def _comparison_section(doc: Document, c: Comparison, data: SweepData) -> None:
 
 
 def _bounds(metric: str):
-    from ..stats import METRIC_BOUNDS
+    from ..answer.stats import METRIC_BOUNDS
 
     return METRIC_BOUNDS.get(metric)
 
@@ -487,9 +488,9 @@ def log_report(data: SweepData, report: Report) -> None:
 
 
 def parent_note(data: SweepData, comparison: Comparison | None = None) -> str:
-    """The parent run's description (:data:`~orchestrator.keys.PARENT_NOTE`, shown on its MLflow
-    page), in Markdown: the report's headline; for a comparison (``comparison``, else computed)
-    its sentences and its table of pairs."""
+    """The parent run's description (:data:`~orchestrator.core.keys.PARENT_NOTE`, shown on its
+    MLflow page), in Markdown: the report's headline; for a comparison (``comparison``, else
+    computed) its sentences and its table of pairs."""
     c = comparison if comparison is not None else compare(data)
     if c is None:
         parts = [f"**{_best_line(data)}**"]

@@ -14,7 +14,7 @@ with trials of the other options).
   1.06 / (n - 3) of Fieller, Hartley and Pearson), never a row per value.
 - *paired differences*: for settings of 2 to :data:`MAX_LEVELS` levels, every two levels over
   trials that share every other searched setting and the repeat index (the same seed), by
-  :func:`orchestrator.stats.compare_paired` (95% t interval, paired t-test, Wilcoxon
+  :func:`orchestrator.answer.stats.compare_paired` (95% t interval, paired t-test, Wilcoxon
   signed-rank, Holm over the setting's pairs; Friedman across 3 or more levels). Pairs of
   levels with fewer than :data:`MIN_PAIRS` such pairs get no row. Levels sort as numbers where
   they are numbers; a configuration several trials ran is counted once.
@@ -27,9 +27,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from .. import keys
-from .. import space as sp
-from ..stats import PairResult, compare_paired, friedman, level_order, mean_interval
+from ..answer.stats import PairResult, compare_paired, friedman, level_order, mean_interval
+from ..config import space as sp
+from ..core import keys
 from .load import SweepData
 
 MIN_PAIRS = 3
@@ -40,7 +40,7 @@ SCALED_LR_SETTINGS = ("lr", "lr_scaling", "reference_batch_size")
 
 def mean_ci(values: np.ndarray, bounds: tuple[float | None, float | None] | None = None
             ) -> tuple[float, float, float, float]:
-    """(mean, sample std, CI low, CI high): :func:`orchestrator.stats.mean_interval`'s 95%
+    """(mean, sample std, CI low, CI high): :func:`orchestrator.answer.stats.mean_interval`'s 95%
     Student t interval, clipped to ``bounds`` (NaN below 2 values)."""
     values = np.asarray(values, dtype=float)
     mean, low, high, _ = mean_interval(values, bounds)
@@ -67,9 +67,9 @@ def factor_table(trials: pd.DataFrame, factors: list[str], *,
                  ranges: set[str] | frozenset = frozenset(),
                  bounds: tuple[float | None, float | None] | None = None) -> pd.DataFrame:
     """Objective per level of each setting chosen from levels, over the complete trials that
-    searched it, levels in :func:`~orchestrator.stats.level_order`; a configuration that several
-    trials of a level ran (the same effective settings and repeat) is counted once. Settings in
-    ``ranges`` (or with more than :data:`MAX_LEVELS` values) are left to :func:`trend_table`."""
+    searched it, levels in :func:`~orchestrator.answer.stats.level_order`; a configuration that
+    several trials of a level ran (the same effective settings and repeat) is counted once. Settings
+    in ``ranges`` (or with more than :data:`MAX_LEVELS` values) are left to :func:`trend_table`."""
     done = trials[trials["state"] == "COMPLETE"]
     done = done.assign(_config=configuration_ids(done))
     rows = []
@@ -132,7 +132,7 @@ def paired_differences(trials: pd.DataFrame, factors: list[str], *, direction: s
     """For each setting with 2 to :data:`MAX_LEVELS` levels (not in ``ranges``), every pair of
     levels (B minus A) over pairs of complete trials that searched it, equal in every other
     searched setting and in the repeat index (the same seed), compared by
-    :func:`orchestrator.stats.compare_paired` (Holm over the setting's pairs); ``friedman_p``
+    :func:`orchestrator.answer.stats.compare_paired` (Holm over the setting's pairs); ``friedman_p``
     tests all levels at once (3 or more levels). A pair whose two trials ran the same effective
     configuration is left out; a pair of levels with fewer than :data:`MIN_PAIRS` pairs has no
     row.
@@ -140,7 +140,7 @@ def paired_differences(trials: pd.DataFrame, factors: list[str], *, direction: s
     Args:
         direction: the objective's, ``maximize`` or ``minimize``: which sign of the difference
             makes B the better level in the verdict.
-        bounds: the objective's range (:data:`orchestrator.stats.METRIC_BOUNDS`): intervals
+        bounds: the objective's range (:data:`orchestrator.answer.stats.METRIC_BOUNDS`): intervals
             are clipped to the range its differences can take.
     """
     done = trials[trials["state"] == "COMPLETE"]
@@ -177,7 +177,7 @@ def _blocks(done: pd.DataFrame, factor: str, factors: list[str]) -> tuple[dict, 
 
 
 def _paired_row(r: PairResult, friedman_p: float) -> dict:
-    """A :class:`~orchestrator.stats.PairResult` in the report's columns."""
+    """A :class:`~orchestrator.answer.stats.PairResult` in the report's columns."""
     return {"factor": r.factor, "a": r.a, "b": r.b, "pairs": r.pairs,
             "mean_diff_b_minus_a": r.diff, "ci_low": r.ci_low, "ci_high": r.ci_high,
             "ci_level": r.ci_level, "ci_method": r.ci_method, "t_test_p": r.p,

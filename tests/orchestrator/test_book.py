@@ -9,13 +9,15 @@ import time
 import pytest
 from optuna.trial import TrialState
 
-from orchestrator import book as book_module
-from orchestrator import keys, space, tracking
-from orchestrator.book import TrialBook, fail_stale_trials
-from orchestrator.protocol import Done, Epoch, Failed
-from orchestrator.retries import will_retry
-from orchestrator.runs import StoreBroke
-from orchestrator.spec import validate
+from orchestrator.config import space
+from orchestrator.config.spec import validate
+from orchestrator.core import keys
+from orchestrator.running import book as book_module
+from orchestrator.running.book import TrialBook, fail_stale_trials
+from orchestrator.running.protocol import Done, Epoch, Failed
+from orchestrator.running.runs import StoreBroke
+from orchestrator.stores import tracking
+from orchestrator.stores.retries import will_retry
 from tests.conftest import tiny_spec
 from tests.helpers import FAKE_WORKER
 

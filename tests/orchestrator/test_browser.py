@@ -12,7 +12,7 @@ import shutil
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from orchestrator import keys
+from orchestrator.core import keys
 from tests.conftest import ROOT, serve
 from tests.helpers import CHROMIUM, CHROMIUM_ARGS
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import keys
-from orchestrator.cli import main
-from orchestrator.cli_commands import HANDLERS
-from orchestrator.cli_parser import COMMANDS, COMPLETION_SHELLS, build_parser
-from orchestrator.errors import ExitCode
+from orchestrator.commands.cli import main
+from orchestrator.commands.handlers import HANDLERS
+from orchestrator.commands.parser import COMMANDS, COMPLETION_SHELLS, build_parser
+from orchestrator.core import keys
+from orchestrator.core.errors import ExitCode
 from tests.conftest import ROOT, run_cli, tiny_spec
 
 
@@ -148,7 +148,7 @@ def test_a_disk_that_fills_up_during_a_run_is_one_line_naming_the_stores(tmp_pat
     if os.geteuid() != 0:
         namespace += ["--user", "--map-root-user"]
     script = (f"mount -t tmpfs -o size={size_kb}k tmpfs {disk} && cd {disk} && "
-              f"cp {mlflow_template} mlflow.db && exec {sys.executable} -m orchestrator.cli "
+              f"cp {mlflow_template} mlflow.db && exec {sys.executable} -m orchestrator "
               f"run {spec}")
     out = subprocess.run([*namespace, "sh", "-c", script], capture_output=True, text=True,
                          timeout=600, env={k: v for k, v in os.environ.items()
@@ -255,8 +255,8 @@ def test_a_worker_breaking_the_protocol_is_a_bug_in_one_line_and_exit_3(stores, 
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
         "import sys\n"
-        "if 'orchestrator.worker' in getattr(sys, 'orig_argv', []):\n"
-        "    from orchestrator import protocol\n"
+        "if 'orchestrator.running.worker' in getattr(sys, 'orig_argv', []):\n"
+        "    from orchestrator.running import protocol\n"
         "    real = protocol.encode\n"
         "    def encode(message):\n"
         "        raw = real(message)\n"
@@ -304,14 +304,14 @@ def test_the_next_steps_printed_by_sweep_run_work_as_printed(tiny_done, how):
     path = WITHOUT_VENV if how != "venv-activated" else f"{VENV_BIN}{os.pathsep}{WITHOUT_VENV}"
     env = {**os.environ, "PATH": path}
     env.pop("MLFLOW_TRACKING_URI", None)
-    start = [sys.executable, "-m", "orchestrator.cli"] if how == "python-m" else \
+    start = [sys.executable, "-m", "orchestrator"] if how == "python-m" else \
         [str(VENV_BIN / "sweep")]
     out = subprocess.run([*start, "run", str(spec)], cwd=d, env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     steps = _next_steps(out.stdout)
     expected = {"venv-not-activated": str(VENV_BIN / "sweep"), "venv-activated": "sweep",
-                "python-m": f"{sys.executable} -m orchestrator.cli"}[how]
+                "python-m": f"{sys.executable} -m orchestrator"}[how]
     assert steps["the trials"] == f"{expected} status tiny", out.stdout
     assert steps["browse it"] == f"{expected} ui tiny", out.stdout
     ran = subprocess.run(shlex.split(steps["the trials"]), cwd=d, env=env, capture_output=True,

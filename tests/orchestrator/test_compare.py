@@ -1,6 +1,6 @@
 """A comparison (``compare:``): equal tuning budgets per level, paired fresh confirmation seeds,
 sequential seeding, one answer, and the comparison logged on the parent run as
-orchestrator.stats computes it."""
+orchestrator.answer.stats computes it."""
 from __future__ import annotations
 
 import math
@@ -15,10 +15,11 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 from scipy import stats
 
-from orchestrator import compare, keys
-from orchestrator import stats as st
-from orchestrator.errors import SpecError
-from orchestrator.spec import validate
+from orchestrator.answer import compare
+from orchestrator.answer import stats as st
+from orchestrator.config.spec import validate
+from orchestrator.core import keys
+from orchestrator.core.errors import SpecError
 from tests.helpers import COMPARE_SPACE, compare_spec, finish, progress, start_sweep
 
 # ------------------------------------------------------------------------ validation
@@ -363,8 +364,8 @@ def test_the_verdict_sentence_says_how_far_ahead_the_better_level_is(direction, 
 
 
 def test_a_changed_compare_block_is_refused_on_rerun_like_any_changed_yaml(tmp_path):
-    from orchestrator.errors import SweepError
-    from orchestrator.study import SweepStudy
+    from orchestrator.core.errors import SweepError
+    from orchestrator.stores.study import SweepStudy
 
     storage = str(tmp_path / "optuna.journal")
     SweepStudy.open(validate(compare_spec()), storage)

@@ -1,4 +1,4 @@
-"""The private names of Optuna and CPython behind ``orchestrator.compat``: one test each, so an
+"""The private names of Optuna and CPython behind ``orchestrator.core.compat``: one test each, so an
 upgrade that removes or changes one fails here, by name, before anything subtler breaks."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
-from orchestrator import compat
+from orchestrator.core import compat
 from tests.conftest import ROOT
 
 
@@ -73,7 +73,7 @@ def _python(code: str) -> subprocess.CompletedProcess:
 
 def test_end_threads_joins_the_running_threads_before_an_exit_that_skips_teardown():
     out = _python("import os, threading, time\n"
-                  "from orchestrator.compat import end_threads\n"
+                  "from orchestrator.core.compat import end_threads\n"
                   "def work():\n    time.sleep(0.3); print('thread done', flush=True)\n"
                   "threading.Thread(target=work).start()\n"
                   "end_threads()\nos._exit(0)\n")
@@ -82,7 +82,7 @@ def test_end_threads_joins_the_running_threads_before_an_exit_that_skips_teardow
 
 def test_run_exit_hooks_runs_the_atexit_hooks_now():
     out = _python("import atexit, os\n"
-                  "from orchestrator.compat import run_exit_hooks\n"
+                  "from orchestrator.core.compat import run_exit_hooks\n"
                   "atexit.register(lambda: print('hook ran', flush=True))\n"
                   "run_exit_hooks()\nos._exit(0)\n")
     assert out.returncode == 0 and "hook ran" in out.stdout, out.stderr

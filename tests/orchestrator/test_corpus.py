@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from orchestrator.errors import SpecError
-from orchestrator.spec import validate
+from orchestrator.config.spec import validate
+from orchestrator.core.errors import SpecError
 from tests.conftest import ROOT, run_cli, tiny_spec
 from tests.corpus import write_one_size_folder
 from tests.datasets import write_image_folder

@@ -1,4 +1,4 @@
-"""The one direction rule (orchestrator.objectives: sign, is_better, reaches, best_of,
+"""The one direction rule (orchestrator.answer.objectives: sign, is_better, reaches, best_of,
 running_best) and each of its callers under both directions, on data where reading the
 direction the wrong way, or a boundary as strict, gives another answer."""
 import math
@@ -9,8 +9,9 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from orchestrator import keys, objectives
-from orchestrator.spec import validate
+from orchestrator.answer import objectives
+from orchestrator.config.spec import validate
+from orchestrator.core import keys
 from tests.conftest import tiny_spec
 
 BOTH = ["maximize", "minimize"]
@@ -66,7 +67,7 @@ def test_the_pareto_front_is_ordered_best_first_in_the_first_objectives_directio
 
 @pytest.mark.parametrize("direction", BOTH)
 def test_stop_when_stops_at_exactly_its_value(direction):
-    from orchestrator.spec import StopWhen
+    from orchestrator.config.spec import StopWhen
 
     boundary = 0.9 if direction == "maximize" else 0.1
     before = 0.8 if direction == "maximize" else 0.2
@@ -80,7 +81,7 @@ def test_stop_when_stops_at_exactly_its_value(direction):
 
 def _study_of(direction: str, rows) -> "object":
     """A SweepStudy of a grid over lr with repeats, holding complete trials (lr, seed, value)."""
-    from orchestrator.study import SweepStudy
+    from orchestrator.stores.study import SweepStudy
 
     spec = validate(tiny_spec(sampler={"name": "grid"}, trials=None, repeats=2,
                               objective={"metric": "val_acc" if direction == "maximize"
@@ -96,7 +97,7 @@ def _study_of(direction: str, rows) -> "object":
 
 @pytest.mark.parametrize("direction", BOTH)
 def test_the_run_summary_lists_the_best_mean_first(direction):
-    from orchestrator.runner import configurations
+    from orchestrator.running.runner import configurations
 
     rows = [(0.001, 0, 0.2), (0.001, 1, 0.4), (0.01, 0, 0.5), (0.01, 1, 0.7),
             (0.1, 0, 0.9), (0.1, 1, 0.1)]  # means 0.3, 0.6, 0.5
@@ -107,9 +108,9 @@ def test_the_run_summary_lists_the_best_mean_first(direction):
 
 @pytest.mark.parametrize("direction", BOTH)
 def test_the_live_views_per_trial_best_follows_the_direction(direction):
-    from orchestrator.display import TrialRow
-    from orchestrator.protocol import Epoch
-    from orchestrator.runner import _View
+    from orchestrator.report.display import TrialRow
+    from orchestrator.running.protocol import Epoch
+    from orchestrator.running.runner import _View
 
     spec = validate(tiny_spec(objective={"metric": "val_loss", "direction": direction}))
     view = _View(SimpleNamespace(spec=spec), workers=1)
@@ -122,7 +123,7 @@ def test_the_live_views_per_trial_best_follows_the_direction(direction):
 
 @pytest.mark.parametrize("direction", BOTH)
 def test_the_studys_best_configuration_is_the_best_mean_in_its_direction(direction):
-    from orchestrator.objectives import best_configuration
+    from orchestrator.answer.objectives import best_configuration
 
     rows = [(0.001, 0, 0.2), (0.001, 1, 0.4), (0.01, 0, 0.5), (0.01, 1, 0.7)]
     study = _study_of(direction, rows)
@@ -148,7 +149,7 @@ def test_configurations_are_grouped_by_their_parameters_as_written_best_mean_fir
 
 @pytest.mark.parametrize("direction", BOTH)
 def test_the_run_summarys_first_configuration_is_the_studys_best_configuration(direction):
-    from orchestrator.runner import configurations
+    from orchestrator.running.runner import configurations
 
     rows = [(0.001, 0, 0.25), (0.001, 1, 0.75), (0.01, 0, 0.375), (0.01, 1, 0.625),
             (0.1, 0, 0.875), (0.1, 1, 0.625)]  # means 0.5, 0.5 (a tie: the earliest first), 0.75
@@ -160,7 +161,7 @@ def test_the_run_summarys_first_configuration_is_the_studys_best_configuration(d
 
 @pytest.mark.parametrize("direction", BOTH)
 def test_a_patience_stop_names_the_best_epoch_in_its_direction(direction):
-    from orchestrator.book import patience_stop
+    from orchestrator.running.book import patience_stop
 
     spec = validate(tiny_spec(patience=2, train={"epochs": 10},
                               objective={"metric": "val_loss", "direction": direction}))
@@ -172,7 +173,7 @@ def test_a_patience_stop_names_the_best_epoch_in_its_direction(direction):
 
 @pytest.mark.parametrize("direction", BOTH)
 def test_a_comparisons_best_tuning_trial_follows_the_direction(direction):
-    from orchestrator.compare import best_tuned
+    from orchestrator.answer.compare import best_tuned
 
     trials = [create_trial(value=v, state=TrialState.COMPLETE) for v in (0.3, 0.9, 0.6)]
     for n, t in enumerate(trials):

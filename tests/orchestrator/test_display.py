@@ -1,7 +1,7 @@
 """The text pieces `sweep run` and `sweep status` share: clocks and parameter lists."""
 import pytest
 
-from orchestrator.display import clock, params_text
+from orchestrator.report.display import clock, params_text
 
 
 @pytest.mark.parametrize("seconds, text", [(0, "0:00"), (59.9, "0:59"), (61, "1:01"),
@@ -18,7 +18,7 @@ def test_params_text_gives_floats_four_significant_digits_and_the_rest_as_is():
 
 
 def test_a_run_name_says_its_configuration_in_a_fixed_order_and_short_words():
-    from orchestrator.display import config_name
+    from orchestrator.report.display import config_name
 
     sgd = {"clip_grad_norm": 1.0, "schedule": "warmup_cosine", "momentum": 0.9, "lr": 0.05,
            "optimizer": "sgd"}
@@ -40,7 +40,7 @@ def simulated_sweep(pace_at, *, trials=8, epochs=3, workers=2, step=0.25, seed=0
     what the runner would show at each refresh and the true time left."""
     import random
 
-    from orchestrator.display import Snapshot, TrialRow
+    from orchestrator.report.display import Snapshot, TrialRow
 
     rng = random.Random(seed)
     ends, t_free, queue = [], [0.0] * workers, list(range(trials))
@@ -73,7 +73,7 @@ def simulated_sweep(pace_at, *, trials=8, epochs=3, workers=2, step=0.25, seed=0
 
 
 def shown_estimates(snapshots):
-    from orchestrator.display import Eta, raw_estimate
+    from orchestrator.report.display import Eta, raw_estimate
 
     eta, out = Eta(), []
     for now, snapshot, truth in snapshots:
@@ -94,7 +94,7 @@ def test_the_eta_of_a_steady_sweep_never_moves_by_more_than_its_stated_uncertain
 
 
 def test_a_change_of_pace_moves_the_eta_gradually_then_it_follows():
-    from orchestrator.display import Eta
+    from orchestrator.report.display import Eta
 
     eta, now, shown = Eta(), 0.0, []
     while now < 40:  # 60 s left by a steady pace; at 10 s the pace halves: 50 s more
@@ -110,7 +110,7 @@ def test_a_change_of_pace_moves_the_eta_gradually_then_it_follows():
 
 
 def test_the_time_left_hands_queued_trials_to_whichever_worker_frees_first():
-    from orchestrator.display import makespan
+    from orchestrator.report.display import makespan
 
     assert makespan([], 0, 10.0, 2) == 0.0
     assert makespan([5.0, 1.0], 1, 10.0, 2) == 11.0
@@ -119,7 +119,7 @@ def test_the_time_left_hands_queued_trials_to_whichever_worker_frees_first():
 
 
 def test_a_running_trial_row_says_epoch_objective_best_speed_and_elapsed():
-    from orchestrator.display import TrialRow, row_cells
+    from orchestrator.report.display import TrialRow, row_cells
 
     row = TrialRow(4, "sgd lr=0.05", 10, started=100.0, epoch=2, value=0.96123, best=0.97,
                    samples_per_second=4123.4, last_epoch_at=150.0)
@@ -144,7 +144,7 @@ def test_the_panel_shows_the_counts_the_best_a_row_per_trial_the_eta_and_the_pha
 
     from rich.console import Console
 
-    from orchestrator.display import Progress, Snapshot, TrialRow
+    from orchestrator.report.display import Progress, Snapshot, TrialRow
 
     progress = Progress(Console(file=StringIO()), "tiny")  # not a terminal: no live panel
     assert "starting workers (importing torch)" in panel_text(progress, 1.0)
@@ -170,12 +170,12 @@ def test_with_repeats_the_summary_has_a_row_per_configuration_and_every_full_run
 
     from rich.console import Console
 
-    from orchestrator import keys
-    from orchestrator.cli_commands import print_summary
-    from orchestrator.errors import ExitCode
-    from orchestrator.runner import Outcome, configurations
-    from orchestrator.spec import validate
-    from orchestrator.study import SweepStudy
+    from orchestrator.commands.handlers import print_summary
+    from orchestrator.config.spec import validate
+    from orchestrator.core import keys
+    from orchestrator.core.errors import ExitCode
+    from orchestrator.running.runner import Outcome, configurations
+    from orchestrator.stores.study import SweepStudy
     from tests.conftest import tiny_spec
 
     spec = validate(tiny_spec(trials=4, repeats=2))

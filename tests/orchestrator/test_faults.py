@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from orchestrator import keys
+from orchestrator.core import keys
 from tests.conftest import ROOT, Stores, run_cli, tiny_spec
 from tests.helpers import start_sweep, wait_for_epoch, worker_pids
 
@@ -278,7 +278,7 @@ def test_workers_that_never_start_are_killed_at_their_deadline_and_the_sweep_say
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
         "import sys, time\n"
-        "if 'orchestrator.worker' in getattr(sys, 'orig_argv', []):\n"
+        "if 'orchestrator.running.worker' in getattr(sys, 'orig_argv', []):\n"
         "    time.sleep(3600)\n")
     spec = write_spec(tiny_spec(trials=2, workers=2, start_timeout_s=2))
     t0 = time.monotonic()

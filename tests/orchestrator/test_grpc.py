@@ -12,9 +12,9 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from orchestrator.errors import SweepError
-from orchestrator.keys import HEARTBEAT
-from orchestrator.proxy import address, open_grpc
+from orchestrator.core.errors import SweepError
+from orchestrator.core.keys import HEARTBEAT
+from orchestrator.stores.proxy import address, open_grpc
 from tests.conftest import free_port, run_cli, serve, tiny_spec
 
 pytestmark = pytest.mark.slow  # end to end: real sweeps through the storage proxy
@@ -37,7 +37,7 @@ def test_a_sweep_runs_through_the_storage_proxy_with_heartbeats(databases, tmp_p
         for pid in filter(str.isdigit, os.listdir("/proc")):
             with contextlib.suppress(OSError):
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-                if b"orchestrator.server proxy" in cmdline:
+                if b"orchestrator.running.server proxy" in cmdline:
                     proxies.append(cmdline)
         assert proxies and not any(storage.encode() in c for c in proxies), proxies
         assert "MLflow tracking server: http://127.0.0.1:" in server.before

@@ -1,4 +1,4 @@
-"""Every name written to a store is declared once, in orchestrator/keys.py, with its meaning;
+"""Every name written to a store is declared once, in orchestrator/core/keys.py, with its meaning;
 the tables of docs/records.md are made from that module."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 import tokenize
 from pathlib import Path
 
-from orchestrator import keys
+from orchestrator.core import keys
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- keys:begin -->", "<!-- keys:end -->"
@@ -24,7 +24,7 @@ def test_the_records_page_tables_are_made_from_the_keys_module():
     assert BEGIN in text and END in text, "docs/records.md lacks the generated keys tables"
     block = text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
     assert block == keys.markdown(), \
-        "docs/records.md's tables are stale: python -m orchestrator.keys"
+        "docs/records.md's tables are stale: python -m orchestrator.core.keys"
 
 
 def test_every_key_has_one_meaning_and_known_places():

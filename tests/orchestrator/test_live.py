@@ -54,7 +54,7 @@ def test_the_live_view_on_a_terminal_shows_each_trial_the_export_and_a_steady_et
                                                     "epochs": 2})))
     command = (f"cd {shlex.quote(str(stores.dir))} && env -u MLFLOW_TRACKING_URI "
                f"PYTHONPATH={shlex.quote(str(ROOT))} {shlex.quote(sys.executable)} -m "
-               f"orchestrator.cli run {shlex.quote(str(spec))}; echo EXIT=$?; sleep 600")
+               f"orchestrator.commands.cli run {shlex.quote(str(spec))}; echo EXIT=$?; sleep 600")
     socket = f"sweep-test-{tmp_path.name}"
     tmux(socket, "new-session", "-d", "-s", "sweep", "-x", "100", "-y", "30", command)
     try:

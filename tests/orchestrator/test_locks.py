@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import locks, paths
-from orchestrator.errors import SweepError
+from orchestrator.core import paths
+from orchestrator.core.errors import SweepError
+from orchestrator.stores import locks
 from tests.conftest import run_cli, tiny_spec
 from trainers.system import file_lock
 

@@ -1,14 +1,14 @@
-"""What the ``sweep run`` processes of one study know of each other (orchestrator.machines): whose
-running trials are orphans, and which process ends the sweep."""
+"""What the ``sweep run`` processes of one study know of each other (orchestrator.stores.machines):
+whose running trials are orphans, and which process ends the sweep."""
 import os
 import socket
 
 from optuna.trial import TrialState
 
-from orchestrator import keys
-from orchestrator.machines import Owner, claim_end, end_done, process_start
-from orchestrator.spec import validate
-from orchestrator.study import SweepStudy
+from orchestrator.config.spec import validate
+from orchestrator.core import keys
+from orchestrator.stores.machines import Owner, claim_end, end_done, process_start
+from orchestrator.stores.study import SweepStudy
 from tests.conftest import tiny_spec
 
 DEAD = {"host": socket.gethostname(), "pid": os.getpid(), "started": -2}  # not this start

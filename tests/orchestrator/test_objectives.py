@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from orchestrator.errors import SpecError, SweepError
-from orchestrator.spec import validate
+from orchestrator.config.spec import validate
+from orchestrator.core.errors import SpecError, SweepError
 from tests.conftest import Stores, run_cli, tiny_spec
 
 # Sweep "rules": SGD with a gradient clipped to 1e-8 barely moves (val_acc stays at its first
@@ -79,7 +79,7 @@ def _history(stores: Stores, run_id: str, metric: str) -> list[float]:
 
 
 def _status(stores: Stores, name: str) -> str:
-    from orchestrator.status import show
+    from orchestrator.report.status import show
 
     buffer = io.StringIO()
     show(Console(file=buffer, width=300, color_system=None), name, str(stores.journal))
@@ -198,7 +198,7 @@ def test_tags_reach_the_parent_and_every_trial_run(rules):
 
 
 def test_warm_start_copies_the_finished_trials_of_a_sweep_with_the_same_space(rules):
-    from orchestrator.study import SweepStudy
+    from orchestrator.stores.study import SweepStudy
 
     stores, _ = rules
     source = stores.study("rules").trials
@@ -262,7 +262,7 @@ def test_pareto_front_in_status_and_report_is_the_front_by_hand(front, tmp_path)
     # them (one logged val_acc per epoch)
     from datetime import datetime, timezone
 
-    from orchestrator.status import trial_rows
+    from orchestrator.report.status import trial_rows
 
     trained = {t.number: len(_history(stores, t.user_attrs["sweep.mlflow_run_id"], "val_acc"))
                for t in done}
@@ -355,8 +355,8 @@ def test_a_bad_tag_flag_exits_2_before_anything_is_written(stores, write_spec):
 
 
 def test_time_to_target_is_the_first_epoch_reaching_it_else_epochs_plus_one():
-    from orchestrator.objectives import reduce_curve
-    from orchestrator.spec import Objective
+    from orchestrator.answer.objectives import reduce_curve
+    from orchestrator.config.spec import Objective
 
     up = Objective(metric="val_acc", target=0.5)
     down = Objective(metric="val_loss", direction="minimize", target=0.5)
@@ -383,16 +383,16 @@ NAN = math.nan
 ])
 def test_a_nan_epoch_is_never_the_best_and_spoils_the_last_epochs_it_is_among(
         reduce, direction, curve, value):
-    from orchestrator.objectives import reduce_curve
-    from orchestrator.spec import Objective
+    from orchestrator.answer.objectives import reduce_curve
+    from orchestrator.config.spec import Objective
 
     got = reduce_curve(Objective(metric="m", direction=direction, **reduce), curve, len(curve))
     assert got == pytest.approx(value, nan_ok=True)
 
 
 def test_a_trial_failed_for_a_value_that_is_not_finite_says_the_value_and_the_epochs():
-    from orchestrator.book import objective_problem
-    from orchestrator.runs import Active
+    from orchestrator.running.book import objective_problem
+    from orchestrator.running.runs import Active
 
     spec = validate(tiny_spec(objective={"metric": "val_acc", "direction": "maximize",
                                          "reduce": "mean_last_k", "k": 2}))
@@ -420,8 +420,8 @@ def _trial(number: int, value: float, constraint: float | None = None, seconds: 
     ("maximize", [0.5, 0.7, 0.91, 0.95], 2), ("minimize", [0.5, 0.3, 0.09, 0.01], 2)])
 def test_stop_when_value_stops_at_the_first_trial_reaching_it_in_either_direction(
         direction, values, stop_at):
-    from orchestrator.objectives import stop_reason
-    from orchestrator.spec import StopWhen
+    from orchestrator.answer.objectives import stop_reason
+    from orchestrator.config.spec import StopWhen
 
     target = StopWhen(value=0.9 if direction == "maximize" else 0.1)
     trials = [_trial(n, v) for n, v in enumerate(values)]
@@ -438,13 +438,13 @@ def test_stop_when_value_stops_at_the_first_trial_reaching_it_in_either_directio
     (False, [0.5, 0.4, 0.4], True), (False, [0.5, 0.4, 0.3], False),
     (True, [0.1, math.nan], True), (True, [0.3, 0.1, 0.2], True)])
 def test_patience_counts_epochs_without_a_strictly_better_value(maximize, curve, spent):
-    from orchestrator.objectives import patience_spent
+    from orchestrator.answer.objectives import patience_spent
 
     assert patience_spent(curve, 1, maximize) is spent
 
 
 def test_the_live_view_names_the_pareto_front_size():
-    from orchestrator.display import Snapshot, header_line
+    from orchestrator.report.display import Snapshot, header_line
 
     line = header_line("front", Snapshot({"finished": 4}, 4, 0.0, "val_acc", None, front=3))
     assert line.endswith("Pareto front: 3 trials")
@@ -453,8 +453,8 @@ def test_the_live_view_names_the_pareto_front_size():
 def test_a_metric_missing_from_the_epochs_fails_the_trial_or_violates_its_constraint():
     from types import SimpleNamespace
 
-    from orchestrator.book import objective_problem
-    from orchestrator.objectives import violations
+    from orchestrator.answer.objectives import violations
+    from orchestrator.running.book import objective_problem
 
     spec = validate(tiny_spec(
         objective=[{"metric": "val_acc"}, {"metric": "peak_memory_mb", "direction": "minimize"}],
@@ -471,9 +471,10 @@ def test_a_metric_missing_from_the_epochs_fails_the_trial_or_violates_its_constr
 def test_a_retried_failure_is_one_rule_for_the_counts_the_comparison_budget_and_lost_retries():
     from optuna.trial import TrialState, create_trial
 
-    from orchestrator import compare, keys
-    from orchestrator.objectives import lost_retries, retried_numbers
-    from orchestrator.study import state_counts
+    from orchestrator.answer import compare
+    from orchestrator.answer.objectives import lost_retries, retried_numbers
+    from orchestrator.core import keys
+    from orchestrator.stores.study import state_counts
 
     def trial(number: int, state: TrialState, **attrs):
         t = create_trial(state=state, value=0.5 if state == TrialState.COMPLETE else None,

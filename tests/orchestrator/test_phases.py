@@ -96,7 +96,7 @@ def test_a_test_split_or_export_that_hangs_ends_at_its_deadline_and_the_sweep_fi
 
 
 def _share(folder, fmt: str, file: str, passed: bool = True):
-    from orchestrator.protocol import Exported
+    from orchestrator.running.protocol import Exported
 
     folder.mkdir()
     (folder / file).write_bytes(fmt.encode())
@@ -112,8 +112,8 @@ def _share(folder, fmt: str, file: str, passed: bool = True):
 def test_the_shares_of_an_export_are_merged_and_a_lost_share_fails_only_its_formats(tmp_path):
     import json
 
-    from orchestrator.phases import Lost, export_line, merge_exports
-    from orchestrator.tracking import export_tags
+    from orchestrator.running.phases import Lost, export_line, merge_exports
+    from orchestrator.stores.tracking import export_tags
 
     shares = [("torch_export",), ("onnx", "int8")]
     both = merge_exports(shares[::-1], [_share(tmp_path / "b", "onnx", "model.onnx",
@@ -236,7 +236,8 @@ def test_the_sweep_process_starts_its_workers_before_it_imports_mlflow():
     import subprocess
     import sys
 
-    code = "import sys, orchestrator.runner; print(sorted(m for m in sys.modules if m == 'mlflow'))"
+    code = ("import sys, orchestrator.running.runner; "
+            "print(sorted(m for m in sys.modules if m == 'mlflow'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stderr

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from orchestrator import preflight as pf
-from orchestrator.spec import load_spec, validate
+from orchestrator.config.spec import load_spec, validate
+from orchestrator.running import preflight as pf
 from tests.conftest import ROOT, SWEEPS, run_cli, tiny_spec
 
 pytestmark = pytest.mark.slow  # end to end: sweep doctor and sweep run's preflight as processes
@@ -181,6 +181,6 @@ def test_a_user_metric_name_mlflow_refuses_fails_its_trial_for_good_without_pref
     ("val_top2", False), ("system/gpu 0:util-%s", True), ("acc@top5%", True),
     ("a" * 250, False), ("a" * 251, True), ("../up", True), ("a/b c:d-e.f", False)])
 def test_metric_names_are_judged_by_mlflows_own_rule(name, refused):
-    from orchestrator.tracking import metric_name_problem
+    from orchestrator.stores.tracking import metric_name_problem
 
     assert (metric_name_problem(name) is not None) == refused

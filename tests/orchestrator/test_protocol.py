@@ -9,8 +9,10 @@ from multiprocessing.connection import Connection
 
 import pytest
 
-from orchestrator import protocol  # its Test and Tested by name: pytest would collect them
-from orchestrator.protocol import (
+from orchestrator.config.slots import Slot
+from orchestrator.running import protocol  # its Test and Tested by name: pytest would collect them
+from orchestrator.running.pool import Worker, WorkerPool
+from orchestrator.running.protocol import (
     FROM_WORKER,
     MESSAGES,
     REQUESTS,
@@ -32,8 +34,6 @@ from orchestrator.protocol import (
     decode,
     encode,
 )
-from orchestrator.slots import Slot
-from orchestrator.workers import Worker, WorkerPool
 
 EXPORTED = Exported(report={"formats": {"onnx": {"passed": True}}}, metrics={"export_ms": 1.0},
                     error=None, dir="/tmp/x/export")

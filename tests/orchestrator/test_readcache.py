@@ -10,7 +10,7 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from orchestrator.readcache import ReadCache, around
+from orchestrator.stores.readcache import ReadCache, around
 
 
 class Counting(JournalStorage):

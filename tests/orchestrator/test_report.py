@@ -105,8 +105,8 @@ def test_html_opens_with_every_plot_embedded_and_is_logged(grid):
 def test_a_report_opens_the_study_and_the_tracking_store_once(grid, tmp_path, monkeypatch):
     import optuna
 
-    from orchestrator import tracking
-    from orchestrator.cli import main
+    from orchestrator.commands.cli import main
+    from orchestrator.stores import tracking
 
     stores, _, _ = grid
     opened = {"tracker": 0, "load_study": 0, "create_study": 0}
@@ -154,8 +154,8 @@ def test_too_few_pairs_get_no_row_but_a_line_and_a_partial_sweep_says_so(tmp_pat
 @pytest.mark.slow  # a real sweep
 def test_the_report_reads_the_parent_run_every_sweep_run_logs_to(grid):
     from orchestrator.report import load_sweep
-    from orchestrator.tracking import Tracker
-    from orchestrator.tracking_reads import TrackingReader
+    from orchestrator.stores.tracking import Tracker
+    from orchestrator.stores.tracking_reads import TrackingReader
 
     stores, _, _ = grid
     data = load_sweep("grid", stores.tracking_uri, str(stores.journal))
@@ -271,7 +271,7 @@ def test_the_reports_best_trial_is_the_one_sweep_status_names(grid, direction, t
 
     from orchestrator.report import load_sweep
     from orchestrator.report.front import best_rows
-    from orchestrator.status import trial_rows
+    from orchestrator.report.status import trial_rows
     from tests.conftest import Stores
 
     stores, _, _ = grid
@@ -301,7 +301,7 @@ def test_the_reports_best_trial_is_the_one_sweep_status_names(grid, direction, t
 def test_the_parent_runs_description_is_the_reports_headline_after_sweep_run(quickstart):
     """MLflow shows a run's `mlflow.note.content` on its page: whoever opens the parent run
     reads who won without running `sweep report`."""
-    from orchestrator import keys
+    from orchestrator.core import keys
     from orchestrator.report import headline, load_sweep
 
     stores, _ = quickstart

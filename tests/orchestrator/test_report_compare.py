@@ -13,10 +13,10 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from scipy import stats
 
-from orchestrator import keys
-from orchestrator import space as sp
-from orchestrator.spec import validate
-from orchestrator.tracking import Tracker
+from orchestrator.config import space as sp
+from orchestrator.config.spec import validate
+from orchestrator.core import keys
+from orchestrator.stores.tracking import Tracker
 from tests.conftest import Stores
 from trainers import TrainSettings
 
@@ -120,7 +120,7 @@ def write_comparison(folder, name: str, direction: str, template) -> Stores:
 @pytest.fixture(scope="module", params=["maximize", "minimize"])
 def reported(request, tmp_path_factory, mlflow_template):
     """The comparison's stores and `sweep report`'s folder and printed lines."""
-    from orchestrator.cli import main
+    from orchestrator.commands.cli import main
 
     d = tmp_path_factory.mktemp(f"compare-{request.param}")
     stores = write_comparison(d / "stores", "cmp", request.param, mlflow_template)
@@ -134,7 +134,7 @@ def _expected(direction: str) -> dict:
     """The pair (a = adam, b = sgd) computed here from the confirmation values alone: at 3
     pairs (look 1 of 2) the paired t-test's p is above the calibrated level, so a fourth seed
     was added; at 4 pairs, the t interval at the level of each of 2 looks."""
-    from orchestrator.stats import boundary_alpha
+    from orchestrator.answer.stats import boundary_alpha
 
     to_metric = (lambda v: np.asarray(v)) if direction == "maximize" else \
         (lambda v: 1 - np.asarray(v))
@@ -149,7 +149,7 @@ def _expected(direction: str) -> dict:
 
 
 def test_comparison_csv_and_headline_equal_a_hand_computation(reported, capsys):
-    from orchestrator.stats import CSV_COLUMNS, level_percent
+    from orchestrator.answer.stats import CSV_COLUMNS, level_percent
 
     direction, stores, out, args, main = reported
     assert main(args) == 0
@@ -195,7 +195,8 @@ def test_comparison_csv_and_headline_equal_a_hand_computation(reported, capsys):
 def test_lr_ranges_are_a_table_and_time_to_target_is_compared_over_the_seeds(reported,
                                                                             capsys):
     direction, stores, out, args, main = reported
-    from orchestrator.report import compare, load_sweep
+    from orchestrator.report import comparison as compare
+    from orchestrator.report import load_sweep
 
     data = load_sweep("cmp", stores.tracking_uri, str(stores.journal))
     c = compare(data)
@@ -230,7 +231,7 @@ def test_lr_ranges_are_a_table_and_time_to_target_is_compared_over_the_seeds(rep
 
 
 def test_sweep_report_finds_a_sweep_by_name_with_did_you_mean(reported, capsys):
-    from orchestrator.cli import main
+    from orchestrator.commands.cli import main
 
     _, stores, _, _, _ = reported
     assert main(["report", "cmq", "--tracking-uri", stores.tracking_uri, "--storage",
@@ -243,7 +244,8 @@ def test_the_scaling_exponent_is_a_line_through_the_trials_near_each_optimum():
     """Each batch size's tuning trials at its best lr x 1/4 .. 4: the three in the middle are
     within 1 point of the best; the exponent is numpy's polyfit through them and its interval
     scipy's linregress standard error with Student's t."""
-    from orchestrator.report import SweepData, compare
+    from orchestrator.report import SweepData
+    from orchestrator.report import comparison as compare
 
     raw = {"name": "scale", "objective": {"metric": "val_acc", "direction": "maximize"},
            "trials": 20, "train": {"dataset": "digits", "model": "small_cnn", "epochs": 3},
@@ -343,11 +345,12 @@ def test_the_html_report_shows_the_headline_and_every_plot_in_chromium(reported,
 def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
     """A tiny real `compare:` sweep (2 levels x 2 tuning trials, 2 paired seeds, 1 epoch), then
     `sweep report NAME`: the headline first, on the parent run as sweep.verdict, and
-    comparison.csv as orchestrator.stats computes it from the confirmation runs read back from
-    MLflow; the parent's best_value, best_run_id, sweep status and the report name one answer."""
+    comparison.csv as orchestrator.answer.stats computes it from the confirmation runs read back
+    from MLflow; the parent's best_value, best_run_id, sweep status and the report name one
+    answer."""
     import yaml
 
-    from orchestrator import stats as st
+    from orchestrator.answer import stats as st
     from tests.conftest import run_cli
     from tests.helpers import compare_spec
 

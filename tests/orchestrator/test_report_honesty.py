@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from orchestrator import keys
+from orchestrator.core import keys
 from tests.conftest import SWEEPS, Stores, run_cli
 
 pytestmark = pytest.mark.slow  # end to end: a real comparison reported
@@ -94,7 +94,7 @@ def adam_vs_sgd(tmp_path_factory):
 
 
 def test_the_adam_vs_sgd_report_holds_up_against_the_runs(adam_vs_sgd):
-    from orchestrator.stats import boundary_alpha
+    from orchestrator.answer.stats import boundary_alpha
 
     stores, out, ran, rep = adam_vs_sgd
     runs = _runs(stores, "adam-vs-sgd")

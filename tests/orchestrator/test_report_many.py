@@ -140,7 +140,7 @@ def test_a_minimized_objective_is_compared_the_other_way(two_sweeps):
 
 
 def test_sweeps_that_ask_another_question_are_refused_with_one_line(two_sweeps, capsys):
-    from orchestrator.errors import SweepError
+    from orchestrator.core.errors import SweepError
     from orchestrator.report import compare_sweeps, load_sweep
 
     short, long = (load_sweep(n, two_sweeps.tracking_uri, str(two_sweeps.journal))
@@ -160,7 +160,7 @@ def test_sweeps_that_ask_another_question_are_refused_with_one_line(two_sweeps, 
     assert many.results.iloc[0]["pairs"] == 0 and len(many.unmatched) == 4
     assert many.sentences()[0].startswith("long against short: undecided, insufficient "
                                           "evidence")
-    from orchestrator.cli import main
+    from orchestrator.commands.cli import main
 
     assert main(["report", "short", "long", "--by", "batch_size", "--tracking-uri",
                  two_sweeps.tracking_uri]) == 2

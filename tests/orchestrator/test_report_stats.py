@@ -152,7 +152,7 @@ def test_a_level_mean_interval_stays_inside_the_metric_range():
 def test_the_export_table_reads_the_figures_tag_and_an_older_stores_metrics():
     import json
 
-    from orchestrator import keys
+    from orchestrator.core import keys
     from orchestrator.report import export_table
 
     figures = {"onnx": {"passed": 1.0, "max_abs_diff": 2e-6, "top1_agreement": 1.0,

@@ -63,7 +63,7 @@ def test_reproduce_refuses_a_run_that_is_not_a_trial(swept):
 
 
 def test_curves_compare_bit_for_bit_without_a_tolerance_and_relatively_with_one():
-    from orchestrator.reproduce import COMPARED, compare
+    from orchestrator.commands.reproduce import COMPARED, compare
 
     original = {k: {} for k in COMPARED}
     original["val_loss"] = {1: 1.0, 2: 0.5}

@@ -27,7 +27,7 @@ def _machine(root: Path, name: str, spec: dict, storage: str, tracking: str,
     (folder / "s.yaml").write_text(yaml.safe_dump(spec))
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     return subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "run", "s.yaml", "--storage", storage,
+        [sys.executable, "-m", "orchestrator", "run", "s.yaml", "--storage", storage,
          "--tracking-uri", tracking], cwd=folder, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, env={**env, **(extra_env or {})})
 

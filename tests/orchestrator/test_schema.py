@@ -5,9 +5,9 @@ import jsonschema
 import pytest
 import yaml
 
-from orchestrator.errors import SpecError
-from orchestrator.schema import json_schema
-from orchestrator.spec import validate
+from orchestrator.config.schema import json_schema
+from orchestrator.config.spec import validate
+from orchestrator.core.errors import SpecError
 from tests.conftest import SWEEPS, run_cli, tiny_spec
 
 

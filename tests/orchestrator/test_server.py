@@ -4,7 +4,7 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.server import (
+from orchestrator.running.server import (
     artifacts_destination,
     kill_group,
     server_command,

@@ -168,7 +168,7 @@ def test_a_signal_while_run_waits_for_a_store_ends_it_within_seconds_writing_no_
     work = tmp_path / "work"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(spec), flag,
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(spec), flag,
                              url.format(port=server.port)], cwd=work, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -185,7 +185,7 @@ def test_a_signal_while_status_waits_for_a_silent_storage_proxy_ends_it_within_s
         tmp_path, sig, code):
     server = FakeServer("silent")
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "status", "--storage",
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "status", "--storage",
                              f"grpc://127.0.0.1:{server.port}"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:

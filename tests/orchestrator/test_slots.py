@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.errors import SweepError
-from orchestrator.slots import plan_slots
+from orchestrator.config.slots import plan_slots
+from orchestrator.core.errors import SweepError
 
 
 def test_one_single_threaded_worker_per_core_by_default():

@@ -5,8 +5,8 @@ import numpy as np
 import optuna
 import pytest
 
-from orchestrator import space as sp
-from orchestrator.space_reading import parse_space
+from orchestrator.config import space as sp
+from orchestrator.config.space_reading import parse_space
 
 
 def parse(mapping: dict) -> tuple[tuple, list[str]]:
@@ -121,7 +121,7 @@ def test_a_grid_is_counted_as_a_product_without_listing_it():
 
 
 def test_params_from_another_naming_are_one_clear_error_not_a_key_error():
-    from orchestrator.errors import SweepError
+    from orchestrator.core.errors import SweepError
 
     space, _ = parse({"optimizer": {o: {"schedule": {"constant": {"lr": [0.1, 0.01]}}}
                                     for o in ("sgd", "adam")}})
@@ -134,8 +134,8 @@ def test_a_nested_sweep_runs_resumes_and_retries_on_a_real_study(tmp_path):
     """Both branches of options inside options through SweepStudy on a journal file: no clash
     of names mid-sweep, a resumed process reads the same names, and a retry replays the
     settings of the trial it retries."""
-    from orchestrator.spec import validate
-    from orchestrator.study import SweepStudy
+    from orchestrator.config.spec import validate
+    from orchestrator.stores.study import SweepStudy
     from tests.conftest import tiny_spec
 
     space = {"optimizer": {"sgd": {"schedule": {"constant": {"lr": [0.1, 0.05]}}},

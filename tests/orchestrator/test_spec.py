@@ -2,7 +2,7 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator import SpecError, load_spec
-from orchestrator.spec import PreflightSpec, validate
+from orchestrator.config.spec import PreflightSpec, validate
 from tests.conftest import ROOT, SWEEPS, run_cli, tiny_spec
 
 
@@ -21,7 +21,7 @@ def test_the_comparison_examples_count_their_most_trials():
 
 
 def test_options_qualify_optuna_names_but_not_settings():
-    from orchestrator import space as sp
+    from orchestrator.config import space as sp
 
     spec = load_spec(SWEEPS / "quickstart.yaml")
     names = {node.name for _, node in sp.walk(spec.space) if not isinstance(node, sp.Fixed)}
@@ -172,7 +172,7 @@ def test_validate_resolves_preflight_gpus_and_export_and_keeps_the_mapping():
 
 
 def test_the_spec_is_frozen_and_its_space_is_parsed():
-    from orchestrator import space as sp
+    from orchestrator.config import space as sp
 
     spec = validate(tiny_spec())
     with pytest.raises(ValidationError):
@@ -248,7 +248,7 @@ def test_cli_bad_flags_exit_2_with_one_line(tmp_path, flags):
 
 
 def test_the_datasets_a_sweep_will_download_are_named_before_it_starts(tmp_path):
-    from orchestrator.spec import data_downloads, data_problems
+    from orchestrator.config.spec import data_downloads, data_problems
     from tests.datasets import write_mnist
 
     spec = validate(tiny_spec(train={"data_dir": str(tmp_path), "download": True, "epochs": 1},
@@ -327,7 +327,7 @@ def _big_grid(n_lists: int = 7) -> dict:
 
 
 def test_a_grid_past_the_cap_is_counted_not_listed_and_refused_naming_the_flag():
-    from orchestrator.spec import MAX_GRID
+    from orchestrator.config.spec import MAX_GRID
 
     lines = problems(_big_grid())
     assert lines == [f"s.yaml: space: the grid has {20 ** 7} configurations (the product of its "
@@ -431,7 +431,7 @@ def test_a_set_value_naming_a_key_twice_is_refused(write_spec):
 def test_the_largest_seed_still_makes_a_sampler_for_a_joining_process():
     import optuna
 
-    from orchestrator.study import make_sampler
+    from orchestrator.stores.study import make_sampler
 
     spec = validate(tiny_spec(sampler={"name": "tpe", "seed": 2**32 - 1}))
     study = optuna.create_study(sampler=make_sampler(spec, seed_offset=5))
@@ -441,8 +441,8 @@ def test_the_largest_seed_still_makes_a_sampler_for_a_joining_process():
 
 @pytest.mark.parametrize("name", ["median", "successive_halving", "hyperband"])
 def test_a_pruner_keyword_sweep_sets_is_refused_and_the_study_builds_the_named_pruner(name):
-    from orchestrator.samplers import pruner_arguments, pruner_class
-    from orchestrator.study import make_pruner
+    from orchestrator.config.samplers import pruner_arguments, pruner_class
+    from orchestrator.stores.study import make_pruner
 
     keywords = pruner_arguments(name, min_epochs=2, epochs=4)
     assert keywords  # each of these pruners is given min_epochs (and hyperband epochs)
@@ -472,7 +472,7 @@ LION = "tests.trainers.test_seams:lion"  # a Lion optimizer written in that test
 
 
 def test_a_user_optimizers_keywords_are_searched_under_its_option():
-    from orchestrator import space as sp
+    from orchestrator.config import space as sp
 
     spec = validate(tiny_spec(space={"optimizer": {
         "torch:RAdam": {"lr": {"low": 1e-3, "high": 1e-2}, "betas": [0.8, 0.9],
@@ -531,7 +531,7 @@ def test_a_waiting_worker_loads_the_dataset_only_when_every_trial_reads_that_one
         train, space, dataset):
     import json
 
-    from orchestrator.spec import warm_up_settings
+    from orchestrator.config.spec import warm_up_settings
 
     spec = validate({"name": "w", "trials": 2, "train": train, "space": space})
     warm = json.loads(warm_up_settings(spec))
@@ -565,7 +565,7 @@ def test_an_exponent_without_a_dot_is_a_number_in_the_file_and_in_set(write_spec
                       "space:\n  weight_decay: {low: 1e-5, high: 1E-2, log: true}\n")
     spec = load_spec(path)
     assert spec.train["lr"] == 0.003 and isinstance(spec.train["lr"], float)
-    from orchestrator import space as sp
+    from orchestrator.config import space as sp
 
     (node,) = [node for _, node in sp.walk(spec.space)]
     assert (node.low, node.high) == (1e-5, 0.01)

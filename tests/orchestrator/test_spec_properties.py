@@ -3,7 +3,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from orchestrator import SpecError, SweepSpec
-from orchestrator.spec import TOP_LEVEL_KEYS, validate
+from orchestrator.config.spec import TOP_LEVEL_KEYS, validate
 from trainers import setting_fields
 
 NAMES = list(TOP_LEVEL_KEYS) + list(setting_fields()) + [
@@ -134,8 +134,8 @@ def test_a_setting_decided_twice_is_refused_or_the_spec_trains_what_it_records(s
 def _trains_what_its_params_record(spec, seed: int) -> None:
     import optuna
 
-    from orchestrator import space as sp
-    from orchestrator.spec import settings_of
+    from orchestrator.config import space as sp
+    from orchestrator.config.spec import settings_of
     from trainers import TrainSettings
 
     nodes = {node.name: node for _, node in sp.walk(spec.space) if not isinstance(node, sp.Fixed)}

@@ -1,4 +1,4 @@
-"""The comparison's statistics (orchestrator.stats), each number checked against scipy/numpy
+"""The comparison's statistics (orchestrator.answer.stats), each number checked against scipy/numpy
 computed here, and its calibration checked by simulation: false verdicts, coverage and power
 (the fast version of bench/calibration.py)."""
 import math
@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from bench import calibration as cal
-from orchestrator.stats import (
+from orchestrator.answer.stats import (
     BETTER,
     CSV_COLUMNS,
     EQUIVALENT,

@@ -10,7 +10,8 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 from rich.console import Console
 
-from orchestrator import keys, status
+from orchestrator.core import keys
+from orchestrator.report import status
 from tests.conftest import AS_STARTED, run_cli, tiny_spec
 
 pytestmark = pytest.mark.slow  # end to end: sweep status on real sweeps
@@ -223,6 +224,6 @@ def test_an_unexpected_error_is_one_line_naming_the_file_with_its_traceback(tmp_
     try:
         text = log.read_text()
         assert text.startswith("Traceback (most recent call last):")
-        assert "json.decoder.JSONDecodeError" in text and "orchestrator/status.py" in text
+        assert "json.decoder.JSONDecodeError" in text and "orchestrator/report/status.py" in text
     finally:
         log.unlink()

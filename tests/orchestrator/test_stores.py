@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import keys
+from orchestrator.core import keys
 from tests.conftest import ROOT, SLACK, Pace, Stores, run_cli, tiny_spec
 
 pytestmark = pytest.mark.slow  # end to end: real processes on real stores
@@ -25,9 +25,9 @@ MACHINES = 4
 def machine(storage: str, tracking_uri: str, go: str) -> None:
     """One ``sweep run`` process's use of the stores, without training: once ``go`` exists, open
     (create) both stores and book one trial from start to end. Run in a child process."""
-    from orchestrator.book import TrialBook
-    from orchestrator.protocol import Done, Epoch
-    from orchestrator.spec import validate
+    from orchestrator.config.spec import validate
+    from orchestrator.running.book import TrialBook
+    from orchestrator.running.protocol import Done, Epoch
     from tests.helpers import FAKE_WORKER
 
     spec = validate(tiny_spec(name="together", trials=MACHINES))
@@ -100,7 +100,7 @@ def assert_one_trial_each(storage: str, tracking_uri: str) -> None:
     import optuna
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.storages import open_storage
+    from orchestrator.stores.storages import open_storage
 
     trials = optuna.load_study(study_name="together", storage=open_storage(storage)).trials
     assert Counter(t.state.name for t in trials) == {"COMPLETE": MACHINES}
@@ -138,7 +138,7 @@ def sweep_until_a_run_exists(folder: Path) -> subprocess.Popen:
     (folder / "s.yaml").write_text(yaml.safe_dump(tiny_spec(
         trials=2, workers=1, train={"dataset": "digits", "model": "small_cnn", "epochs": 40})))
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", "s.yaml"],
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "s.yaml"],
                             cwd=folder, env=env, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     journal = folder / "optuna.journal"
@@ -203,7 +203,7 @@ ODD_FOLDERS = ["a%20b", "a?b", "a#b", "a b", "é ü"]
 def test_a_sqlite_uri_built_from_a_path_names_that_path_for_sqlalchemy(tmp_path, name):
     from sqlalchemy.engine import make_url
 
-    from orchestrator import paths
+    from orchestrator.core import paths
 
     db = tmp_path / name / "mlflow.db"
     uri = paths.sqlite_uri(db)
@@ -239,8 +239,8 @@ def test_sweeps_of_one_name_in_other_storages_get_parent_runs_of_their_own(store
     best run."""
     import optuna
 
-    from orchestrator.paths import sqlite_uri
-    from orchestrator.storages import open_storage
+    from orchestrator.core.paths import sqlite_uri
+    from orchestrator.stores.storages import open_storage
 
     (stores.dir / "s.yaml").write_text(yaml.safe_dump(tiny_spec(
         trials=2, workers=2, train={"dataset": "digits", "model": "small_cnn", "epochs": 1})))
@@ -268,7 +268,7 @@ def test_a_parent_run_of_another_study_is_refused_in_one_line(stores, tmp_path):
     the copy's study made afresh by hand) writes nothing to that run."""
     import optuna
 
-    from orchestrator.storages import open_storage
+    from orchestrator.stores.storages import open_storage
 
     (stores.dir / "s.yaml").write_text(yaml.safe_dump(tiny_spec(
         trials=1, workers=1, train={"dataset": "digits", "model": "small_cnn", "epochs": 1})))

@@ -1,11 +1,11 @@
 import optuna
 import pytest
 
-from orchestrator.errors import SweepError
-from orchestrator.paths import mask
-from orchestrator.spec import validate
-from orchestrator.storages import default_storage, open_storage
-from orchestrator.study import SweepStudy
+from orchestrator.config.spec import validate
+from orchestrator.core.errors import SweepError
+from orchestrator.core.paths import mask
+from orchestrator.stores.storages import default_storage, open_storage
+from orchestrator.stores.study import SweepStudy
 from tests.conftest import tiny_spec
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.errors import SweepError
-from orchestrator.spec import load_spec
-from orchestrator.submit import (
+from orchestrator.config.spec import load_spec
+from orchestrator.core.errors import SweepError
+from orchestrator.running.submit import (
     Job,
     TaskSlots,
     check_job,
@@ -59,7 +59,7 @@ def test_the_sbatch_script_runs_sweep_run_with_slurm_slots_and_the_overrides_quo
                           f"--output={spec_file.parent}/slurm-%A_%a.log", f"--chdir={tmp_path}",
                           "--gres=gpu:2", "--partition=gpu", "--time=1-00:00:00"]
     command = shlex.split(lines[-1])
-    assert command == ["exec", "/opt/venv/bin/python", "-m", "orchestrator.cli", "run",
+    assert command == ["exec", "/opt/venv/bin/python", "-m", "orchestrator", "run",
                        str(spec_file), "--slurm", "--storage", PG, "--tracking-uri", SERVER,
                        "--set", odd, "--set", "train.epochs=1", "--max-grid", "20000"]
     out = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
@@ -232,8 +232,8 @@ JOIN = """
 import sys, time
 from pathlib import Path
 from optuna.distributions import FloatDistribution
-from orchestrator.spec import load_spec
-from orchestrator.study import SweepStudy
+from orchestrator.config.spec import load_spec
+from orchestrator.stores.study import SweepStudy
 spec, storage, name, barrier = sys.argv[1:]
 study = SweepStudy.open(load_spec(spec).model_copy(update={"name": name}), storage).study
 Path(barrier, str(time.monotonic_ns())).touch()  # opened: now wait for the other joiner
@@ -248,8 +248,8 @@ def test_tasks_joining_a_submitted_study_at_once_draw_their_own_trials(tmp_path,
     """Two processes of this host open a study whose creator is gone, as the tasks of a sweep
     submit do on the node it ran on, both before either asks: marked as submitted, their first
     draws differ (unmarked, both would resume at offset 0 and draw the same trial)."""
-    from orchestrator import keys
-    from orchestrator.study import SweepStudy
+    from orchestrator.core import keys
+    from orchestrator.stores.study import SweepStudy
 
     spec = write_spec(tiny_spec(name="marked", sampler={"name": "random", "seed": 0}))
     storage = f"sqlite:///{tmp_path / 'o.db'}"
@@ -291,7 +291,7 @@ def test_submit_refuses_local_stores_and_bad_flags_writing_nothing(tmp_path, wri
 
 def test_sweep_run_slurm_outside_a_job_or_with_workers_is_one_line(write_spec, monkeypatch,
                                                                      capsys):
-    from orchestrator.cli import main
+    from orchestrator.commands.cli import main
 
     spec = str(write_spec(tiny_spec()))
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
@@ -471,7 +471,7 @@ def test_a_slurm_array_sweeps_together_and_a_cancelled_task_is_retried_by_the_ot
     spec = tiny_spec(name="slurm", trials=4, workers=2, heartbeat_seconds=1, retries=1,
                      train={"dataset": "digits", "model": "small_cnn", "epochs": 4})
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
-    submit = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "submit", "s.yaml",
+    submit = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit", "s.yaml",
                                "--slurm", "--jobs", "2", "--cpus-per-job", "1", "--storage",
                                storage, "--tracking-uri", server], cwd=tmp_path, env=slurm.env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import keys, usage
+from orchestrator.core import keys
+from orchestrator.running import usage
 
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -11,11 +11,12 @@ import urllib.request
 
 import pytest
 
+from orchestrator.config.spec import load_spec
+
 # the first three are unused here: test_scale_out imports them from this module
-from orchestrator import keys
-from orchestrator.paths import runs_table
-from orchestrator.server import runs_view
-from orchestrator.spec import load_spec
+from orchestrator.core import keys
+from orchestrator.core.paths import runs_table
+from orchestrator.running.server import runs_view
 from tests.conftest import SWEEPS, group_alive, run_cli, serve
 
 pytestmark = pytest.mark.slow  # end to end: sweep ui serving real sweeps
@@ -76,7 +77,7 @@ def test_the_view_sorts_by_the_first_objective_in_its_direction():
 
 
 def test_ui_for_an_unknown_sweep_is_one_line_and_exit_2(stores):
-    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "ui", "nope",
+    out = subprocess.run([sys.executable, "-m", "orchestrator", "ui", "nope",
                           "--tracking-uri", stores.tracking_uri], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 2

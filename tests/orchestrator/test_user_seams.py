@@ -110,7 +110,7 @@ def test_a_model_keyword_its_function_does_not_take_is_one_line(stores, write_sp
 def test_a_trial_run_logs_as_params_only_the_settings_its_trial_reads(stores, settings, logged,
                                                                        not_logged):
     """An Adam trial logs no momentum = 0.9: it never trained with it."""
-    from orchestrator.tracking import Tracker
+    from orchestrator.stores.tracking import Tracker
 
     tracker = Tracker(stores.tracking_uri)
     experiment = tracker.experiment("params")

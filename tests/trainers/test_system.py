@@ -44,8 +44,8 @@ def test_a_free_lock_is_taken_at_once(tmp_path):
 
 
 def test_a_store_lock_held_too_long_is_one_line_naming_the_store(held, monkeypatch):
-    from orchestrator import locks
-    from orchestrator.errors import SweepError
+    from orchestrator.core.errors import SweepError
+    from orchestrator.stores import locks
 
     monkeypatch.setattr(locks, "LOCK_TIMEOUT_S", 0.3)
     monkeypatch.setattr(locks, "lock_file", lambda path: held)
@@ -56,7 +56,7 @@ def test_a_store_lock_held_too_long_is_one_line_naming_the_store(held, monkeypat
 
 
 def test_a_timeout_inside_the_block_is_not_taken_for_the_lock(tmp_path):
-    from orchestrator import locks
+    from orchestrator.stores import locks
 
     with pytest.raises(TimeoutError, match="the caller's own"):
         with locks.store_lock(f"sqlite:///{tmp_path}/mlflow.db"):

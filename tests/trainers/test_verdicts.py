@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from orchestrator.preflight import status_of
+from orchestrator.running.preflight import status_of
 from trainers.preflight import Check, PreflightReport
 from trainers.verdicts import ERROR, FAIL, PASS, SKIP, WARN, worst
 

@@ -1,0 +1,362 @@
+"""A comparison of a setting's levels (``compare:``): every level tuned with the same budget, each
+level's best configuration trained again on fresh paired seeds, and the levels decided by
+:mod:`orchestrator.answer.stats`.
+
+:func:`plan` is the whole procedure as a pure function of the study's trials: start a tuning trial
+of a level (:class:`Tune`), a confirmation trial (:class:`Confirm`), :class:`Wait` for running
+trials, or :class:`Done`. Every ``sweep run`` process replays it from the trials alone, so an
+interrupted comparison resumes in whichever phase it stopped. :class:`LevelSampler` and
+:class:`LevelPruner` show Optuna's sampler and pruner the trials of one level only.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from ..config.spec import SweepSpec, compare_levels
+from ..core import compat, keys
+from . import objectives, stats
+
+TUNE, CONFIRM = "tune", "confirm"  # the values of keys.PHASE
+
+
+def level_label(factors: Sequence[str], values: Sequence[Any]) -> str:
+    """A level as text (keys.LEVEL): the value (``sgd``), or for several factors
+    ``warmup_epochs=0,clip_grad_norm=1.0``; null is ``null``, booleans lower-case."""
+    def text(v: Any) -> str:
+        return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+    if len(factors) == 1:
+        return text(values[0])
+    return ",".join(f"{f}={text(v)}" for f, v in zip(factors, values))
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level: its label and the Optuna parameters that fix it (``{"optimizer": "sgd"}``)."""
+
+    label: str
+    params: dict[str, Any] = field(hash=False)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What a sweep's ``compare:`` block asks for, with its levels in YAML order."""
+
+    factor: str  # the factors' names joined by ","
+    levels: tuple[Level, ...]
+    tune_trials: int
+    seeds: int
+    max_seeds: int
+    precision: float | None
+    seed: int  # the tuning seed; confirmation seeds are seed + 1 ... seed + max_seeds
+    direction: str
+    metric: str
+
+    @classmethod
+    def of(cls, spec: SweepSpec) -> Comparison | None:
+        """The comparison of a validated spec; None when it has no ``compare:``."""
+        c = spec.compare
+        if c is None:
+            return None
+        levels = tuple(Level(level_label(c.factors, list(p.values())), p)
+                       for p in compare_levels(spec.space, c.factors))
+        return cls(",".join(c.factors), levels, c.tune_trials, c.seeds, c.most_seeds,
+                   c.precision, spec.seed, spec.objective.direction, spec.objective.metric)
+
+    def confirm_seeds(self, rounds: int) -> list[int]:
+        """The paired seeds of the first ``rounds`` rounds; never the tuning seed."""
+        return [self.seed + k for k in range(1, rounds + 1)]
+
+    def total(self, rounds: int) -> int:
+        """The trials planned with ``rounds`` confirmation seeds."""
+        return len(self.levels) * (self.tune_trials + rounds)
+
+
+# ------------------------------------------------------------------------------- the plan
+
+@dataclass(frozen=True)
+class Tune:
+    """Start a tuning trial of ``level`` (its factor fixed, the rest sampled)."""
+
+    level: Level
+
+
+@dataclass(frozen=True)
+class Confirm:
+    """Train ``level``'s best tuned parameters on ``seed``."""
+
+    level: Level
+    params: dict[str, Any] = field(hash=False)
+    seed: int
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing to start until running trials end."""
+
+
+@dataclass(frozen=True)
+class Done:
+    """The comparison is decided (or out of seeds): the decision at the last look."""
+
+    results: tuple[stats.PairResult, ...]
+    values: dict[str, dict[int, float]] = field(hash=False)  # level -> {seed: value}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A finished comparison's one answer, named alike by the parent run, the export, the end
+    table, ``sweep status`` and the report: ``level`` with its ``mean`` objective over its
+    ``seeds`` finite confirmation values, ``trial`` the confirmation run whose weights stand for
+    it, and ``why`` in words."""
+
+    level: str
+    mean: float
+    seeds: int
+    trial: FrozenTrial = field(hash=False)
+    why: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    action: Tune | Confirm | Wait | Done
+    total: int  # the trials the comparison plans now (grows with each seed added)
+
+
+def counted(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials that spend the budget: all but a failure whose retry is queued or ran (its
+    retry stands for it)."""
+    retried = objectives.retried_numbers(trials)
+    return [t for t in trials if t.number not in retried]
+
+
+def best_tuned(trials: Sequence[FrozenTrial], direction: str) -> FrozenTrial | None:
+    """The complete tuning trial with the best value (ties: the earliest); None if none."""
+    done = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+            and math.isfinite(t.value)]
+    return min(done, key=lambda t: (objectives.sign(direction) * t.value, t.number),
+               default=None)
+
+
+def plan(c: Comparison, trials: Sequence[FrozenTrial]) -> Plan:
+    """The next step of comparison ``c`` given every trial of its study (any state).
+
+    Tune: the level with the fewest tuning trials started goes next (ties: level order), until
+    each has ``tune_trials``. Confirm, once every tuning trial finished: each level's best tuning
+    trial's parameters on the seeds of the current round count, seed-major; after each round
+    has finished, the levels are decided (look ``rounds - seeds + 1`` of ``max_seeds - seeds +
+    1``) and, while undecided and below ``max_seeds``, one more paired seed is added.
+    """
+    trials = counted(trials)
+    tuning = {lv.label: [t for t in trials if t.user_attrs.get(keys.PHASE) == TUNE
+                         and t.user_attrs.get(keys.LEVEL) == lv.label] for lv in c.levels}
+    short = [lv for lv in c.levels if len(tuning[lv.label]) < c.tune_trials]
+    if short:
+        return Plan(Tune(min(short, key=lambda lv: len(tuning[lv.label]))), c.total(c.seeds))
+    if any(not t.state.is_finished() for ts in tuning.values() for t in ts):
+        return Plan(Wait(), c.total(c.seeds))
+    best = {lv.label: best_tuned(tuning[lv.label], c.direction) for lv in c.levels}
+    levels = [lv for lv in c.levels if best[lv.label] is not None]
+    confirms = {(t.user_attrs.get(keys.LEVEL), t.user_attrs.get(keys.SEED)): t for t in trials
+                if t.user_attrs.get(keys.PHASE) == CONFIRM}
+    for rounds in range(c.seeds, c.max_seeds + 1):
+        seeds = c.confirm_seeds(rounds)
+        for seed, lv in itertools.product(seeds, levels):
+            if (lv.label, seed) not in confirms:
+                return Plan(Confirm(lv, dict(best[lv.label].params), seed), c.total(rounds))
+        mine = [confirms[lv.label, s] for s, lv in itertools.product(seeds, levels)]
+        if any(not t.state.is_finished() for t in mine):
+            return Plan(Wait(), c.total(rounds))
+        values = {lv.label: {s: confirmed_value(confirms[lv.label, s]) for s in seeds}
+                  for lv in levels}
+        results = decide_look(c, values, rounds)
+        if rounds == c.max_seeds or stats.decided(results):
+            return Plan(Done(results, values), c.total(rounds))
+    raise AssertionError("unreachable: the last round is always Done")
+
+
+def confirmed_value(trial: FrozenTrial) -> float | None:
+    """A confirmation trial's value for the comparison: its objective when complete; NaN when
+    it failed for good (diverged or crashed: the worst outcome of its level, see
+    :mod:`orchestrator.answer.stats`); None while it has none yet."""
+    if trial.state == TrialState.COMPLETE:
+        return trial.value
+    return math.nan if trial.state == TrialState.FAIL else None
+
+
+def decide_look(c: Comparison, values: dict[str, dict[int, float | None]],
+                rounds: int) -> tuple[stats.PairResult, ...]:
+    """:func:`stats.compare_paired` at the look of ``rounds`` seeds (cached: the plan replays
+    every look each time it is asked)."""
+    frozen = tuple((label, tuple(sorted(v.items()))) for label, v in values.items())
+    return _decide(c.factor, c.direction, c.metric, c.precision, c.seeds, frozen,
+                   rounds - c.seeds + 1, c.max_seeds - c.seeds + 1)
+
+
+@lru_cache(maxsize=256)
+def _decide(factor, direction, metric, precision, seeds, frozen, look,
+            looks) -> tuple[stats.PairResult, ...]:
+    values = {label: dict(v) for label, v in frozen}
+    return tuple(stats.compare_paired(values, factor=factor, direction=direction,
+                                      bounds=stats.METRIC_BOUNDS.get(metric), look=look,
+                                      looks=looks, precision=precision, seeds=seeds))
+
+
+def answer(c: Comparison, trials: Sequence[FrozenTrial], done: Done) -> Answer | None:
+    """The level a finished comparison names, and its run (None when no level has a finite
+    confirmation value).
+
+    The level: among the levels no other level is better than (:mod:`orchestrator.answer.stats`),
+    the one with the fewest seeds without a finite value, then the best mean over its confirmation
+    seeds (ties: level order). So a level better than every other is named; when no pair is
+    decided, the best confirmed mean is named, and ``why`` says that the evidence does not
+    single it out. Its run: the complete confirmation run whose value is closest to that mean
+    (ties: the lower seed), a typical seed rather than the luckiest.
+    """
+    beaten = {r.loser for r in done.results if r.winner is not None}
+    sign = objectives.sign(c.direction)
+    ranks = []
+    for label in stats.level_order(done.values):
+        found = [v for v in done.values[label].values() if v is not None]
+        finite = [v for v in found if math.isfinite(v)]
+        if finite and label not in beaten:
+            mean = math.fsum(finite) / len(finite)
+            ranks.append((len(found) - len(finite), sign * mean, label, mean, len(finite)))
+    if not ranks:
+        return None
+    *_, label, mean, n = min(ranks, key=lambda r: r[:2])
+    runs = [t for t in trials if t.user_attrs.get(keys.PHASE) == CONFIRM
+            and t.user_attrs.get(keys.LEVEL) == label and t.state == TrialState.COMPLETE
+            and t.value is not None and math.isfinite(t.value)]
+    # equally close (two seeds): the lower seed, whatever the last bit of the float says
+    run = min(runs, key=lambda t: (round(abs(t.value - mean), 12),
+                                   t.user_attrs.get(keys.SEED, 0)))
+    others = [lv for lv in done.values if lv != label]
+    wins = {r.loser for r in done.results if r.winner == label}
+    if not others:
+        reason = "the only level with a tuned configuration: nothing was compared"
+    elif wins >= set(others):
+        reason = f"better than {'every other level' if len(others) > 1 else others[0]}"
+    else:
+        reason = (f"no level is better than {'all the others' if len(others) > 1 else 'the other'}"
+                  f" with evidence: {label} has the best mean over its confirmation seeds"
+                  + (" among the levels no other beats" if beaten else ""))
+    why = (f"{label}: {c.metric} {mean:.4g}, mean over {n} confirmation seed"
+           f"{'s' if n != 1 else ''} ({reason}); its weights: the run of seed "
+           f"{run.user_attrs.get(keys.SEED)} (trial {run.number}), the confirmation run closest "
+           f"to that mean")
+    return Answer(label, mean, n, run, why)
+
+
+def final_answer(c: Comparison | None, trials: Sequence[FrozenTrial]) -> Answer | None:
+    """The answer of comparison ``c`` once its plan is done (:func:`answer`); None before, or
+    without a comparison."""
+    if c is None:
+        return None
+    step = plan(c, trials)
+    if not isinstance(step.action, Done):
+        return None
+    return answer(c, counted(trials), step.action)
+
+
+def verdict_sentence(c: Comparison, results: Sequence[stats.PairResult]) -> str:
+    """The comparison in one sentence (keys.VERDICT), a clause per pair of levels."""
+    if not results:
+        return f"no comparison of {c.factor}: fewer than two levels have a complete tuning trial"
+    return "; ".join(_pair_sentence(c, r) for r in results)
+
+
+def _pair_sentence(c: Comparison, r: stats.PairResult) -> str:
+    return stats.describe(r, metric=c.metric, direction=c.direction)
+
+
+# ------------------------------------------------------------------ Optuna's view of one level
+
+class LevelView:
+    """A study as one level's sampler or pruner sees it: only the tuning trials of ``label``
+    (every other attribute is the study's own)."""
+
+    def __init__(self, study: optuna.Study, label: str | None):
+        self._study, self._label = study, label
+
+    def __getattr__(self, name: str):
+        return getattr(self._study, name)
+
+    def _mine(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
+        return [t for t in trials if t.user_attrs.get(keys.LEVEL) == self._label
+                and t.user_attrs.get(keys.PHASE) == TUNE]
+
+    def get_trials(self, deepcopy: bool = True, states=None) -> list[FrozenTrial]:
+        return self._mine(self._study.get_trials(deepcopy=deepcopy, states=states))
+
+    def trials_read(self, deepcopy: bool = True, states=None, use_cache: bool = False):
+        """The study's own trials read (:data:`compat.STUDY_TRIALS`, which samplers call), of
+        this level only."""
+        return self._mine(compat.study_trials(self._study, deepcopy=deepcopy, states=states,
+                                              use_cache=use_cache))
+
+    @property
+    def trials(self) -> list[FrozenTrial]:
+        return self.get_trials()
+
+
+compat.implement(LevelView, compat.STUDY_TRIALS, LevelView.trials_read)
+
+
+class LevelSampler(optuna.samplers.BaseSampler):
+    """One sampler per level, each made by ``make`` (so seeded alike) and shown only its level's
+    tuning trials: a level's configurations are searched as if it were the only one."""
+
+    def __init__(self, make: Callable[[], optuna.samplers.BaseSampler]):
+        self._make = make
+        self._samplers: dict[str | None, optuna.samplers.BaseSampler] = {}
+
+    def _of(self, study, trial: FrozenTrial):
+        label = trial.user_attrs.get(keys.LEVEL)
+        if label not in self._samplers:
+            self._samplers[label] = self._make()
+        return self._samplers[label], LevelView(study, label)
+
+    def infer_relative_search_space(self, study, trial):
+        sampler, view = self._of(study, trial)
+        return sampler.infer_relative_search_space(view, trial)
+
+    def sample_relative(self, study, trial, search_space):
+        sampler, view = self._of(study, trial)
+        return sampler.sample_relative(view, trial, search_space)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        sampler, view = self._of(study, trial)
+        return sampler.sample_independent(view, trial, param_name, param_distribution)
+
+    def before_trial(self, study, trial) -> None:
+        sampler, view = self._of(study, trial)
+        sampler.before_trial(view, trial)
+
+    def after_trial(self, study, trial, state, values) -> None:
+        sampler, view = self._of(study, trial)
+        sampler.after_trial(view, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        for sampler in self._samplers.values():
+            sampler.reseed_rng()
+
+
+class LevelPruner(optuna.pruners.BasePruner):
+    """``inner`` judging a tuning trial against its own level's tuning trials only; a
+    confirmation trial is never pruned (its seed would go unpaired)."""
+
+    def __init__(self, inner: optuna.pruners.BasePruner):
+        self._inner = inner
+
+    def prune(self, study, trial) -> bool:
+        if trial.user_attrs.get(keys.PHASE) != TUNE:
+            return False
+        return self._inner.prune(LevelView(study, trial.user_attrs.get(keys.LEVEL)), trial)

@@ -1,0 +1,445 @@
+"""Which level of a setting is better, equivalent or undecided: paired differences over seeds,
+Student t intervals, a sequential boundary calibrated by simulation, and Holm's correction over
+every pair of levels. Public so that any row of ``comparison.csv`` can be recomputed:
+
+>>> from orchestrator.answer.stats import compare_paired
+>>> [r] = compare_paired({"adam": {1: 0.91, 2: 0.90, 3: 0.92},
+...                       "sgd": {1: 0.93, 2: 0.93, 3: 0.94}})
+>>> r.verdict, r.winner, round(r.diff, 4), r.ci_level
+('better', 'sgd', 0.0233, 0.95)
+
+The procedure, for every pair of levels (a, b) in level order (numbers as numbers):
+
+1. *Pairs.* The seeds both levels ran. ``diff`` is the mean of (b - a) over the pairs whose two
+   values are finite. A value that is NaN or infinite (a diverged or failed seed) is the worst
+   outcome of its level: it is counted separately (``nonfinite_a``, ``nonfinite_b``), never
+   averaged, and a level with more such seeds than the other can never be named better, nor the
+   pair equivalent.
+2. *Interval.* Student's t interval of the mean difference at level ``1 - alpha_look``
+   (``ci_level``), clipped to the range a difference of a bounded metric can take
+   (``[low - high, high - low]``; ``ci_method`` says when it was). Differences without spread
+   (all equal) have no interval: NaN, and the pair stays undecided.
+3. *Looks.* Sequential seeding looks at the comparison after ``seeds``, ``seeds + 1``, ...
+   pairs, at most ``looks`` times. Every look tests at the same nominal two-sided level
+   ``alpha_look`` (a Pocock-type constant boundary), calibrated by simulating paired t-tests
+   of normal differences without a true difference so that the chance that *any* look
+   rejects is ``alpha`` (:func:`boundary_alpha`). One look: ``alpha_look = alpha``. The
+   interval at the look where seeding stops is a repeated confidence interval: it covers the
+   true difference with probability ``1 - alpha`` over all looks.
+4. *Verdict.* ``better``: the paired t-test's p after Holm's step-down correction over every
+   pair of levels (``p_holm``) is below ``alpha_look`` and the interval excludes 0; the winner
+   is the level the objective prefers (higher for ``maximize``). ``equivalent``: ``precision``
+   is given and the whole interval lies within ``+-precision`` of 0 (two one-sided tests at the
+   same corrected level). Otherwise ``undecided``. A pair without spread is never decided.
+
+Sequential seeding stops when every pair is ``better`` or ``equivalent`` (:func:`decided`).
+``bench/calibration.py`` measures the false-verdict rates, coverage and power of this procedure.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from . import objectives
+
+BETTER, EQUIVALENT, UNDECIDED = "better", "equivalent", "undecided"
+CI_METHOD = "t"
+BOUNDARY_DRAWS = 200_000  # simulated comparisons behind each calibrated boundary
+BOUNDARY_SEED = 20261203
+
+# the range of each metric the trainer logs: a difference of a bounded one is clipped to it
+METRIC_BOUNDS: dict[str, tuple[float | None, float | None]] = {
+    "val_acc": (0.0, 1.0), "train_acc": (0.0, 1.0), "test_acc": (0.0, 1.0),
+    "clipped_fraction": (0.0, 1.0),
+    "val_loss": (0.0, None), "train_loss": (0.0, None), "grad_norm": (0.0, None),
+    "epoch_seconds": (0.0, None), "samples_per_second": (0.0, None),
+}
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """Level b against level a over their paired seeds (``diff`` = b - a)."""
+
+    a: str
+    b: str
+    pairs: int  # seeds both levels ran (finite or not)
+    diff: float  # mean of (b - a) over the finite pairs, in the metric's units
+    ci_low: float  # the interval of diff at ci_level; NaN when undefined
+    ci_high: float
+    ci_level: float  # e.g. 0.95, or 0.986 at each of 6 looks
+    ci_method: str  # "t", "t, clipped to [-1, 1]", "t, none: no spread", ...
+    p: float  # paired t-test over the finite pairs, two-sided; NaN when undefined
+    p_holm: float  # p after Holm over every pair of levels; NaN when p is
+    verdict: str  # BETTER | EQUIVALENT | UNDECIDED
+    winner: str | None  # the better level when verdict is BETTER
+    factor: str = ""
+    diffs: tuple[float, ...] = field(default=(), repr=False)  # b - a over the finite pairs
+    nonfinite_a: int = 0  # pairs whose a value is NaN or infinite
+    nonfinite_b: int = 0
+    finite_pairs: int = 0  # pairs whose two values are finite: diff and the interval's
+    precision: float | None = None
+    look: int = 1
+    looks: int = 1
+
+    @property
+    def p_wilcoxon(self) -> float:
+        """Wilcoxon signed-rank test's p over the finite pairs (NaN below 2 or all zero)."""
+        return wilcoxon_p(self.diffs)
+
+    @property
+    def loser(self) -> str | None:
+        if self.winner is None:
+            return None
+        return self.a if self.winner == self.b else self.b
+
+    def lead(self, direction: str) -> tuple[float, float, float]:
+        """How far the winner is ahead in the objective's ``direction`` (a lower loss is
+        ahead), with its interval turned the same way: ``(amount, low, high)``, the amount
+        positive. Only for a pair with a winner."""
+        # the winner's lead over the loser is (b - a) or (a - b), turned so that better is up
+        sign = -objectives.sign(direction) * (1.0 if self.winner == self.b else -1.0)
+        low, high = sorted((sign * self.ci_low, sign * self.ci_high))
+        return sign * self.diff, low, high
+
+    def level_text(self) -> str:
+        """``95% t interval`` or ``98.6% t interval, look 2 of 6``."""
+        where = f", look {self.look} of {self.looks}" if self.looks > 1 else ""
+        return f"{level_percent(self.ci_level)} {self.ci_method} interval{where}"
+
+    def as_row(self) -> dict:
+        """The columns of ``comparison.csv`` (:data:`CSV_COLUMNS`)."""
+        return {"factor": self.factor, "a": self.a, "b": self.b, "pairs": self.pairs,
+                "nonfinite_a": self.nonfinite_a, "nonfinite_b": self.nonfinite_b,
+                "diff": self.diff, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                "ci_level": self.ci_level, "ci_method": self.ci_method, "p": self.p,
+                "p_holm": self.p_holm, "verdict": self.verdict, "winner": self.winner or ""}
+
+
+CSV_COLUMNS = ("factor", "a", "b", "pairs", "nonfinite_a", "nonfinite_b", "diff", "ci_low",
+               "ci_high", "ci_level", "ci_method", "p", "p_holm", "verdict", "winner")
+
+
+def level_percent(level: float) -> str:
+    """``95%`` or ``98.5%``: a whole percentage as such, else to one decimal."""
+    pct = 100 * level
+    return f"{pct:.0f}%" if abs(pct - round(pct)) < 1e-9 else f"{pct:.1f}%"
+
+
+def level_order(levels) -> list[str]:
+    """Level labels sorted: numbers by value first (``"32" < "128"``), then the rest as text."""
+    def key(label: str):
+        try:
+            number = float(label)
+        except (TypeError, ValueError):
+            return (1, 0.0, str(label))
+        return (0, number, str(label)) if math.isfinite(number) else (1, 0.0, str(label))
+    return sorted({str(level) for level in levels}, key=key)
+
+
+@lru_cache(maxsize=64)
+def boundary_alpha(alpha: float = 0.05, looks: int = 1, seeds: int = 3) -> float:
+    """The nominal two-sided level each look tests at, the same at every look (a Pocock-type
+    boundary), so that a false "better" at any of ``looks`` looks (at ``seeds``, ``seeds + 1``,
+    ... pairs) has chance at most ``alpha``: ``alpha`` for one look.
+
+    How: the smallest p-value over the looks of paired t-tests of standard normal differences
+    without a true difference is simulated :data:`BOUNDARY_DRAWS` times (seed
+    :data:`BOUNDARY_SEED`: the same value in every process); the level is the order statistic
+    of rank ``alpha * N - 1.96 * sqrt(N * alpha * (1 - alpha))``, the lower end of a 95%
+    interval for the ``alpha`` quantile, so that the simulation's own error cannot push the
+    false-better rate above ``alpha`` (it lands near ``0.98 * alpha``). The t statistic does not
+    depend on the differences' scale, so one simulation serves every metric."""
+    from scipy import stats
+
+    if looks < 1:
+        raise ValueError(f"looks must be >= 1, got {looks}")
+    if seeds < 2:
+        raise ValueError(f"seeds must be >= 2 (a t-test needs 2 pairs), got {seeds}")
+    if looks == 1:
+        return alpha
+    rng = np.random.default_rng(BOUNDARY_SEED)
+    n = np.arange(1, seeds + looks, dtype=float)[seeds - 1:]
+    smallest = []
+    for start in range(0, BOUNDARY_DRAWS, 50_000):
+        x = rng.standard_normal((min(50_000, BOUNDARY_DRAWS - start), seeds + looks - 1))
+        s1, s2 = np.cumsum(x, axis=1)[:, seeds - 1:], np.cumsum(x * x, axis=1)[:, seeds - 1:]
+        mean = s1 / n
+        var = np.maximum(s2 - n * mean * mean, 1e-300) / (n - 1)
+        t = np.abs(mean) / np.sqrt(var / n)
+        smallest.append((2 * stats.t.sf(t, n - 1)).min(axis=1))
+    ordered = np.sort(np.concatenate(smallest))
+    draws = len(ordered)
+    rank = int(alpha * draws - 1.96 * math.sqrt(draws * alpha * (1 - alpha)))
+    return float(ordered[max(rank, 0)])
+
+
+def holm(p: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (monotone, capped at 1) over the whole family: a NaN
+    p (an untestable pair) counts in the family's size as a p of 1 and stays NaN."""
+    p = np.asarray(p, dtype=float)
+    filled = np.where(np.isnan(p), 1.0, p)
+    m = len(p)
+    out = np.full(m, math.nan)
+    running = 0.0
+    for rank, i in enumerate(np.argsort(filled, kind="stable")):
+        running = max(running, min(1.0, (m - rank) * filled[i]))
+        out[i] = running
+    out[np.isnan(p)] = math.nan
+    return out.tolist()
+
+
+def compare_paired(values: Mapping[str, Mapping[Hashable, float | None]], *,
+                   direction: str = "maximize",
+                   bounds: tuple[float | None, float | None] | None = None,
+                   look: int = 1, looks: int = 1, precision: float | None = None,
+                   alpha: float = 0.05, seeds: int = 3, min_pairs: int = 2,
+                   configs: Mapping[str, Mapping[Hashable, Hashable]] | None = None,
+                   factor: str = "") -> list[PairResult]:
+    """Every pair of levels compared over their paired seeds (the procedure of this module).
+
+    Args:
+        values: level -> {seed: value}. None is a missing seed (not a pair); NaN or infinite is
+            a seed whose run gave no finite value (the worst outcome of its level).
+        direction: ``maximize`` or ``minimize``: which sign of a difference is better.
+        bounds: the metric's range ``(low, high)`` (:data:`METRIC_BOUNDS`); both given: the
+            interval is clipped to what a difference can take.
+        look: this is look ``look`` of at most ``looks`` (sequential seeding).
+        looks: the most looks sequential seeding may take.
+        precision: the half-width of the band of differences too small to matter (metric
+            units); None: no equivalence verdict.
+        alpha: the chance of a false "better" over all looks.
+        seeds: the pairs at the first look (``compare.seeds``): the boundary is calibrated for
+            looks at ``seeds``, ``seeds + 1``, ... pairs.
+        min_pairs: fewer finite pairs: no interval, no test, undecided (still in Holm's family).
+        configs: level -> {seed: configuration id}; a seed at which both levels ran the same
+            configuration is not a pair of that comparison.
+        factor: the compared setting's name, carried into each result.
+
+    Returns:
+        A :class:`PairResult` per pair (a before b in :func:`level_order`).
+
+    Raises:
+        ValueError: ``direction``, ``look``/``looks``, ``alpha`` or ``precision`` out of range.
+    """
+    objectives.sign(direction)  # ValueError for anything but maximize or minimize
+    if not 1 <= look <= looks:
+        raise ValueError(f"look must be within 1..looks={looks}, got {look}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be within (0, 1), got {alpha}")
+    if precision is not None and not precision > 0:
+        raise ValueError(f"precision must be > 0, got {precision}")
+    level_alpha = boundary_alpha(alpha, looks, max(2, seeds))
+    low, high = bounds if bounds is not None else (None, None)
+    limits = (low - high, high - low) if low is not None and high is not None else None
+    levels = level_order(values)
+    by_label = {str(k): v for k, v in values.items()}
+    cfg = {str(k): v for k, v in (configs or {}).items()}
+    raw = []
+    for i, a in enumerate(levels):
+        for b in levels[i + 1:]:
+            pairs = _pairs(by_label[a], by_label[b], cfg.get(a), cfg.get(b))
+            raw.append((a, b, pairs, _pair_stats(pairs, level_alpha, limits, min_pairs)))
+    adjusted = holm([s["p"] for *_, s in raw])
+    common = {"factor": factor, "precision": precision, "look": look, "looks": looks}
+    return [_result(a, b, s, p_holm, level_alpha, direction, common)
+            for (a, b, pairs, s), p_holm in zip(raw, adjusted)]
+
+
+def _pairs(a: Mapping, b: Mapping, cfg_a: Mapping | None,
+           cfg_b: Mapping | None) -> list[tuple[float, float]]:
+    """(a, b) values over the seeds both have (not None; not the same configuration)."""
+    seeds = [s for s in a if s in b and a[s] is not None and b[s] is not None]
+    if cfg_a is not None and cfg_b is not None:
+        seeds = [s for s in seeds if s not in cfg_a or s not in cfg_b or cfg_a[s] != cfg_b[s]]
+    return [(float(a[s]), float(b[s])) for s in seeds]
+
+
+def _pair_stats(pairs: list[tuple[float, float]], level_alpha: float,
+                limits: tuple[float, float] | None, min_pairs: int) -> dict:
+    """Interval and tests of one pair of levels."""
+    from scipy import stats
+
+    out = {"pairs": len(pairs), "nonfinite_a": sum(not math.isfinite(x) for x, _ in pairs),
+           "nonfinite_b": sum(not math.isfinite(y) for _, y in pairs),
+           "ci": (math.nan, math.nan), "p": math.nan,
+           "method": CI_METHOD, "spread": False}
+    diff = np.array([y - x for x, y in pairs if math.isfinite(x) and math.isfinite(y)])
+    n = len(diff)
+    out["diff"] = float(diff.mean()) if n else math.nan
+    out["finite"], out["diffs"] = n, tuple(float(d) for d in diff)
+    if n < max(2, min_pairs):
+        out["method"] = f"{CI_METHOD}, none: {n} finite pair{'s' if n != 1 else ''}"
+        return out
+    mean, sd = float(diff.mean()), float(diff.std(ddof=1))
+    if not sd > 1e-12 * max(1.0, float(np.abs(diff).max())):
+        out["method"] = f"{CI_METHOD}, none: no spread (every pair differs by {mean:.6g})"
+        return out
+    out["spread"] = True
+    half = t_half_width(sd, n, 1 - level_alpha)
+    ci = (mean - half, mean + half)
+    if limits is not None and (ci[0] < limits[0] or ci[1] > limits[1]):
+        ci = (max(ci[0], limits[0]), min(ci[1], limits[1]))
+        out["method"] = f"{CI_METHOD}, clipped to [{limits[0]:g}, {limits[1]:g}]"
+    out["ci"] = ci
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        out["p"] = float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
+    return out
+
+
+@lru_cache(maxsize=1024)
+def wilcoxon_p(diffs: tuple[float, ...]) -> float:
+    """Wilcoxon signed-rank test's two-sided p of ``diffs`` (NaN below 2 or all zero)."""
+    from scipy import stats
+
+    if len(diffs) < 2 or not any(diffs):
+        return math.nan
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return float(stats.wilcoxon(np.asarray(diffs)).pvalue)
+
+
+def _result(a: str, b: str, s: dict, p_holm: float, level_alpha: float,
+            direction: str, common: dict) -> PairResult:
+    low, high = s["ci"]
+    verdict, winner = UNDECIDED, None
+    precision = common["precision"]
+    if s["spread"] and p_holm < level_alpha and (low > 0 or high < 0):
+        winner = b if objectives.is_better(s["diff"], 0.0, direction) else a
+        # a level whose runs diverged more often is not the better one, whatever its finite
+        # seeds say
+        more_nonfinite = a if s["nonfinite_a"] > s["nonfinite_b"] else \
+            b if s["nonfinite_b"] > s["nonfinite_a"] else None
+        verdict, winner = (BETTER, winner) if winner != more_nonfinite else (UNDECIDED, None)
+    elif (s["spread"] and precision is not None and -precision <= low and high <= precision
+          and not s["nonfinite_a"] and not s["nonfinite_b"]):
+        verdict = EQUIVALENT
+    return PairResult(a, b, s["pairs"], s["diff"], low, high, 1 - level_alpha, s["method"],
+                      s["p"], p_holm, verdict, winner, diffs=s["diffs"],
+                      nonfinite_a=s["nonfinite_a"], nonfinite_b=s["nonfinite_b"],
+                      finite_pairs=s["finite"], **common)
+
+
+def decided(results: Sequence[PairResult]) -> bool:
+    """Whether sequential seeding may stop: every pair is ``better`` or ``equivalent``
+    (``undecided`` asks for another seed)."""
+    return all(r.verdict in (BETTER, EQUIVALENT) for r in results)
+
+
+def sequential_rule(looks: int, seeds: int = 3, alpha: float = 0.05) -> str:
+    """The sentence a report prints for how the looks are accounted for."""
+    if looks <= 1:
+        return (f"One look: each pair of levels is tested at alpha {alpha:g} (paired t-test, "
+                f"Holm's correction over the pairs), with a {level_percent(1 - alpha)} t "
+                f"interval.")
+    level_alpha = boundary_alpha(alpha, looks, seeds)
+    return (f"Up to {looks} looks ({seeds} to {seeds + looks - 1} paired seeds), each testing "
+            f"at the same two-sided level {level_alpha:.4g} (a constant boundary calibrated by "
+            f"simulation so that a false 'better' at any look has chance {alpha:g}; Holm's "
+            f"correction over the pairs); each interval is a {level_percent(1 - level_alpha)} "
+            f"t interval, which covers the difference at the look where seeding stops with "
+            f"probability {level_percent(1 - alpha)}.")
+
+
+def friedman(values: Mapping[str, Mapping[Hashable, float]]) -> float:
+    """Friedman's test across all levels over the seeds every level has a finite value for (a
+    block each); NaN below 3 levels or 2 blocks, or when it is undefined (every block tied)."""
+    from scipy import stats
+
+    if len(values) < 3:
+        return math.nan
+    columns = list(values.values())
+    seeds = [s for s in columns[0] if all(
+        s in c and c[s] is not None and math.isfinite(c[s]) for c in columns)]
+    if len(seeds) < 2:
+        return math.nan
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        p = float(stats.friedmanchisquare(*[[c[s] for s in seeds] for c in columns]).pvalue)
+    return p
+
+
+def describe(r: PairResult, *, metric: str, direction: str,
+             fmt: Callable[[float], str] = lambda v: f"{v:.3g}", unit: str | None = None,
+             named: Callable[[str], str] = str) -> str:
+    """One pair's verdict as a sentence that states its interval's level and method, e.g.
+    ``sgd better than adam by 1.2 points of val_acc [0.4, 2.0] (98.5% t interval, look 3 of
+    6) over 5 paired seeds (Holm p = 0.004)``.
+
+    Args:
+        fmt: writes an amount of the metric (a difference, an interval end).
+        unit: the amounts' unit (default: the metric's name).
+        named: a level's label as the sentence shows it (e.g. with its tuned settings).
+    """
+    unit = metric if unit is None else unit
+    holm_p = f"; Holm p = {r.p_holm:.2g}" if not math.isnan(r.p_holm) else ""
+    over = f"over {r.pairs} paired seed{'s' if r.pairs != 1 else ''}{holm_p}"
+    notes = "".join(
+        f"; {level} gave no finite {metric} on {k} of {r.pairs} seeds (its worst outcome: "
+        f"left out of the difference, and it cannot be named better)"
+        for level, k in ((r.a, r.nonfinite_a), (r.b, r.nonfinite_b)) if k)
+
+    def ends(low: float, high: float) -> str:
+        if math.isnan(low):
+            return f"(no interval: {r.ci_method.split(': ', 1)[-1]})"
+        return f"[{fmt(low)}, {fmt(high)}] ({r.level_text()})"
+
+    if r.verdict == BETTER:
+        ahead, low, high = r.lead(direction)
+        return (f"{named(r.winner)} better than {named(r.loser)} by {fmt(ahead)} {unit} "
+                f"{ends(low, high)} {over}{notes}")
+    gap = f"{r.b} minus {r.a} = {fmt(r.diff)} {unit} {ends(r.ci_low, r.ci_high)}" \
+        if not math.isnan(r.diff) else f"no pair of {r.a} and {r.b} with finite values"
+    if r.verdict == EQUIVALENT:
+        return (f"{named(r.a)} and {named(r.b)} equivalent within +-{fmt(r.precision)} {unit}: "
+                f"{gap}, inside +-{fmt(r.precision)}, {over}{notes}")
+    return (f"{named(r.a)} against {named(r.b)} undecided after {r.pairs} paired seed"
+            f"{'s' if r.pairs != 1 else ''}: {gap}{_why_undecided(r, fmt)}{holm_p}{notes}")
+
+
+def _why_undecided(r: PairResult, fmt: Callable[[float], str]) -> str:
+    """Why an undecided pair is not better or equivalent (the evidence, not its absence)."""
+    if math.isnan(r.ci_low):
+        return ""
+    if r.ci_low > 0 or r.ci_high < 0:
+        if r.winner is None and (r.nonfinite_a or r.nonfinite_b):
+            return ", which excludes 0, but the level ahead had more seeds without a value"
+        return ", which excludes 0, but not after Holm's correction over the pairs"
+    if r.precision is not None:
+        return f", which includes 0 and reaches beyond +-{fmt(r.precision)}"
+    return ", which includes 0 (no evidence of a difference either way; set compare.precision " \
+           "to test for equivalence)"
+
+
+def t_half_width(sd: float, n: int, level: float) -> float:
+    """Half the width of Student's t interval of a mean of ``n`` values of sample standard
+    deviation ``sd``, at two-sided ``level``."""
+    from scipy import stats
+
+    return float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+
+
+def mean_interval(values: Sequence[float],
+                  bounds: tuple[float | None, float | None] | None = None,
+                  level: float = 0.95) -> tuple[float, float, float, str]:
+    """(mean, low, high, method) of ``values``: Student's t interval of the mean at ``level``,
+    clipped to ``bounds`` (the metric's range) where it leaves it; NaN ends below 2 values or
+    without spread."""
+
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    mean = float(x.mean()) if len(x) else math.nan
+    if len(x) < 2 or not float(x.std(ddof=1)) > 0:
+        return mean, math.nan, math.nan, CI_METHOD
+    half = t_half_width(float(x.std(ddof=1)), len(x), level)
+    low, high = mean - half, mean + half
+    lo, hi = bounds if bounds is not None else (None, None)
+    clipped = (lo is not None and low < lo) or (hi is not None and high > hi)
+    if clipped:
+        low, high = max(low, lo) if lo is not None else low, min(high, hi) if hi is not None \
+            else high
+    return mean, low, high, f"{CI_METHOD}, clipped to the metric's range" if clipped else CI_METHOD

@@ -1,0 +1,386 @@
+"""What each ``sweep`` command does (:data:`HANDLERS`, by name): it calls the API or the module
+behind it and prints the result; its flags are :mod:`orchestrator.commands.parser`'s."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from ..answer.objectives import values_text
+from ..config.space import grid_size
+from ..config.spec import data_downloads, data_problems, load_spec, tag_overrides
+from ..core import paths
+from ..core.errors import ExitCode, SweepError
+from ..report.display import params_text, sweep_command
+from ..running.server import (
+    artifacts_destination,
+    check_address,
+    serve,
+    server_command,
+    storage_proxy,
+    ui_command,
+)
+from ..stores import reach
+from . import api
+from .parser import completion_script
+
+
+def _positive(flag: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise SweepError(f"{flag} must be >= 1, got {value}")
+
+
+def cmd_validate(args, console: Console) -> ExitCode:
+    spec = load_spec(args.spec, args.overrides, args.max_grid)
+    for w in [*spec.warnings, *data_problems(spec)]:
+        console.print(f"warning: {w}", soft_wrap=True)
+    kind = (f"grid of {grid_size(spec.space)} configurations x {spec.repeats} repeats"
+            if spec.is_grid else f"{spec.sampler.name} sampler")
+    console.print(f"{args.spec}: ok: sweep {spec.name!r}, {spec.trials} trials, {kind}",
+                  soft_wrap=True)
+    return ExitCode.OK
+
+
+def cmd_run(args, console: Console) -> ExitCode:
+    _positive("--trials", args.trials)
+    _positive("--workers", args.workers)
+    workers, gpus = _slurm_slots(args) if args.slurm else (args.workers, args.gpus)
+    try:
+        result = api.run(args.spec, trials=args.trials, workers=workers, gpus=gpus,
+                         new=args.new, force=args.force,
+                         set=args.overrides + tag_overrides(args.spec, args.tags),
+                         tracking_uri=args.tracking_uri, storage=args.storage,
+                         max_grid=args.max_grid, console=console)
+    except api.SweepInterrupted as e:  # stopped by Ctrl-C: what it got so far
+        result = e.result
+    print_summary(console, result.spec, result.outcome)
+    return result.outcome.exit_code
+
+
+def _slurm_slots(args) -> tuple[int, list]:
+    """``sweep run --slurm``: the worker slots of this Slurm task's allocation."""
+    from ..running.submit import task_slots
+
+    if args.workers or args.gpus is not None:
+        raise SweepError("--slurm takes the workers and GPUs from the Slurm allocation; drop "
+                         "--workers and --gpus (or --slurm)")
+    spec = load_spec(args.spec, args.overrides, args.max_grid)
+    slots = task_slots(os.environ, spec.workers_per_gpu, spec.train.get("devices_per_trial", 1))
+    return slots.workers, slots.gpus
+
+
+def print_summary(console: Console, spec, outcome) -> None:
+    """How the sweep ended, its best configurations (with repeats: mean +- std over seeds) or
+    trials, every shown trial's full MLflow run id on a line of its own (a table would cut it
+    on a narrow or piped console), then the commands that look at it."""
+    c = outcome.counts
+    name = outcome.study_name or spec.name  # NAME-2... after --new: the study that ran
+    state = "interrupted" if outcome.exit_code.stopped else "finished"
+    console.print(f"sweep {name!r} {state} in {outcome.elapsed:.1f} s: {c['complete']} "
+                  f"complete, {c['pruned']} pruned, {c['fail']} failed", soft_wrap=True)
+    objective = "; ".join(f"{o.label}, {o.goal}" for o in spec.objectives)
+    if outcome.configurations:
+        table = Table(title=f"best configurations ({objective}; mean ± std over seeds)")
+        for col in ("configuration", "mean", "± std", "n", "trials"):
+            table.add_column(col, overflow="fold")
+        for conf in outcome.configurations[:SUMMARY_ROWS]:
+            table.add_row(conf["name"], f"{conf['mean']:.4f}", f"{conf['std']:.4f}",
+                          str(conf["n"]), " ".join(map(str, conf["trials"])))
+        console.print(table)
+        ids = [(n, run) for conf in outcome.configurations[:SUMMARY_ROWS]
+               for n, run in zip(conf["trials"], conf["run_ids"])]
+    elif outcome.best:
+        several = spec.is_multi_objective
+        table = Table(title=f"Pareto front: {len(outcome.best)} trials ({objective})" if several
+                      else f"best trials ({objective})")
+        for col in ("trial", "values" if several else "value", "settings"):
+            table.add_column(col, overflow="fold")
+        for b in outcome.best:
+            table.add_row(str(b["number"]), values_text(b.get("values") or [b["value"]]),
+                          params_text(b["settings"]))
+        console.print(table)
+        ids = [(b["number"], b["run_id"]) for b in outcome.best]
+    else:
+        ids = []
+    if any(run for _, run in ids):
+        console.print("their MLflow runs:", soft_wrap=True)
+        for number, run in ids:
+            console.print(f"  trial {number}: {run or '(none)'}", soft_wrap=True,
+                          highlight=False)
+    headline = _report_headline(name, outcome) if outcome.configurations else None
+    if headline:  # repeats or a comparison: the report's answer
+        console.print(f"sweep report: {headline}", soft_wrap=True, markup=False,
+                      highlight=False)
+    console.print(_browse_lines(name, outcome), soft_wrap=True, highlight=False)
+
+
+def _report_headline(name: str, outcome) -> str | None:
+    """The headline ``sweep report`` gives the sweep (a comparison's verdict, else its best
+    trial), read back quickly: the study and one search of its runs, no per-epoch curves.
+    None when a store file is missing (reading would create it)."""
+    from ..report import headline, load_sweep
+
+    files = [paths.sqlite_file(outcome.tracking_uri), paths.sqlite_file(outcome.storage),
+             paths.journal_file(outcome.storage)]
+    if any(f is not None and not f.exists() for f in files):
+        return None
+    try:
+        return headline(load_sweep(name, outcome.tracking_uri, outcome.storage, curves=False))
+    except SweepError as e:  # the sweep itself is done and stored: say why, go on
+        return f"(not read: {e})"
+
+
+SUMMARY_ROWS = 5  # configurations or trials in the table at the end of `sweep run`
+
+
+def _browse_lines(name: str, outcome) -> str:
+    """What to do next with a finished sweep: its report, its trials here, and MLflow's runs
+    table of its experiment in the sweep's view (a bare experiment link may land on MLflow's
+    GenAI views)."""
+    from ..core.paths import mask
+    from ..running.server import sweep_view
+    from ..stores.storages import default_storage
+
+    uri, runs = outcome.tracking_uri, sweep_view(outcome.experiment_id)
+    uri_flag = "" if uri == paths.default_tracking_uri() else f" --tracking-uri {mask(uri)}"
+    storage_flag = "" if outcome.storage == default_storage(uri) else \
+        f" --storage {mask(outcome.storage)}"
+    sweep = sweep_command()
+    lines = [f"the report: {sweep} report {name}{uri_flag}{storage_flag}",
+             f"the trials: {sweep} status {name}{uri_flag}{storage_flag}"]
+    if uri.startswith(("http://", "https://")):  # a tracking server serves the UI itself
+        lines.append(f"browse it: {mask(uri).rstrip('/')}{runs}")
+    else:
+        lines.append(f"browse it: {sweep} ui {name}{uri_flag}   (then "
+                     f"http://127.0.0.1:5000{runs}, the runs table of the trials)")
+    return "\n".join(lines)
+
+
+def cmd_status(args, console: Console) -> ExitCode:
+    from ..report.status import show, storage_url
+
+    url = storage_url(args.tracking_uri, args.storage)
+    reach.check_store(url, "--storage", create=False, missing_ok=True)  # none yet: no sweeps
+    return show(console, args.name, url)
+
+
+def cmd_schema(args, console: Console) -> ExitCode:
+    import json
+
+    from ..config.schema import json_schema
+
+    if args.out:  # before any work
+        reach.check_out(args.out, folder=False)
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if not args.out:
+        sys.stdout.write(text)
+        return ExitCode.OK
+    out = reach.check_out(args.out, folder=False)
+    out.write_text(text)
+    console.print(f"wrote {out} (editors: see README, The sweep YAML)", soft_wrap=True)
+    return ExitCode.OK
+
+
+def cmd_submit(args, console: Console) -> ExitCode:
+    from ..running.submit import Job, secret_command, secret_name, submit
+
+    spec = load_spec(args.spec, args.overrides, args.max_grid)
+    kind = "slurm" if args.slurm else "k8s"
+    job = Job(args.jobs, args.gpus_per_job, args.cpus_per_job, args.partition, args.time,
+              args.image, args.secret, args.volume_claim)
+    tracking = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    folder = paths.work_dir(tracking or paths.default_tracking_uri(), spec.name) / "submit"
+    done = submit(spec, kind, job, args.storage, tracking, args.overrides, folder,
+                  args.dry_run, args.max_grid)
+    say = lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False)  # noqa: E731
+    if args.dry_run:
+        sys.stdout.write(done.text)
+        say(f"(dry run: wrote {done.file}; nothing created or submitted)")
+        return ExitCode.OK
+    follow = f"{sweep_command()} status {spec.name} --storage {paths.mask(args.storage)}"
+    say(f"study {done.study!r} and its parent run {done.parent_run_id} are ready")
+    if kind == "slurm":
+        say(f"submitted job {done.job_id}: {args.jobs} array tasks ({done.file})")
+        say(f"follow it: {follow}   (and squeue -j {done.job_id}; task logs "
+            f"{done.file.parent}/slurm-{done.job_id}_*.log)")
+    else:
+        say(f"wrote {done.file} ({args.jobs} pods; not applied)")
+        say(f"once: {secret_command(secret_name(spec.name, job), args.storage, tracking)}")
+        say(f"then: kubectl apply -f {done.file}; follow it: {follow}")
+    return ExitCode.OK
+
+
+def cmd_completion(args, console: Console) -> ExitCode:
+    sys.stdout.write(completion_script(args.shell))
+    return ExitCode.OK
+
+
+def cmd_doctor(args, console: Console) -> ExitCode:
+    from ..config.spec import PreflightSpec
+    from ..running import preflight as pf
+    from ..running.phases import check_in_worker
+
+    if args.out:
+        reach.check_out(args.out, folder=True)
+    spec = load_spec(args.spec, args.overrides, args.max_grid)
+    missing = data_problems(spec)
+    if missing:
+        raise SweepError(*missing)
+    options = spec.preflight or PreflightSpec()
+    if args.lr_range_test:
+        options = options.model_copy(update={"lr_range_test": True})
+    spec = spec.model_copy(update={"preflight": options})
+    out = Path(args.out) if args.out else \
+        paths.work_dir(paths.default_tracking_uri(), spec.name) / "preflight"
+    shutil.rmtree(out, ignore_errors=True)
+    logs = paths.work_dir(paths.default_tracking_uri(), spec.name) / "logs"
+    # the checks run in a worker (a model or dataset that hangs is a FAIL at its deadline), so a
+    # download's progress bar goes to the worker's log
+    api.say_downloads(console, data_downloads(spec),
+                      f"its progress bar is in {logs}/worker-*.log")
+    with console.status(f"preflight of {spec.name!r}: data, devices, model, loss, one batch..."):
+        results = check_in_worker(spec, out, logs)
+    pf.show(console, results)
+    pf.write(out, results)
+    console.print(f"evidence: {out}/preflight.md (and .json, sample images)", soft_wrap=True)
+    for line in pf.failures(results, "ERROR"):  # the checker's fault: said, never a FAIL
+        console.print(f"[magenta]{line}[/]", soft_wrap=True, markup=True, highlight=False)
+    if pf.status_of(results) == "FAIL":
+        raise SweepError(*pf.failures(results))
+    return ExitCode.OK
+
+
+def cmd_reproduce(args, console: Console) -> ExitCode:
+    verdict = api.reproduce(args.run_id, tracking_uri=args.tracking_uri,
+                            progress=lambda e, n: console.print(f"  epoch {e}/{n}",
+                                                                soft_wrap=True))
+    table = Table(title=f"reproduction {verdict.reproduction_id} of {args.run_id}")
+    for col in ("metric", "epoch", "original", "reproduced", "difference"):
+        table.add_column(col)
+    for metric, epoch, old, new, diff in verdict.rows:
+        if not verdict.identical and diff == 0:
+            continue  # show what differs
+        table.add_row(metric, str(epoch), f"{old:.9g}", f"{new:.9g}", f"{diff:.3g}")
+    console.print(table)
+    rule = "bit for bit" if verdict.tolerance == 0 else f"within rel. {verdict.tolerance:g}"
+    if verdict.identical:
+        console.print(f"reproduced: every curve matches {rule}", soft_wrap=True)
+        return ExitCode.OK
+    console.print(f"NOT reproduced ({rule} expected)", soft_wrap=True)
+    for reason in verdict.reasons or ["nothing recorded differs: the training is not "
+                                      "deterministic here (GPU kernels, data order)"]:
+        console.print(f"  differs: {reason}", soft_wrap=True)
+    return ExitCode.NEGATIVE
+
+
+def cmd_report(args, console: Console) -> ExitCode:
+    if args.others:
+        return _report_many(args, console)
+    report = api.report(args.spec, out=args.out, by=args.by, tracking_uri=args.tracking_uri,
+                        storage=args.storage, console=console)
+    out = report.out_dir
+    lines = report.comparison.sentences if report.comparison is not None else [report.headline]
+    for line in lines:
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+    for line in report.missing:
+        console.print(f"incomplete: {line}", soft_wrap=True)
+    if report.comparison is not None and report.comparison.results:
+        console.print(report.comparison.table().drop(columns="factor").to_string(
+            index=False, float_format=lambda v: f"{v:.4g}"), soft_wrap=True)
+    else:
+        t95 = {"ci_low": "95% t low", "ci_high": "95% t high"}
+        if len(report.factors):
+            console.print("observational (a search: other settings differ too):",
+                          soft_wrap=True)
+            console.print(report.factors.rename(columns=t95).to_string(
+                index=False, float_format=lambda v: f"{v:.4g}"), soft_wrap=True)
+        if len(report.paired):
+            console.print(report.paired[["factor", "a", "b", "pairs", "mean_diff_b_minus_a",
+                                         "ci_low", "ci_high", "verdict"]].rename(
+                columns=t95).to_string(index=False, float_format=lambda v: f"{v:.4g}"),
+                soft_wrap=True)
+    console.print(f"report: {out / 'report.html'} (also on the parent run under report/)",
+                  soft_wrap=True)
+    return ExitCode.OK
+
+
+def _report_many(args, console: Console) -> ExitCode:
+    """``sweep report A B [...]``: the sweeps side by side (see orchestrator.report.many)."""
+    from ..report import build_many_report, load_sweep
+
+    if args.by:
+        raise SweepError("--by colours one sweep's curves; with several sweeps, leave it out")
+    if args.out:
+        reach.check_out(args.out, folder=True)
+    api.check_stores(args.tracking_uri, args.storage, create=False)
+    uri = args.tracking_uri or paths.default_tracking_uri()
+    with console.status("reading the studies and their runs..."):
+        datas = [load_sweep(s, uri, args.storage, curves=False)  # matched by value alone
+                 for s in (args.spec, *args.others)]
+    out = Path(args.out or "report-" + "-vs-".join(d.study_name for d in datas))
+    with console.status("building the report..."):
+        report = build_many_report(datas, out)
+    for line in report.many.sentences():
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+    console.print(report.many.results.to_string(index=False, float_format=lambda v: f"{v:.4g}"),
+                  soft_wrap=True, markup=False, highlight=False)
+    if len(report.many.unmatched):
+        console.print(f"{len(report.many.unmatched)} trial(s) without a match: see "
+                      f"{out / 'unmatched.csv'}", soft_wrap=True)
+    console.print(f"report: {out / 'report.html'}", soft_wrap=True)
+    return ExitCode.OK
+
+
+def cmd_export(args, console: Console) -> ExitCode:
+    from ..running.phases import export_line
+
+    exported = api.export(args.run_id, formats=args.formats, out=args.out,
+                          tracking_uri=args.tracking_uri, console=console)
+    console.print(export_line({"report": exported.report}), soft_wrap=True)
+    console.print(f"files in {exported.out}/ and in the run's artifacts under export/",
+                  soft_wrap=True)
+    return ExitCode.NEGATIVE if exported.failed else ExitCode.OK
+
+
+def cmd_ui(args, console: Console) -> ExitCode:
+    from ..running.server import sweep_table
+
+    check_address(console, args.host, args.port)
+    uri = args.tracking_uri or paths.default_tracking_uri()
+    reach.check_store(uri, "--tracking-uri", create=False)  # the UI would make an empty one
+    # the sweep is looked up by the server once it answers: this process then imports no
+    # MLflow (4 s of CPU before the server could start)
+    path = (lambda base: sweep_table(base, args.name, uri)) if args.name else ""
+    return serve(console, ui_command(uri, args.host, args.port),
+                 paths.work_dir(uri) / "mlflow-ui.log", "MLflow UI",
+                 f"http://{args.host}:{args.port}", path)
+
+
+def cmd_server(args, console: Console) -> ExitCode:
+    check_address(console, args.host, args.port)
+    backend = args.backend_store_uri or paths.default_tracking_uri()
+    artifacts = artifacts_destination(args.artifacts_destination)
+    sidecar = storage_proxy(args, console)
+    cmd = server_command(backend, artifacts, args.host, args.port, args.workers,
+                         args.allowed_hosts)
+    from ..core.paths import mask
+
+    console.print(f"backend store {mask(backend)}, artifacts in {artifacts}", soft_wrap=True)
+    return serve(console, cmd, Path.cwd() / ".sweep" / "mlflow-server.log",
+                 "MLflow tracking server", f"http://{args.host}:{args.port}", "",
+                 hint="   (sweep run ... --tracking-uri this URL on every machine)",
+                 sidecar=sidecar)
+
+
+# what each command of orchestrator.commands.parser.COMMANDS does, by its name there
+HANDLERS: dict[str, Callable[..., ExitCode]] = {
+    "run": cmd_run, "status": cmd_status, "doctor": cmd_doctor, "validate": cmd_validate,
+    "schema": cmd_schema, "export": cmd_export, "report": cmd_report,
+    "reproduce": cmd_reproduce, "ui": cmd_ui, "server": cmd_server, "submit": cmd_submit,
+    "completion": cmd_completion,
+}

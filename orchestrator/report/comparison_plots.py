@@ -1,0 +1,182 @@
+"""A comparison's figures: learning-rate sensitivity, tuning progress and confirmation curves per
+level, the forest plot of every pairwise difference, time to target and the lr scaling exponent."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..answer.objectives import running_best
+from .comparison import LINEAR, SQUARE_ROOT, Comparison, phase, tolerance_words
+from .load import SweepData
+from .plots import Figure, png_bytes
+
+
+def _colors(levels: list[str]) -> dict:
+    import matplotlib.pyplot as plt
+
+    return {level: plt.cm.tab10(i % 10) for i, level in enumerate(levels)}
+
+
+def comparison_plots(c: Comparison, data: SweepData) -> dict[str, Figure]:
+    """The comparison's figures by file name (each only when it has data)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    out = {}
+    tune = phase(data.trials, "tune")
+    if c.sensitivity:
+        out["lr_sensitivity.png"] = Figure(_sensitivity(c, tune), (
+            f"{c.metric} against the learning rate over every tuning trial of each level (log "
+            f"axis); the star is the tuned best, the shaded span the learning rates that stay "
+            f"within {tolerance_words(c.metric)} of it."))
+    if len(tune):
+        out["tuning_progress.png"] = Figure(_progress(c, tune), (
+            "Best objective so far against the tuning trials of each level: a line still "
+            "climbing at its end means the tuning budget was short."))
+    curves = data.curves[data.curves["metric"] == c.metric]
+    confirm = phase(data.trials, "confirm")
+    if len(confirm) and len(curves):
+        out["confirmation_curves.png"] = Figure(_confirmation(c, confirm, curves), (
+            f"{c.metric} per epoch of each level's tuned settings on the confirmation seeds: "
+            f"the mean, and a band from the lowest to the highest seed."))
+    if c.results:
+        out["differences.png"] = Figure(_forest(c), (
+            f"Every pairwise difference (b minus a, in the metric's units) with its interval "
+            f"({c.results[0].level_text()}); green: one level is better (Holm-corrected), "
+            f"blue: equivalent within +-precision, grey: undecided."))
+    if c.target is not None and len(c.reach):
+        out["time_to_target.png"] = Figure(_reach(c), (
+            f"Epochs each confirmation seed needed to reach {c.metric} {c.target:g}; a seed "
+            f"that never reached it is drawn at the right edge, hollow."))
+    if c.scaling is not None:
+        out["lr_scaling.png"] = Figure(_scaling(c, tune), (
+            "The tuning trials near each batch size's best learning rate (log-log), the "
+            "fitted line, and the slopes of linear (1) and square-root (0.5) scaling."))
+    return out
+
+
+def _sensitivity(c: Comparison, tune) -> bytes:
+    import matplotlib.pyplot as plt
+
+    levels = list(c.sensitivity)
+    fig, axes = plt.subplots(1, len(levels), figsize=(4 * len(levels), 3.5), sharey=True,
+                             squeeze=False)
+    colors = _colors(c.levels)
+    for ax, level in zip(axes[0], levels):
+        s = c.sensitivity[level]
+        mine = tune[tune["level"].map(str) == level]
+        ax.axvspan(s.low, s.high, color=colors[level], alpha=0.15, lw=0,
+                   label=f"within {tolerance_words(c.metric)}: {s.ratio:.2g}x")
+        ax.scatter(mine["params.lr"], mine["value"], color=colors[level], s=18)
+        ax.scatter([s.best_lr], [s.best_value], marker="*", s=160, color="k", zorder=3,
+                   label=f"tuned best: lr {s.best_lr:.3g}")
+        ax.set_xscale("log")
+        ax.set_xlabel("learning rate")
+        ax.set_title(level)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel(c.metric)
+    return png_bytes(fig)
+
+
+def _progress(c: Comparison, tune) -> bytes:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    colors = _colors(c.levels)
+    for level, group in tune.sort_values("trial").groupby(tune["level"].map(str)):
+        values = group["value"].to_numpy(float)
+        best = running_best(values, c.direction)
+        index = np.arange(1, len(values) + 1)
+        ax.scatter(index, values, color=colors.get(level), s=12, alpha=0.5)
+        ax.step(index, best, where="post", color=colors.get(level), label=level)
+    ax.set_xlabel("tuning trial of the level")
+    ax.set_ylabel(f"best {c.metric} so far")
+    ax.legend(fontsize=8)
+    return png_bytes(fig)
+
+
+def _confirmation(c: Comparison, confirm, curves) -> bytes:
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    colors = _colors(c.levels)
+    for level, group in confirm.groupby(confirm["level"].map(str)):
+        wide = curves[curves["trial"].isin(group["trial"])].pivot_table(
+            index="epoch", columns="trial", values="value")
+        if wide.empty:
+            continue
+        ax.plot(wide.index, wide.mean(axis=1), color=colors.get(level), lw=1.8,
+                label=f"{level} ({wide.shape[1]} seeds)")
+        ax.fill_between(wide.index, wide.min(axis=1), wide.max(axis=1), color=colors.get(level),
+                        alpha=0.2, lw=0)
+    if c.target is not None:
+        ax.axhline(c.target, color="grey", ls="--", lw=1)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(c.metric)
+    ax.legend(fontsize=8)
+    return png_bytes(fig)
+
+
+def _forest(c: Comparison) -> bytes:
+    import matplotlib.pyplot as plt
+
+    rows = c.results[::-1]
+    fig, ax = plt.subplots(figsize=(7, 0.8 + 0.45 * len(rows)))
+    for y, r in enumerate(rows):
+        color = {"better": "tab:green", "equivalent": "tab:blue"}.get(r.verdict, "tab:grey")
+        if math.isnan(r.ci_low):  # no interval (no spread, too few pairs): the point alone
+            ax.plot([r.diff], [y], "o", color=color)
+            continue
+        ax.errorbar([r.diff], [y], xerr=[[r.diff - r.ci_low], [r.ci_high - r.diff]], fmt="o",
+                    color=color, capsize=4)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_yticks(range(len(rows)), [f"{r.b} - {r.a}" for r in rows])
+    ax.set_xlabel(f"difference in {c.metric} (b - a)")
+    return png_bytes(fig)
+
+
+def _reach(c: Comparison) -> bytes:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.8 + 0.5 * len(c.levels)))
+    colors = _colors(c.levels)
+    edge = float(np.nanmax(c.reach["epochs"])) + 1 if c.reach["epochs"].notna().any() else 1.0
+    for y, level in enumerate(c.levels):
+        mine = c.reach[c.reach["level"] == level]
+        hit, miss = mine[mine["epochs"].notna()], mine[mine["epochs"].isna()]
+        ax.scatter(hit["epochs"], [y] * len(hit), color=colors[level], s=40)
+        ax.scatter([edge] * len(miss), [y] * len(miss), facecolors="none",
+                   edgecolors=colors[level], s=40)
+        if len(hit):
+            ax.plot([hit["epochs"].mean()] * 2, [y - 0.3, y + 0.3], color=colors[level])
+    ax.set_yticks(range(len(c.levels)), c.levels)
+    ax.set_xlabel(f"epochs to reach {c.metric} {c.target:g}")
+    return png_bytes(fig)
+
+
+def _scaling(c: Comparison, tune) -> bytes:
+    import matplotlib.pyplot as plt
+
+    s = c.scaling
+    fig, ax = plt.subplots(figsize=(6, 4))
+    near = [(float(g["params.batch_size"].iloc[0]), lr) for level, g in
+            tune.groupby(tune["level"].map(str)) if level in c.sensitivity
+            for lr in g["params.lr"] if c.sensitivity[level].low <= lr <=
+            c.sensitivity[level].high]
+    x, y = np.array([p[0] for p in near]), np.array([p[1] for p in near])
+    ax.scatter(x, y, color="tab:blue", label="tuning trials near the optimum")
+    grid = np.geomspace(x.min(), x.max(), 20)
+    centre_x, centre_y = np.exp(np.log(x).mean()), np.exp(np.log(y).mean())
+    for k, style, name in ((s.exponent, "-", f"fit: {s.exponent:.2f}"),
+                           (LINEAR, ":", "linear (1)"), (SQUARE_ROOT, "--", "square root (0.5)")):
+        ax.plot(grid, centre_y * (grid / centre_x) ** k, style, color="k" if style == "-"
+                else "grey", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch_size")
+    ax.set_ylabel("learning rate")
+    ax.legend(fontsize=8)
+    return png_bytes(fig)

@@ -1,0 +1,471 @@
+"""The trial book: every trial kept in step in both stores, the Optuna study and MLflow.
+
+Starts, epochs, ends, failures and their retries, and what a dead process left behind (orphaned
+trials, stale heartbeats, runs no trial points at). Only the ``sweep run`` process keeps it.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import shutil
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from ..answer import compare, objectives
+from ..config import space as sp
+from ..config.spec import SweepSpec
+from ..core import keys, paths
+from ..report.display import config_name
+from ..stores.retries import will_retry
+from ..stores.study import PendingTrial, SweepStudy, abandon
+from .protocol import Done, Epoch, Failed, Ready
+from .runs import Active, Closing, Runs, check_store_present
+
+# Epochs reach MLflow at least this often (and at every trial's end): one call per flush, not per
+# epoch, keeps this process's share of the CPU small when epochs take a fraction of a second.
+FLUSH_SECONDS = 1.0
+ABORT_WAIT_S = 5.0  # how long an abort waits for MLflow still opening, to record the runs' end
+
+
+def open_stores(spec: SweepSpec, storage: str, tracking_uri: str, new: bool):
+    """The study (created if needed) and the opened MLflow store of a sweep.
+
+    Bad input fails before anything is written: an MLflow store that cannot be used, or the
+    sweep's deleted experiment, before the study is made (a new SQLite file holds neither, and
+    is created only once the study showed it recorded no runs in a file now gone).
+    """
+    from ..stores.tracking import tracker_for
+
+    paths.check_sqlite_folder(tracking_uri, "--tracking-uri")
+    db = paths.sqlite_file(tracking_uri)
+    tracker = None if db is not None and not db.exists() else tracker_for(tracking_uri, spec.name)
+    study = SweepStudy.open(spec, storage, new=new)
+    check_store_present(tracking_uri, study)
+    return study, tracker or tracker_for(tracking_uri, spec.name)
+
+
+class Heartbeat:
+    """A thread recording the heartbeat of every trial this process runs, every ``interval``
+    seconds (Optuna beats only inside ``study.optimize``, which a sweep does not use)."""
+
+    def __init__(self, study: SweepStudy, active: dict[int, Active], interval: float):
+        self.study, self.active, self.interval = study, active, interval
+        self._stop = threading.Event()
+        self._next_check = 0.0
+        threading.Thread(target=self._run, name="sweep-heartbeat", daemon=True).start()
+
+    def check_due(self) -> bool:
+        """Whether to look for the trials of machines that stopped beating now: at most once
+        an ``interval`` (see :func:`fail_stale_trials`)."""
+        if time.monotonic() < self._next_check:
+            return False
+        self._next_check = time.monotonic() + self.interval
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            for a in list(self.active.values()):
+                try:
+                    self.study.beat(a.pending)
+                except Exception:  # noqa: BLE001 - finished meanwhile, or the database blinked
+                    pass
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def run_tags(study: str, slot: int, pending: PendingTrial, worker: Ready) -> dict[str, str]:
+    """The tags of a trial's run: its study, repeat and seed, and where it runs."""
+    tags = {keys.STUDY: study,
+            keys.REPEAT: str(pending.repeat), keys.SEED: str(pending.seed),
+            keys.WORKER: str(slot),
+            keys.CUDA_VISIBLE_DEVICES: worker.cuda_visible_devices,
+            keys.TORCH_THREADS: str(worker.torch_threads),
+            keys.TORCH_VERSION: worker.torch_version,
+            keys.CUDA_VERSION: worker.cuda_version,
+            keys.CUDNN_VERSION: worker.cudnn_version,
+            keys.DEVICE_NAME: worker.device_name}
+    if pending.retry_of is not None:
+        tags[keys.RETRY_OF] = str(pending.retry_of)
+    if pending.phase is not None:  # a comparison's trial
+        tags[keys.PHASE], tags[keys.LEVEL] = pending.phase, str(pending.level)
+    return tags
+
+
+@dataclass(frozen=True)
+class Folders:
+    """Where the trials of a sweep keep files: ``.sweep/<study>`` beside the MLflow store."""
+
+    work: Path
+    keep_checkpoints: bool
+
+    @property
+    def outputs(self) -> Path:
+        """Scratch space of trials and phases, emptied as each is logged."""
+        return self.work / "trials"
+
+    def checkpoint(self, pending: PendingTrial) -> Path:
+        """A trial's epoch checkpoints: shared by the retries of one first attempt."""
+        return self.work / "checkpoints" / f"trial-{pending.root}"
+
+    def output(self, pending: PendingTrial) -> Path:
+        """Where a trial's worker leaves its final weights (and export) for its run."""
+        return self.outputs / f"trial-{pending.number}"
+
+    def drop_checkpoint(self, root: int) -> None:
+        """Delete the checkpoints of the trial first started as ``root`` (unless kept)."""
+        if not self.keep_checkpoints:
+            shutil.rmtree(self.work / "checkpoints" / f"trial-{root}", ignore_errors=True)
+
+
+class TrialBook:
+    """Both stores of one sweep kept in step, trial by trial: the study (Optuna) and the runs
+    (MLflow, see :class:`~orchestrator.running.runs.Runs`). Trials are kept by the worker slot that
+    runs them.
+
+    Every trial started here ends here in both stores: complete, pruned or failed, a failure
+    queued for retry when it crashed with ``retries`` left or was interrupted.
+
+    Args:
+        say: shows one line to the user (a trial ended, a sweep resumed...).
+    """
+
+    def __init__(self, spec: SweepSpec, study: SweepStudy, *, tracker, storage: str,
+                 spec_text: str, say: Callable[[str], None] | None = None):
+        self.spec, self.study = spec, study
+        self.storage, self.tracking_uri = storage, tracker.uri
+        self.say = say or (lambda line: None)
+        self.active: dict[int, Active] = {}  # by worker slot index
+        self.runs = Runs(tracker, spec, study, spec_text, storage, self.active)
+        self.folders = Folders(paths.work_dir(tracker.uri, study.name), spec.keep_checkpoints)
+        self.best_value: int | str | None = None  # the best trial, or the Pareto front, logged
+        self.heartbeat = Heartbeat(study, self.active, spec.heartbeat_seconds) \
+            if study.heartbeat else None
+
+    @classmethod
+    def open(cls, spec: SweepSpec, storage: str, tracking_uri: str, *, spec_text: str,
+             new: bool = False, say: Callable[[str], None] | None = None) -> TrialBook:
+        """Open (or create, with ``new`` a fresh) study, start opening MLflow, and recover the
+        trials a dead ``sweep run`` left RUNNING.
+
+        Raises:
+            SweepError: a store cannot be opened, or the study belongs to another sweep.
+            StoreBroke: the SQLite file of the study's runs is gone.
+        """
+        study, tracker = open_stores(spec, storage, tracking_uri, new)
+        book = cls(spec, study, tracker=tracker, storage=storage, spec_text=spec_text, say=say)
+        if new:
+            book.say(f"starting a fresh study {study.name!r} (--new)")
+        recover_orphans(book)
+        c = study.counts()
+        if c["finished"] or c["retried"]:
+            book.say(f"resuming sweep {study.name!r}: {c['finished']} of {spec.trials} trials "
+                     f"already finished, {c['waiting']} queued")
+        return book
+
+    # ---------------------------------------------------------------------------- MLflow
+
+    def attach_tracking(self, wait: bool = True) -> bool:
+        """See :meth:`Runs.attach <orchestrator.running.runs.Runs.attach>`."""
+        return self.runs.attach(wait)
+
+    @property
+    def tracker(self):
+        """The MLflow :class:`~orchestrator.stores.tracking.Tracker`; only once attached."""
+        return self.runs.tracker
+
+    @property
+    def parent_id(self) -> str:
+        return self.runs.opened.parent_id
+
+    # ---------------------------------------------------------------------------- trials
+
+    def start(self, slot: int, pending: PendingTrial, worker: Ready) -> Active | None:
+        """Book ``pending`` as running on worker ``slot`` (its run follows:
+        :meth:`Runs.open_run <orchestrator.running.runs.Runs.open_run>`);
+        None when its settings cannot be used (the trial is failed for good)."""
+        try:
+            return self._start(slot, pending, worker)
+        except BaseException as e:  # no trial stays RUNNING that no worker trains
+            if self.active.get(slot) is not None and self.active[slot].pending is pending:
+                self.active.pop(slot)
+            abandon(self.study, pending, e)
+            raise
+
+    def _start(self, slot: int, pending: PendingTrial, worker: Ready) -> Active | None:
+        from trainers import SettingsError, TrainSettings  # settings only: no torch import here
+
+        tags = {**self.spec.tags, **run_tags(self.study.name, slot, pending, worker)}
+        tags[keys.CONFIG] = config_name(sp.settings_for(self.spec.space, pending.trial.params))
+        try:
+            resolved = TrainSettings.from_dict(pending.settings)
+        except SettingsError as e:  # a combination the spec's checks could not rule out
+            self._fail(Active(pending, time.monotonic(), pending.settings, {}, tags),
+                       f"bad setting: {e}", "deterministic")
+            return None
+        device = worker.device if resolved.device == "auto" else resolved.device
+        active = Active(pending, time.monotonic(), resolved.to_dict(),
+                        {keys.LR_EFFECTIVE: resolved.lr_effective}, {**tags, keys.DEVICE: device})
+        self.active[slot] = active
+        if self.heartbeat is not None:  # beat at once: the thread's first beat comes later
+            self.study.beat(pending)
+        return active
+
+    def report_epoch(self, slot: int, epoch: Epoch) -> bool:
+        """Report an epoch's objective to the study; True when the pruner says stop, or when
+        ``patience`` epochs passed without improvement (the trial then completes)."""
+        active = self.active[slot]
+        # nan (the trial then fails) where a user's metrics did not return the objective
+        value = epoch.metrics.get(self.spec.objective.metric, math.nan)
+        active.curve.append(value)
+        active.history.append(dict(epoch.metrics))
+        if not math.isfinite(value):
+            return False
+        # an epoch restored from a checkpoint already passed the pruner: report it only
+        if self.study.report(active.pending, epoch.epoch, value, ask_pruner=not epoch.resumed):
+            return True
+        active.stopped_early = patience_stop(self.spec, active.curve)
+        return active.stopped_early is not None
+
+    def log_epoch(self, slot: int, epoch: Epoch) -> None:
+        """Queue an epoch for the trial's run, logged every :data:`FLUSH_SECONDS` at most."""
+        active = self.active[slot]
+        active.take(epoch)
+        if time.monotonic() - active.flushed >= FLUSH_SECONDS:
+            self.runs.flush(active)
+
+    def finish(self, slot: int, end: Done | Failed) -> None:
+        """End the trial on ``slot`` in both stores as its worker reported: complete, pruned
+        (a complete trial with a non-finite objective fails) or failed."""
+        active = self.active[slot]  # until it ended: if a store fails first, abort() retries it
+        active.take(end)
+        if isinstance(end, Done) and end.state == "pruned" and active.stopped_early:
+            end = replace(end, state="complete")  # stopped by patience: done, not pruned
+        self.runs.complete(active, end)
+        shutil.rmtree(self.folders.output(active.pending), ignore_errors=True)
+        if isinstance(end, Failed):
+            self._fail(active, end.reason, "crash" if end.retryable else "deterministic")
+        elif end.state == "complete" and not all(
+                math.isfinite(v) for v in self.study.values(active.history)):
+            self._fail(active, objective_problem(self.spec, active), "deterministic")
+        else:
+            self._end(active, end)
+            self.folders.drop_checkpoint(active.pending.root)
+        self.active.pop(slot, None)
+
+    def _end(self, active: Active, done: Done) -> None:
+        metrics, tags = end_records(self.spec, active, done)
+        if done.state == "complete":  # Optuna last: see _fail
+            self.tracker.end_trial(active.run_id, "complete", metrics, tags)
+            values = self.study.complete(active.pending, active.history)
+            record_best(self)
+            self.say(complete_line(active, values, tags))
+        else:
+            self.tracker.end_trial(active.run_id, "pruned", metrics, tags)
+            self.study.prune(active.pending, active.history)
+            self.say(f"trial {active.pending.number} pruned at epoch {len(active.curve)}")
+
+    def fail(self, slot: int, reason: str, kind: str) -> None:
+        """Fail the trial on worker ``slot``, if any (``kind``: crash, interrupt or
+        deterministic); see :meth:`will_retry`."""
+        active = self.active.get(slot)
+        if active is not None:
+            self._fail(active, reason, kind)
+            self.active.pop(slot, None)
+
+    def _fail(self, active: Active, reason: str, kind: str) -> None:
+        """Fail a trial in both stores; queue its retry when :meth:`will_retry`, else drop its
+        checkpoint. Optuna is told last, once MLflow holds the run's end: when MLflow fails
+        first, the trial is still RUNNING for :meth:`abort` to queue as a store failure."""
+        pending = active.pending
+        self.runs.complete(active)
+        retry = self.will_retry(kind, pending.root)
+        self.runs.end_failed(active, reason, kind, retry)
+        self.study.fail(pending, reason, kind, retry)
+        if not retry:
+            self.folders.drop_checkpoint(pending.root)
+        then = ", will be retried" if retry else ""
+        self.say(f"trial {pending.number} failed{then}: {reason.splitlines()[0]}")
+
+    def will_retry(self, kind: str, root: int, recorded: bool = False) -> bool:
+        """:func:`~orchestrator.stores.retries.will_retry` for the trial first started as number
+        ``root`` (``recorded``: this crash is already counted)."""
+        return will_retry(kind, self.spec.retries, lambda: self.study.crashes(root) - recorded)
+
+    def abort(self, reason: str, kind: str = "crash") -> None:
+        """Fail every running trial (an interrupt is queued for retry: the next run resumes it
+        from its checkpoint) and end the parent run KILLED (interrupt) or FAILED, unless other
+        machines' trials still run (their last machine ends it). A store raising for one trial
+        stops none of the others. When the MLflow store broke, the trials are queued for retry in
+        Optuna alone (kind ``store``): the store failing is never the trials' fault."""
+        attached = self.runs.attach_within(ABORT_WAIT_S)
+        for slot in list(self.active):
+            active = self.active.pop(slot)
+            try:
+                if attached and self.runs.broken is None:
+                    self._fail(active, reason, kind)
+                    continue
+            except Exception:  # noqa: BLE001 - before Optuna was told (see _fail): told below
+                self.runs.fail_unlogged(active, reason)
+            broken = self.runs.broken
+            with contextlib.suppress(Exception):  # the Optuna store too: on to the next trial
+                self.study.fail(active.pending, f"the MLflow store failed: {broken}" if broken
+                                else reason, "store" if broken else kind,
+                                broken is not None or self.will_retry(kind, active.pending.root))
+        if attached and self.runs.broken is None and not others_running(self.study):
+            with contextlib.suppress(Exception):
+                self.runs.end_parent("KILLED" if kind == "interrupt" else "FAILED")
+
+
+def patience_stop(spec: SweepSpec, curve: list[float]) -> str | None:
+    """Why ``patience`` stops a trial whose (first) objective's metric went ``curve``; None
+    while it goes on (or without patience, or at its last epoch anyway)."""
+    if spec.patience is None or len(curve) >= spec.epochs:
+        return None
+    maximize = spec.objective.direction == "maximize"
+    if not objectives.patience_spent(curve, spec.patience, maximize):
+        return None
+    best = objectives.best_of(curve, spec.objective.direction)
+    return (f"patience: {spec.objective.metric} did not improve on {best:.4g} (epoch "
+            f"{curve.index(best) + 1}) for {spec.patience} epochs")
+
+
+def objective_problem(spec: SweepSpec, active: Active) -> str:
+    """Why a trial that trained to its end has no usable objective value: a metric its epochs
+    did not log (a user metric's name, peak_memory_mb off CUDA), or one not finite."""
+    logged = active.history[-1] if active.history else {}
+    for o in spec.objectives:
+        if o.metric not in logged:
+            return (f"objective {o.metric}: the trainer logged no such metric (it logged "
+                    f"{', '.join(sorted(logged))})")
+    for o, value in zip(spec.objectives, objectives_values(spec, active)):
+        if not math.isfinite(value):
+            bad = [f"{i}" for i, m in enumerate(active.history, start=1)
+                   if not math.isfinite(m.get(o.metric, math.nan))]
+            return (f"objective {o.metric} ({objectives.reduce_text(o)}) is not finite: "
+                    f"{value}; epochs {', '.join(bad) or 'none'} logged a value that is not "
+                    f"finite")
+    return f"objective {spec.objective.metric} is not finite"
+
+
+def objectives_values(spec: SweepSpec, active: Active) -> list[float]:
+    """Each objective's value from the trial's epochs (as the study records it)."""
+    return [objectives.reduce_curve(o, [m.get(o.metric, math.nan) for m in active.history],
+                                    spec.epochs) for o in spec.objectives]
+
+
+def end_records(spec: SweepSpec, active: Active, done: Done) -> tuple[dict, dict[str, str]]:
+    """The metrics and tags a trial's run gets when it ends complete or pruned: its training
+    time, its validation split's size, where it resumed from, its warnings, a discarded
+    checkpoint and :func:`end_tags`."""
+    metrics = {keys.TRAIN_SECONDS: done.train_seconds}
+    if done.val_items:
+        metrics[keys.VAL_ITEMS] = done.val_items
+    tags = {keys.RESUMED_FROM: str(done.resumed_from), **active.warning_tags()}
+    if done.discarded_checkpoint:
+        tags[keys.CHECKPOINT_DISCARDED] = done.discarded_checkpoint
+    tags.update(end_tags(spec, active))
+    return metrics, tags
+
+
+def complete_line(active: Active, values: list[float], tags: dict[str, str]) -> str:
+    """The line shown when a trial completes: its values, and whether patience stopped it or
+    it broke a constraint (from its run's ``tags``)."""
+    notes = [f"stopped early: {active.stopped_early}"] if active.stopped_early else []
+    notes += ["infeasible"] if tags.get(keys.FEASIBLE) == "false" else []
+    note = f" ({'; '.join(notes)})" if notes else ""
+    return f"trial {active.pending.number} complete: {objectives.values_text(values)}{note}"
+
+
+def end_tags(spec: SweepSpec, active: Active) -> dict[str, str]:
+    """The tags a finished trial's run gets from the study's rules: its constraint values and
+    feasibility, and why patience stopped it."""
+    tags = {}
+    if spec.constraints:
+        values = objectives.violations(spec.constraints,
+                                       active.history[-1] if active.history else {})
+        tags[keys.CONSTRAINTS] = ", ".join(f"{k}: {v:.4g}" for k, v in values.items())
+        tags[keys.FEASIBLE] = str(all(v <= 0 for v in values.values())).lower()
+    if active.stopped_early:
+        tags[keys.STOPPED_EARLY] = active.stopped_early
+        active.pending.trial.set_user_attr(keys.STOPPED_EARLY, active.stopped_early)
+    return tags
+
+
+def stop_sweep(book: TrialBook, reason: str) -> None:
+    """``stop_when`` holds: say why, and tag the parent run with it."""
+    book.say(reason)
+    book.attach_tracking()
+    book.tracker.log_final(book.parent_id, {}, tags={keys.STOP_REASON: reason})
+
+
+def record_best(book: TrialBook) -> None:
+    """After a trial completed (its run exists): the parent run's best so far, when it
+    changed: a single objective's best value, trial and run; several objectives' Pareto front
+    as the numbers of its trials."""
+    best = book.study.best(1 if not book.spec.is_multi_objective else 10_000)
+    if not best:
+        return
+    if book.spec.is_multi_objective:
+        front = ",".join(str(t.number) for t in sorted(best, key=lambda t: t.number))
+        if front != book.best_value:
+            book.best_value = front
+            book.tracker.log_final(book.parent_id, {}, tags={keys.PARETO_FRONT: front})
+        return
+    if best[0].number != book.best_value:
+        book.best_value = best[0].number
+        # a finished comparison: its level's confirmed mean
+        found = compare.final_answer(book.study.comparison, book.study.trials())
+        book.tracker.record_best(book.parent_id, found.mean if found else best[0].value,
+                                 best[0].user_attrs.get(keys.RUN_ID, ""), best[0].number,
+                                 book.study.counts()["finished"])
+        if found is not None:
+            book.tracker.log_final(book.parent_id, {}, tags={keys.ANSWER: found.why})
+            book.study.study.set_user_attr(keys.ANSWER, {
+                "level": found.level, "mean": found.mean, "seeds": found.seeds,
+                "trial": found.trial.number, "text": found.why})
+
+
+def others_running(study: SweepStudy) -> bool:
+    """Whether trials still run once this machine failed its own: other machines' (a Slurm task
+    cancelled while the others train must not end their shared parent run)."""
+    try:
+        return study.running() > 0
+    except Exception:  # noqa: BLE001 - a store that fails: nothing known to wait for
+        return False
+
+
+def recover_orphans(book: TrialBook) -> None:
+    """Fail (and retry, within ``retries``) the trials a dead ``sweep run`` on this host left
+    RUNNING; their runs are closed FAILED once MLflow is attached."""
+    closing: list[Closing] = []
+    for t in book.study.orphans():
+        reason = f"the sweep run process that owned it ({t.user_attrs.get(keys.OWNER)}) is gone"
+        root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
+        retry = book.will_retry("crash", root)
+        if book.study.fail(t, reason, "crash", retry):
+            closing.append((t.number, t.user_attrs.get(keys.RUN_ID), reason))
+            if not retry:
+                book.folders.drop_checkpoint(root)
+    book.runs.fail_runs(closing)
+
+
+def fail_stale_trials(book: TrialBook) -> None:
+    """With heartbeats (an RDB storage shared by machines), at most once an interval: fail the
+    trials of machines that stopped beating, retry them here, close their runs."""
+    if book.heartbeat is None or not book.heartbeat.check_due():
+        return
+    reason = (f"no heartbeat for {2 * book.spec.heartbeat_seconds} s: the machine or "
+              f"process running it is gone")
+    closing: list[Closing] = []
+    for t in book.study.fail_stale():
+        root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
+        retry = book.will_retry("crash", root, recorded=True)  # failed by fail_stale
+        if retry:
+            book.study.retry(t)
+        book.say(f"trial {t.number} failed: {reason}{' (queued for retry)' if retry else ''}")
+        closing.append((t.number, t.user_attrs.get(keys.RUN_ID), reason))
+    book.runs.fail_runs(closing)

@@ -1,0 +1,85 @@
+"""The end of a ``sweep run``: whether this process does it (not while other machines' trials
+run, nor when another process of the study claimed it), and what the parent run gets then: a
+comparison's pairs and verdict, the report's headline as its description, its end."""
+from __future__ import annotations
+
+import csv
+import posixpath
+import tempfile
+from pathlib import Path
+
+from ..answer import compare, stats
+from ..core import keys
+from ..core.errors import SweepError
+from ..stores.machines import claim_end, end_done
+from .book import TrialBook
+
+
+def claim_sweep_end(book: TrialBook, ran_trials: bool) -> bool:
+    """Whether the end of the sweep (held-out test, export, parent run end) is this
+    process's to do: not while other machines' trials run (the last machine does it), nor
+    when another process of the study claimed it first
+    (:func:`~orchestrator.stores.machines.claim_end`; ``ran_trials``: whether this process started a
+    trial)."""
+    study = book.study
+    if study.running():
+        book.say(f"{study.running()} trial(s) still run on other machines; the "
+                 f"last of them ends the sweep (held-out test, export, parent run)")
+        return False
+    held = claim_end(study, ran_trials=ran_trials)
+    if held is None:
+        return True
+    owner = held["owner"]
+    done = "was done" if held.get("done") else "is done"
+    book.say(f"the end of the sweep (held-out test, export, parent run) {done} by the "
+             f"other sweep run process (host {owner['host']}, pid {owner['pid']})")
+    if held.get("done") and \
+            book.tracker.client.get_run(book.parent_id).info.status == "RUNNING":
+        book.runs.end_parent("FINISHED")  # resumed here after that end
+    return False
+
+
+def close_sweep(book: TrialBook) -> None:
+    """Once the held-out test and the export are done: a decided comparison's pairs and
+    verdict, the parent run's description, the parent run FINISHED, and this process's claim
+    of the end marked done."""
+    log_comparison(book)
+    note_parent(book)
+    book.runs.end_parent("FINISHED")
+    end_done(book.study)
+
+
+def log_comparison(book: TrialBook) -> str | None:
+    """At the end of a decided comparison: its pairs as ``report/comparison.csv`` and its
+    verdict as the tag ``sweep.verdict`` on the parent run (``sweep report`` writes both again
+    from the stores). Returns the verdict; None when the sweep is no comparison, or undecided."""
+    plan = book.study.plan()
+    if plan is None or not isinstance(plan.action, compare.Done):
+        return None
+    sentence = compare.verdict_sentence(book.study.comparison, plan.action.results)
+    folder, name = posixpath.split(keys.COMPARISON_CSV)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / name
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(stats.CSV_COLUMNS))
+            writer.writeheader()
+            writer.writerows(r.as_row() for r in plan.action.results)
+        book.tracker.client.log_artifact(book.parent_id, str(path), folder)
+    book.tracker.log_final(book.parent_id, {}, tags={keys.VERDICT: sentence})
+    book.say(sentence)
+    found = compare.final_answer(book.study.comparison, book.study.trials())
+    if found is not None:
+        book.say(f"the sweep names {found.why}")
+    return sentence
+
+
+def note_parent(book: TrialBook) -> None:
+    """The parent run's description, shown on its MLflow page: the report's headline (and a
+    comparison's table of pairs), read back from the stores as ``sweep report`` reads them."""
+    from ..report import load_sweep, log_note
+
+    try:  # a comparison's sentences on time to target read the curves
+        log_note(load_sweep(book.study.name, book.tracking_uri, book.storage,
+                            curves=book.study.comparison is not None))
+    except SweepError as e:  # the sweep itself is done and stored: say why, go on
+        book.say(f"the parent run's description was not written: {e}")
