@@ -3,19 +3,32 @@ code itself (each layer package's docstring, what its ``MAY_IMPORT`` allows, wha
 import, and each module's first docstring line), so it cannot drift from the code."""
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 MARKER = "<!-- map: generated at build time by docs/hooks.py -->"
 
 
-def _layout():
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from tests import layout
+def _root() -> Path:
+    """The repository: the folder above this file, or (a copy of the docs built elsewhere) the
+    one that holds the ``orchestrator`` package this Python imports."""
+    here = Path(__file__).resolve().parents[1]
+    if (here / "tests" / "layout.py").is_file():
+        return here
+    import orchestrator
 
-    return layout
+    return Path(orchestrator.__file__).resolve().parents[1]
+
+
+def _layout():
+    """``tests/layout.py`` of the repository, loaded from its file."""
+    path = _root() / "tests" / "layout.py"
+    spec = importlib.util.spec_from_file_location("sweep_layout", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and annotations look it up by name
+    spec.loader.exec_module(module)
+    return module
 
 
 def _order(packages: dict[str, tuple[str, ...]]) -> list[str]:

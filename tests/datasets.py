@@ -128,10 +128,11 @@ def hangs_once_loaded(num_classes: int, in_channels: int):
     """A user model that trains, but whose forward never returns once saved weights are loaded
     into it: what the test split's evaluation and the export do, and training does not.
 
-    With ``SWEEP_TEST_MARKS`` set to a folder, loading the weights leaves a file ``loaded``
-    there, and training past 60 batches waits (up to two minutes) for that file: a longer
-    trial is still training when another process first loads a trial's weights, however fast
-    the machine."""
+    With ``SWEEP_TEST_MARKS`` set to a folder, loading saved weights into a fresh model (an
+    export, a test split) writes the loading process's pid to a file ``loaded`` there, and
+    training waits at its 61st batch (two minutes at most) until a process loaded weights and is
+    gone (killed at its deadline): a longer trial is still training when another process's
+    export of a trial hangs and is stopped, however fast the machine."""
     import os
     import time
     from pathlib import Path
@@ -149,8 +150,8 @@ def hangs_once_loaded(num_classes: int, in_channels: int):
 
         def load_state_dict(self, *args, **kwargs):
             self.loaded = True
-            if marks:
-                (Path(marks) / "loaded").touch()
+            if marks and not self.batches:  # saved weights loaded into a fresh model
+                (Path(marks) / "loaded").write_text(str(os.getpid()))
             return super().load_state_dict(*args, **kwargs)
 
         def forward(self, x):
@@ -158,13 +159,24 @@ def hangs_once_loaded(num_classes: int, in_channels: int):
                 time.sleep(3600)
             if self.training and marks:
                 self.batches += 1
-                deadline = time.monotonic() + 120
-                while (self.batches > 60 and not (Path(marks) / "loaded").exists()
-                       and time.monotonic() < deadline):
-                    time.sleep(0.05)
+                if self.batches == 61:  # once, two minutes at most
+                    deadline = time.monotonic() + 120
+                    while not _loader_gone(Path(marks) / "loaded") and \
+                            time.monotonic() < deadline:
+                        time.sleep(0.05)
             return self.net(x)
 
     return HangsLoaded()
+
+
+def _loader_gone(mark) -> bool:
+    """Whether the process whose pid ``mark`` holds has ended (a zombie counts as ended)."""
+    try:
+        pid = int(mark.read_text())
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except (OSError, ValueError):
+        return mark.exists() and mark.read_text().strip() != ""
+    return state in ("Z", "X")
 
 
 def batch_dependent(num_classes: int, in_channels: int):

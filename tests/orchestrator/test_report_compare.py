@@ -195,8 +195,7 @@ def test_comparison_csv_and_headline_equal_a_hand_computation(reported, capsys):
 def test_lr_ranges_are_a_table_and_time_to_target_is_compared_over_the_seeds(reported,
                                                                             capsys):
     direction, stores, out, args, main = reported
-    from orchestrator.report import comparison as compare
-    from orchestrator.report import load_sweep
+    from orchestrator.report import compare, load_sweep
 
     data = load_sweep("cmp", stores.tracking_uri, str(stores.journal))
     c = compare(data)
@@ -244,8 +243,7 @@ def test_the_scaling_exponent_is_a_line_through_the_trials_near_each_optimum():
     """Each batch size's tuning trials at its best lr x 1/4 .. 4: the three in the middle are
     within 1 point of the best; the exponent is numpy's polyfit through them and its interval
     scipy's linregress standard error with Student's t."""
-    from orchestrator.report import SweepData
-    from orchestrator.report import comparison as compare
+    from orchestrator.report import SweepData, compare
 
     raw = {"name": "scale", "objective": {"metric": "val_acc", "direction": "maximize"},
            "trials": 20, "train": {"dataset": "digits", "model": "small_cnn", "epochs": 3},
