@@ -17,8 +17,10 @@ from .commands.api import (
     reproduce,
     run,
 )
+from .answer.stats import compare_paired  # noqa: E402
 from .config.spec import SweepSpec, load_spec  # noqa: E402
-from .core.errors import SpecError, SweepError  # noqa: E402
+from .core.errors import CouldNotFinish, ExitCode, SpecError, SweepError  # noqa: E402
 
-__all__ = ["Exported", "SpecError", "SweepError", "SweepInterrupted", "SweepResult", "SweepSpec",
-           "export", "load", "load_spec", "report", "reproduce", "run"]
+__all__ = ["CouldNotFinish", "ExitCode", "Exported", "SpecError", "SweepError", "SweepInterrupted",
+           "SweepResult", "SweepSpec", "compare_paired", "export", "load", "load_spec", "report",
+           "reproduce", "run"]

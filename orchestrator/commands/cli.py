@@ -13,7 +13,7 @@ import threading
 
 from rich.console import Console
 
-from ..core import compat, paths
+from ..core import compat, errors, paths
 from ..core.errors import ExitCode, SweepFailure, disk_full
 from .handlers import HANDLERS
 from .parser import build_parser
@@ -60,7 +60,7 @@ def stop_code(interrupt: KeyboardInterrupt) -> ExitCode:
 def unexpected_line(error: Exception, args: argparse.Namespace) -> str:
     """What ``sweep`` says about an exception nothing else caught: a full disk as what to do,
     anything else as a bug; either way the full traceback goes to a file the line names."""
-    log = paths.write_traceback(error)
+    log = errors.write_traceback(error)
     where = f"the traceback is in {log}" if log else "the traceback could not be written"
     full = disk_full(error)
     if full is not None:

@@ -14,7 +14,7 @@ from rich.table import Table
 from ..answer.objectives import values_text
 from ..config.space import grid_size
 from ..config.spec import data_downloads, data_problems, load_spec, tag_overrides
-from ..core import paths
+from ..core import paths, urls
 from ..core.errors import ExitCode, SweepError
 from ..report.display import params_text, sweep_command
 from ..running.server import (
@@ -142,7 +142,7 @@ def _browse_lines(name: str, outcome) -> str:
     """What to do next with a finished sweep: its report, its trials here, and MLflow's runs
     table of its experiment in the sweep's view (a bare experiment link may land on MLflow's
     GenAI views)."""
-    from ..core.paths import mask
+    from ..core.urls import mask
     from ..running.server import sweep_view
     from ..stores.storages import default_storage
 
@@ -202,7 +202,7 @@ def cmd_submit(args, console: Console) -> ExitCode:
         sys.stdout.write(done.text)
         say(f"(dry run: wrote {done.file}; nothing created or submitted)")
         return ExitCode.OK
-    follow = f"{sweep_command()} status {spec.name} --storage {paths.mask(args.storage)}"
+    follow = f"{sweep_command()} status {spec.name} --storage {urls.mask(args.storage)}"
     say(f"study {done.study!r} and its parent run {done.parent_run_id} are ready")
     if kind == "slurm":
         say(f"submitted job {done.job_id}: {args.jobs} array tasks ({done.file})")
@@ -368,7 +368,7 @@ def cmd_server(args, console: Console) -> ExitCode:
     sidecar = storage_proxy(args, console)
     cmd = server_command(backend, artifacts, args.host, args.port, args.workers,
                          args.allowed_hosts)
-    from ..core.paths import mask
+    from ..core.urls import mask
 
     console.print(f"backend store {mask(backend)}, artifacts in {artifacts}", soft_wrap=True)
     return serve(console, cmd, Path.cwd() / ".sweep" / "mlflow-server.log",

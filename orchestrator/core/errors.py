@@ -1,11 +1,17 @@
 """The exit codes of every ``sweep`` command and the exceptions the CLI says in one line each:
-:class:`SweepError` (bad input, exit 2) and :class:`CouldNotFinish` (exit 3)."""
+:class:`SweepError` (bad input, exit 2) and :class:`CouldNotFinish` (exit 3); and the file that
+keeps the traceback of an error nothing else caught."""
 from __future__ import annotations
 
 import difflib
 import enum
 import errno
+import os
 import re
+import tempfile
+import time
+import traceback
+from pathlib import Path
 
 
 class ExitCode(enum.IntEnum):
@@ -105,3 +111,15 @@ def disk_full(error: BaseException) -> str | None:
             return ""
         error = error.__cause__ or error.__context__
     return None
+
+
+def write_traceback(error: BaseException) -> Path | None:
+    """Write ``error``'s traceback to a new file in the temporary folder (a full disk may
+    refuse it: None then) and return its path."""
+    name = f"sweep-traceback-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    path = Path(tempfile.gettempdir()) / name
+    try:
+        path.write_text("".join(traceback.format_exception(error)))
+    except OSError:
+        return None
+    return path

@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import os
-import tempfile
-import time
-import traceback
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 from urllib.request import pathname2url
 
+from . import urls
 from .errors import SweepError
 
 
@@ -69,10 +67,10 @@ def check_journal_folder(storage: str) -> None:
 
 def _check_folder(file: Path | None, url: str, option: str) -> None:
     if file is not None and file.parent.exists() and not file.parent.is_dir():
-        raise SweepError(f"{option} {mask(url)}: {file.parent} is a file, not a folder; give a "
-                         f"path in a folder")
+        raise SweepError(f"{option} {urls.mask(url)}: {file.parent} is a file, not a folder; "
+                         f"give a path in a folder")
     if file is not None and not file.parent.is_dir():
-        raise SweepError(f"{option} {mask(url)}: folder {file.parent} does not exist; create "
+        raise SweepError(f"{option} {urls.mask(url)}: folder {file.parent} does not exist; create "
                          f"it first")
 
 
@@ -90,31 +88,6 @@ def default_tracking_uri() -> str:
     return sqlite_uri("mlflow.db")
 
 
-RDB_SCHEMES = ("sqlite", "postgresql", "mysql", "oracle", "mssql")  # SQLAlchemy database URLs
-# database drivers SQLAlchemy may look for, and how a user gets one
-DRIVERS = {"MySQLdb": "write the URL as mysql+pymysql://... and install the project's mysql "
-                      "extra (pip install -e '.[mysql]')",
-           "pymysql": "install the project's mysql extra (pip install -e '.[mysql]')",
-           "psycopg2": "write the URL as postgresql+psycopg://... and install the project's "
-                       "postgres extra (pip install -e '.[postgres]')",
-           "psycopg": "install the project's postgres extra (pip install -e '.[postgres]')"}
-
-
-def missing_driver(error: BaseException) -> str | None:
-    """What to do when ``error`` says a database driver is not installed; None otherwise."""
-    if isinstance(error, ModuleNotFoundError) and error.name in DRIVERS:
-        return f"its database driver ({error.name}) is not installed: {DRIVERS[error.name]}"
-    return None
-
-
-def mask(url: str) -> str:
-    """``url`` with any password replaced by ***, for messages and tags."""
-    parts = urlsplit(url)
-    if parts.password:
-        return url.replace(f":{parts.password}@", ":***@", 1)
-    return url
-
-
 def runs_table(experiment_id: str) -> str:
     """The MLflow UI path of an experiment's runs table in its "Model training" view.
 
@@ -129,8 +102,8 @@ def store_of(path: str, tracking_uri: str, storage: str) -> str:
     """Which of a sweep's stores ``path`` belongs to, for messages: ``the Optuna journal PATH``,
     ``the MLflow store PATH``...; ``path`` "" (unknown) names them all."""
     if not path:  # a write names no file: SQLite's "database or disk is full", a write()
-        return f"the stores (the MLflow store {mask(tracking_uri)}, the Optuna storage " \
-               f"{mask(storage)}) or the sweep's files in {home(tracking_uri)}"
+        return f"the stores (the MLflow store {urls.mask(tracking_uri)}, the Optuna storage " \
+               f"{urls.mask(storage)}) or the sweep's files in {home(tracking_uri)}"
     db, journal = sqlite_file(tracking_uri), journal_file(storage)
     target = Path(path).resolve()
     if journal is not None and target == journal.resolve():
@@ -152,37 +125,5 @@ def check_store_folders(tracking_uri: str | None, storage: str | None) -> None:
     """
     check_sqlite_folder(tracking_uri or "", "--tracking-uri")
     check_journal_folder(storage or "")
-    check_driver(tracking_uri or "", "--tracking-uri")
-    check_driver(storage or "", "--storage")
-
-
-def check_driver(url: str, option: str) -> None:
-    """Refuse a database URL whose driver is not installed, before anything is created (the
-    study is made before MLflow is opened). Any other fault of the URL is left to its opening.
-
-    Raises:
-        SweepError: SQLAlchemy's driver for that database cannot be imported.
-    """
-    scheme = urlsplit(url).scheme.split("+")[0]
-    if scheme not in RDB_SCHEMES or scheme == "sqlite":  # sqlite's driver is Python's own
-        return
-    from sqlalchemy.engine import make_url
-
-    try:
-        make_url(url).get_dialect().import_dbapi()
-    except Exception as e:  # noqa: BLE001 - an unknown dialect or a bad URL: said when opened
-        hint = missing_driver(e)
-        if hint:
-            raise SweepError(f"{option} {mask(url)}: {hint}") from None
-
-
-def write_traceback(error: BaseException) -> Path | None:
-    """Write ``error``'s traceback to a new file in the temporary folder (a full disk may
-    refuse it: None then) and return its path."""
-    name = f"sweep-traceback-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-    path = Path(tempfile.gettempdir()) / name
-    try:
-        path.write_text("".join(traceback.format_exception(error)))
-    except OSError:
-        return None
-    return path
+    urls.check_driver(tracking_uri or "", "--tracking-uri")
+    urls.check_driver(storage or "", "--storage")

@@ -20,7 +20,7 @@ from rich.text import Text
 from ..answer import objectives
 from ..core import keys, paths
 from ..core.errors import ExitCode, SweepError, did_you_mean
-from ..core.paths import RDB_SCHEMES, mask
+from ..core.urls import RDB_SCHEMES, mask
 from ..stores.storages import default_storage, open_storage
 from ..stores.study import state_counts
 from .display import clock, params_text

@@ -26,7 +26,7 @@ STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red", SKIP: "dim", ERROR: "m
 VARIES = ("dataset", "model")  # a check per distinct pair: that is where the bugs live
 
 
-def configurations(spec: SweepSpec) -> list[dict[str, Any]]:
+def checked_configurations(spec: SweepSpec) -> list[dict[str, Any]]:
     """The trainer settings to check: the sweep's first configuration, once per distinct
     dataset and model the space can choose."""
     base = {**settings_of(spec, sp.first_values(spec.space)), "seed": spec.seed}
@@ -111,7 +111,7 @@ def check_all(spec: SweepSpec, out_dir: Path,
         of each are in ``out_dir / folder``.
     """
     results = []
-    for i, settings in enumerate(configurations(spec)):
+    for i, settings in enumerate(checked_configurations(spec)):
         folder = f"{i}-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{settings['dataset']}-"
                                                                f"{settings['model']}")
         report = ask(request(spec, settings, out_dir / folder))

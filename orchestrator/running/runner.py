@@ -358,7 +358,7 @@ class _Loop:
         return Outcome(code, counts, best, opened.experiment_id if opened else "",
                        opened.parent_id if opened else "",
                        self.book.tracking_uri, self.book.storage, time.monotonic() - started,
-                       self.test, configurations(self.study), self.study.name)
+                       self.test, configuration_means(self.study), self.study.name)
 
     def _phase(self, text: str | None) -> None:
         if self.progress is not None:
@@ -521,7 +521,7 @@ class _View:
         return study.counts(), plan.total if plan else spec.trials, shown
 
 
-def configurations(study) -> list[dict[str, Any]]:
+def configuration_means(study) -> list[dict[str, Any]]:
     """With repeats (or a comparison's confirmation trials): the complete trials grouped by
     configuration, each with its mean and standard deviation over seeds, best mean first.
     Empty otherwise."""

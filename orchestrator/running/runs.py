@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ..config.spec import SweepSpec
 from ..core import keys, paths
 from ..core.errors import CouldNotFinish, SweepError, SweepFailure, disk_full
-from ..core.paths import mask
+from ..core.urls import mask
 from ..stores.study import PendingTrial, SweepStudy
 from .protocol import Done, Epoch, Failed
 

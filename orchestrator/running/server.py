@@ -23,7 +23,7 @@ from rich.console import Console
 
 from ..core import keys, paths
 from ..core.errors import ExitCode, SweepError
-from ..core.paths import mask
+from ..core.urls import mask
 
 
 def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:

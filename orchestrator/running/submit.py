@@ -24,7 +24,7 @@ import yaml
 
 from ..config.spec import MAX_GRID
 from ..core.errors import SweepError
-from ..core.paths import mask
+from ..core.urls import mask
 
 SHARED_STORAGES = ("postgresql", "mysql", "grpc")  # what tasks on other nodes can all reach
 DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "http": 80, "https": 443}

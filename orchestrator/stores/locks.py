@@ -15,7 +15,7 @@ from trainers.system import LockTimeout, file_lock
 
 from ..core import paths
 from ..core.errors import SweepError
-from ..core.paths import mask
+from ..core.urls import mask
 
 # the key of the PostgreSQL advisory lock: one number per database, the same in every process
 PG_LOCK_KEY = zlib.crc32(b"sweep: create and migrate this store")

@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 from ..core import compat, keys
 from ..core.compat import BaseHeartbeat
 from ..core.errors import SweepError
-from ..core.paths import mask
+from ..core.urls import mask
 
 READY_S = 60  # how long a sweep waits for the proxy to answer (a server starting)
 DEFAULT_PORT = 13000  # Optuna's own default

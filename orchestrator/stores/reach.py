@@ -9,14 +9,14 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..core import paths
+from ..core import paths, urls
 from ..core.errors import SweepError
-from ..core.paths import mask
+from ..core.urls import mask
 
 PROBE_S = 5.0  # how long a store's server has to accept a connection (one that is starting)
 DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "mssql": 1433,
                  "oracle": 1521}
-SERVED = ("http", "https", "grpc", *(s for s in paths.RDB_SCHEMES if s != "sqlite"))
+SERVED = ("http", "https", "grpc", *(s for s in urls.RDB_SCHEMES if s != "sqlite"))
 
 
 def check_stores(tracking_uri: str, storage: str, *, create: bool) -> None:

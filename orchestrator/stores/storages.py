@@ -15,9 +15,9 @@ import optuna
 from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
-from ..core import paths
+from ..core import paths, urls
 from ..core.errors import SweepError
-from ..core.paths import RDB_SCHEMES, mask
+from ..core.urls import RDB_SCHEMES, mask
 from . import proxy
 from .locks import store_lock
 
@@ -77,11 +77,11 @@ def _open_rdb(url: str, heartbeat_s: int | None, on_stale) -> RDBStorage:
                                   else None)
         except Exception as e:  # the driver's own errors are many and varied
             error = e
-            if paths.missing_driver(e):  # no wait cures that
+            if urls.missing_driver(e):  # no wait cures that
                 break
             time.sleep(0.5 * (attempt + 1))  # a database server starting, a network blink
     raise SweepError(f"--storage {mask(url)}: cannot open the Optuna storage: "
-                     f"{paths.missing_driver(error) or str(error).splitlines()[0]}") from None
+                     f"{urls.missing_driver(error) or str(error).splitlines()[0]}") from None
 
 
 def repair_journal(path: Path) -> Path | None:

@@ -25,9 +25,9 @@ from mlflow.tracking import MlflowClient
 
 from trainers import READ_BY, reads
 
-from ..core import keys, paths
+from ..core import keys, paths, urls
 from ..core.errors import SweepError
-from ..core.paths import mask
+from ..core.urls import mask
 from .locks import store_lock
 
 # after the import: MLflow sets its own level then; its INFO lines would break the progress display
@@ -156,7 +156,7 @@ def open_store(tracking_uri: str) -> MlflowClient:
             client.search_experiments(max_results=1)
     except Exception as e:  # MLflow raises many kinds here (driver, migration, HTTP)
         raise SweepError(f"--tracking-uri {mask(tracking_uri)}: cannot open the MLflow store: "
-                         f"{paths.missing_driver(e) or str(e).splitlines()[0]}") from None
+                         f"{urls.missing_driver(e) or str(e).splitlines()[0]}") from None
     return client
 
 

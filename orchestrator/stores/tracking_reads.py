@@ -12,7 +12,7 @@ from mlflow.entities import Run
 
 from ..core import keys
 from ..core.errors import SweepError
-from ..core.paths import mask
+from ..core.urls import mask
 from .tracking import Tracker
 
 if TYPE_CHECKING:

@@ -97,11 +97,11 @@ def _study_of(direction: str, rows) -> "object":
 
 @pytest.mark.parametrize("direction", BOTH)
 def test_the_run_summary_lists_the_best_mean_first(direction):
-    from orchestrator.running.runner import configurations
+    from orchestrator.running.runner import configuration_means
 
     rows = [(0.001, 0, 0.2), (0.001, 1, 0.4), (0.01, 0, 0.5), (0.01, 1, 0.7),
             (0.1, 0, 0.9), (0.1, 1, 0.1)]  # means 0.3, 0.6, 0.5
-    table = configurations(_study_of(direction, rows))
+    table = configuration_means(_study_of(direction, rows))
     means = [round(r["mean"], 6) for r in table]
     assert means == ([0.6, 0.5, 0.3] if direction == "maximize" else [0.3, 0.5, 0.6])
 
@@ -149,13 +149,13 @@ def test_configurations_are_grouped_by_their_parameters_as_written_best_mean_fir
 
 @pytest.mark.parametrize("direction", BOTH)
 def test_the_run_summarys_first_configuration_is_the_studys_best_configuration(direction):
-    from orchestrator.running.runner import configurations
+    from orchestrator.running.runner import configuration_means
 
     rows = [(0.001, 0, 0.25), (0.001, 1, 0.75), (0.01, 0, 0.375), (0.01, 1, 0.625),
             (0.1, 0, 0.875), (0.1, 1, 0.625)]  # means 0.5, 0.5 (a tie: the earliest first), 0.75
     study = _study_of(direction, rows)
     best = objectives.best_configuration(study.spec, study.trials())
-    assert configurations(study)[0]["trials"] == [t.number for t in best]
+    assert configuration_means(study)[0]["trials"] == [t.number for t in best]
     assert {t.params["lr"] for t in best} == {0.1 if direction == "maximize" else 0.001}
 
 

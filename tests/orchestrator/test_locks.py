@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.core import paths
+from orchestrator.core import paths, urls
 from orchestrator.core.errors import SweepError
 from orchestrator.stores import locks
 from tests.conftest import run_cli, tiny_spec
@@ -106,4 +106,4 @@ def test_a_database_url_without_its_driver_is_refused_before_anything_is_written
                     f"(MySQLdb) is not installed: write the URL as mysql+pymysql://... and "
                     f"install the project's mysql extra (pip install -e '.[mysql]')")
     assert set(tmp_path.rglob("*")) == before  # no journal, no database, no logs
-    paths.check_driver("mysql+pymysql://root@127.0.0.1:3306/test", option)  # installed: fine
+    urls.check_driver("mysql+pymysql://root@127.0.0.1:3306/test", option)  # installed: fine

@@ -3,7 +3,7 @@ import pytest
 
 from orchestrator.config.spec import validate
 from orchestrator.core.errors import SweepError
-from orchestrator.core.paths import mask
+from orchestrator.core.urls import mask
 from orchestrator.stores.storages import default_storage, open_storage
 from orchestrator.stores.study import SweepStudy
 from tests.conftest import tiny_spec
