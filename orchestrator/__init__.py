@@ -7,6 +7,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 # with a tracking server MLflow prints a "View run" line per ended run: the sweep prints its own
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+from .answer.stats import compare_paired  # noqa: E402
 from .commands.api import (
     Exported,
     SweepInterrupted,
@@ -17,7 +18,6 @@ from .commands.api import (
     reproduce,
     run,
 )
-from .answer.stats import compare_paired  # noqa: E402
 from .config.spec import SweepSpec, load_spec  # noqa: E402
 from .core.errors import CouldNotFinish, ExitCode, SpecError, SweepError  # noqa: E402
 
