@@ -141,7 +141,7 @@ def storage_proxy(args, console: Console) -> Sidecar | None:
             raise SweepError(f"--storage {mask(args.storage)}: sweep server serves a study "
                              f"storage only through its proxy; add --storage-proxy")
         return None
-    from ..core.paths import RDB_SCHEMES  # what the proxy's own storage opener takes
+    from ..core.urls import RDB_SCHEMES  # what the proxy's own storage opener takes
 
     url = args.storage or ""
     scheme = urllib.parse.urlsplit(url).scheme.split("+")[0]

@@ -174,7 +174,7 @@ def test_with_repeats_the_summary_has_a_row_per_configuration_and_every_full_run
     from orchestrator.config.spec import validate
     from orchestrator.core import keys
     from orchestrator.core.errors import ExitCode
-    from orchestrator.running.runner import Outcome, configurations
+    from orchestrator.running.runner import Outcome, configuration_means
     from orchestrator.stores.study import SweepStudy
     from tests.conftest import tiny_spec
 
@@ -184,7 +184,7 @@ def test_with_repeats_the_summary_has_a_row_per_configuration_and_every_full_run
         pending = study.next_trial()
         study.set_attr(pending, keys.RUN_ID, f"{pending.number:x}" * 32)
         study.complete(pending, [{"val_acc": value}])
-    confs = configurations(study)
+    confs = configuration_means(study)
     assert [(c["mean"], c["n"], c["trials"]) for c in confs] == [(0.9, 2, [2, 3]),
                                                                  (0.6, 2, [0, 1])]
     assert abs(confs[1]["std"] - 0.1414) < 1e-3

@@ -76,7 +76,7 @@ def test_each_dataset_and_model_of_the_space_is_checked_once():
         "model": ["small_cnn", "mlp"],
         "optimizer": {"adam": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}},
                       "sgd": {"lr": [0.05, 0.5]}}}))
-    configs = pf.configurations(spec)
+    configs = pf.checked_configurations(spec)
     assert [(c["dataset"], c["model"]) for c in configs] == [("digits", "small_cnn"),
                                                              ("digits", "mlp")]
     assert all(c["epochs"] == 1 and c["seed"] == 0 for c in configs)
@@ -94,7 +94,7 @@ def test_a_checker_error_is_shown_but_only_a_fail_of_the_user_code_stops_the_swe
     spec = validate(tiny_spec(train={"dataset": "tests.corpus:numpy_images",
                                      "model": "tests.corpus:pooled", "epochs": 1},
                               space={"batch_size": [16]}, preflight={"overfit_steps": 50}))
-    (settings,) = pf.configurations(spec)
+    (settings,) = pf.checked_configurations(spec)
     (tmp_path / "0" / "samples.png").mkdir(parents=True)  # the grid cannot be written there
     errored = {"label": pf.label(settings), "folder": "0", "settings": settings,
                "report": pf.run_checks(pf.request(spec, settings, tmp_path / "0"))}
