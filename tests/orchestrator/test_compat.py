@@ -18,6 +18,8 @@ from tests.conftest import ROOT
 @pytest.fixture
 def study(tmp_path):
     storage = JournalStorage(JournalFileBackend(str(tmp_path / "j.journal")))
+    # another study's trials first: a trial's id in the storage is then not its number
+    optuna.create_study(storage=storage, study_name="other").optimize(lambda t: 0.0, n_trials=2)
     s = optuna.create_study(storage=storage, study_name="s")
     for x in (1.0, 2.0):
         s.enqueue_trial({"x": x})
