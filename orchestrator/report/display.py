@@ -35,7 +35,9 @@ def sweep_command(argv0: str | None = None, executable: str | None = None) -> st
     ``argv0`` and ``executable`` default to this process's."""
     argv0 = argv0 if argv0 is not None else sys.argv[0]
     executable = executable or sys.executable
-    if argv0.endswith(os.path.join("orchestrator", "__main__.py")):  # python -m orchestrator
+    # python -m orchestrator (or the module itself, python -m orchestrator.commands.cli)
+    if argv0.endswith((os.path.join("orchestrator", "__main__.py"),
+                       os.path.join("orchestrator", "commands", "cli.py"))):
         return f"{_as_typed(executable, 'python')} -m orchestrator"
     if os.path.basename(argv0) == "sweep":
         return _as_typed(argv0, "sweep")

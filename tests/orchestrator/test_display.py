@@ -1,4 +1,6 @@
 """The text pieces `sweep run` and `sweep status` share: clocks and parameter lists."""
+import os
+
 import pytest
 
 from orchestrator.report.display import clock, params_text
@@ -195,3 +197,12 @@ def test_with_repeats_the_summary_has_a_row_per_configuration_and_every_full_run
     text = out.file.getvalue()
     assert all(f"trial {n}: {f'{n:x}' * 32}" in text for n in range(4)), text
     assert "sweep report tiny" in text
+
+
+@pytest.mark.parametrize("argv0", [os.path.join("x", "orchestrator", "__main__.py"),
+                                   os.path.join("x", "orchestrator", "commands", "cli.py")])
+def test_a_sweep_started_as_a_python_module_prints_python_m_orchestrator(argv0):
+    from orchestrator.report.display import sweep_command
+
+    python = os.path.join(os.sep, "nowhere", "bin", "python")
+    assert sweep_command(argv0, python) == f"{python} -m orchestrator"
