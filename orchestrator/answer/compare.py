@@ -20,7 +20,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ..config.spec import SweepSpec, compare_levels
+from ..config.rules import compare_levels
+from ..config.spec import SweepSpec
 from ..core import compat, keys
 from . import objectives, stats
 

@@ -19,11 +19,10 @@ import yaml
 from rich.console import Console
 
 from ..config import space as sp
+from ..config.reading import YamlDumper, apply_overrides
 from ..config.spec import (
     MAX_GRID,
     SweepSpec,
-    YamlDumper,
-    apply_overrides,
     data_downloads,
     data_problems,
     load_spec,

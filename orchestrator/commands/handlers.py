@@ -12,8 +12,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ..answer.objectives import values_text
+from ..config.reading import tag_overrides
 from ..config.space import grid_size
-from ..config.spec import data_downloads, data_problems, load_spec, tag_overrides
+from ..config.spec import data_downloads, data_problems, load_spec
 from ..core import paths, urls
 from ..core.errors import ExitCode, SweepError
 from ..report.display import params_text, sweep_command

@@ -8,9 +8,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from trainers import EPOCH_METRICS, setting_fields, setting_kind
+from trainers import CUDA_METRICS, EPOCH_METRICS, setting_fields, setting_kind
 
-from .spec import CUDA_METRICS, SweepSpec
+from .spec import SweepSpec
 
 JSON_TYPES = {"bool": "boolean", "int": "integer", "float": "number", "str": "string",
               "dict": "object", "list": "array"}

@@ -16,10 +16,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-# `X as X`: re-exported, imported from here since before the reading and the rules moved out
-from trainers import (
-    CUDA_METRICS as CUDA_METRICS,
-)
 from trainers import (
     DEFAULT_EXPORT_FORMATS,
     EXPORT_FORMATS,
@@ -32,13 +28,8 @@ from trainers import (
 
 from ..core.errors import SpecError, did_you_mean, key_text
 from . import space as sp
-from .reading import YamlDumper as YamlDumper
-from .reading import apply_overrides as apply_overrides
 from .reading import check_size, one_line, read_mapping
-from .reading import read_yaml as read_yaml
-from .reading import tag_overrides as tag_overrides
 from .rules import MAX_GRID, MAX_SEED, check_rules
-from .rules import compare_levels as compare_levels
 from .samplers import PRUNERS, SAMPLERS
 
 RESUMABLE_KEYS = ("trials", "workers", "retries", "timeout_min", "trial_timeout_min",

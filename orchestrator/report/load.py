@@ -11,7 +11,8 @@ import pandas as pd
 
 from ..answer import objectives
 from ..config import space as sp
-from ..config.spec import SweepSpec, load_spec, read_yaml, validate
+from ..config.reading import read_yaml
+from ..config.spec import SweepSpec, load_spec, validate
 from ..core import keys, paths
 from ..core.errors import SweepError
 from ..stores.storages import default_storage

@@ -154,7 +154,7 @@ def test_bad_input_raises_spec_error_or_sweep_error_not_system_exit(tmp_path):
 
 def test_set_overrides_read_back_as_the_python_values_given():
     from orchestrator.commands.api import override_lines
-    from orchestrator.config.spec import apply_overrides
+    from orchestrator.config.reading import apply_overrides
 
     given = {"a.b": 1e-5, "c": "1e-5", "d": [16, 32], "e": None, "f": "yes", "g": True}
     assert apply_overrides({}, override_lines(given), "x") == \
