@@ -19,7 +19,7 @@ from ..config.spec import SweepSpec
 from ..core import keys, paths
 from ..core.errors import CouldNotFinish, SweepError, SweepFailure, disk_full
 from ..core.urls import mask
-from ..stores.study import PendingTrial, SweepStudy
+from ..stores.study import PendingTrial, SweepStudy, fresh
 from .protocol import Done, Epoch, Failed
 
 # a run to close: (trial number, the run id recorded on the trial or None, the reason)
@@ -271,6 +271,8 @@ class Runs:
         runs = self.tracker.running_trial_runs(self.opened.experiment_id, self.opened.parent_id)
         if not runs:
             return
+        fresh(self.study)  # as the storage is now: a cached read older than the runs' misses
+        # a trial started since, and its live run looked stray (and was closed under it)
         running = {t.number for t in self.study.trials() if t.state.name == "RUNNING"}
         for run_id, number in runs:
             if number not in running:

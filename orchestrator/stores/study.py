@@ -256,7 +256,9 @@ class SweepStudy:
         return self.machines.fail_stale()
 
     def orphans(self) -> list[optuna.trial.FrozenTrial]:
-        """RUNNING trials whose process on this host is gone (:meth:`Machines.orphans`)."""
+        """RUNNING trials whose process on this host is gone (:meth:`Machines.orphans`), read
+        from the storage as it is (a cached read shows trials that ended since as RUNNING)."""
+        fresh(self)
         return self.machines.orphans()
 
     def shared_parent(self) -> str | None:

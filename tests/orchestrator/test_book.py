@@ -290,6 +290,26 @@ def test_a_trial_another_process_starts_while_stray_runs_are_sought_keeps_its_ru
     assert run_of(stores, started[0].number).info.status == "RUNNING"
 
 
+def test_a_trial_started_since_this_process_last_read_the_trials_keeps_its_run(
+        stores, open_book):
+    """The stray runs' search reads the trials from the storage, not from this process's cached
+    read: a trial another process started after that read (its run created, not ended) is live,
+    and its run is not closed under it."""
+    from orchestrator.core import compat
+
+    first = open_book()
+    first.attach_tracking()
+    second = open_book()
+    second.study.trials()  # a read the cache serves from now on
+    compat.storage_of(second.study.study)._read_s = 3600.0  # for as long as the test lasts
+    started = run_trial(first, [0.5], slot=1)  # the other process, after that read
+    assert started.number not in {t.number for t in second.study.trials()}  # the cache is old
+    second.attach_tracking()
+    assert run_of(stores, started.number).info.status == "RUNNING"
+    first.finish(1, done())
+    assert run_of(stores, started.number).info.status == "FINISHED"
+
+
 def test_trials_whose_heartbeat_stopped_are_failed_retried_and_every_run_of_theirs_closed(
         tmp_path, stores, open_book):
     book = open_book(retries=1, heartbeat_seconds=1,

@@ -108,7 +108,9 @@ def assert_one_trial_each(storage: str, tracking_uri: str) -> None:
     exp = client.get_experiment_by_name("together")
     runs = client.search_runs([exp.experiment_id], max_results=100)
     roles = Counter((r.data.tags.get("sweep.role"), r.info.status) for r in runs)
-    assert roles == {("trial", "FINISHED"): MACHINES, ("parent", "RUNNING"): 1}
+    reasons = [(r.data.tags.get(keys.TRIAL_NUMBER), r.data.tags.get(keys.FAIL_REASON))
+               for r in runs if r.info.status not in ("FINISHED", "RUNNING")]
+    assert roles == {("trial", "FINISHED"): MACHINES, ("parent", "RUNNING"): 1}, reasons
 
 
 def test_processes_starting_together_on_new_sqlite_stores_all_succeed(tmp_path, pace):
