@@ -30,6 +30,7 @@ from .settings import (
     DEFAULT_EXPORT_FORMATS,
     EPOCH_METRICS,
     EXPORT_FORMATS,
+    MAX_SEED,
     READ_BY,
     TrainSettings,
     setting_fields,
@@ -40,8 +41,8 @@ _LAZY = ("EpochReport", "TrainResult", "evaluate_test", "load_weights", "save_we
          "warm_up")
 
 __all__ = ["CUDA_METRICS", "DEFAULT_EXPORT_FORMATS", "DETERMINISTIC_ERRORS", "EPOCH_METRICS",
-           "EXPORT_FORMATS", "READ_BY", "CheckpointError", "DataError", "RankCrashed", "RankFailed",
-           "SettingsError",
+           "EXPORT_FORMATS", "MAX_SEED", "READ_BY", "CheckpointError", "DataError", "RankCrashed",
+           "RankFailed", "SettingsError",
            "TrainSettings", "TrainerWarning", "TrainingDiverged", "check_data_files",
            "pending_download", "setting_fields", "setting_kind", "check_seams", "is_user_code",
            "keyword_default", "takes_args", "seam_keywords", "reads", "unused_fix",

@@ -18,6 +18,7 @@ from typing import Any
 from trainers import (
     CUDA_METRICS,
     EPOCH_METRICS,
+    MAX_SEED,
     SettingsError,
     TrainSettings,
     check_seams,
@@ -42,7 +43,6 @@ from .slots import plan_slots
 from .space_reading import check_values, parse_space, unused_problem
 
 MINIMIZE_HINT = {"val_loss": "minimize", "train_loss": "minimize", "val_acc": "maximize"}
-MAX_SEED = 2**32 - 1  # numpy's seeds: every trial seed (seed + repeat index) must be one
 MAX_GRID = 5_000  # configurations; `--max-grid N` raises it
 
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from trainers import (
     DEFAULT_EXPORT_FORMATS,
     EXPORT_FORMATS,
+    MAX_SEED,
     SettingsError,
     TrainSettings,
     check_data_files,
@@ -29,7 +30,7 @@ from trainers import (
 from ..core.errors import SpecError, did_you_mean, key_text
 from . import space as sp
 from .reading import check_size, one_line, read_mapping
-from .rules import MAX_GRID, MAX_SEED, check_rules
+from .rules import MAX_GRID, check_rules
 from .samplers import PRUNERS, SAMPLERS
 
 RESUMABLE_KEYS = ("trials", "workers", "retries", "timeout_min", "trial_timeout_min",
