@@ -78,11 +78,17 @@ def layer_packages() -> dict[str, tuple[str, ...]]:
     return out
 
 
+# public names kept where a user imports them, each module only naming what lives in its home
+PUBLIC_ALIASES = {"orchestrator.stats": "orchestrator.answer.stats"}
+
+
 def package_of(module: str) -> str | None:
     """The layer package of an ``orchestrator`` module (``orchestrator.stores.study`` ->
-    ``stores``); None for ``orchestrator`` itself, its ``__main__`` and ``trainers``."""
+    ``stores``); None for ``orchestrator`` itself, its ``__main__``, the
+    :data:`PUBLIC_ALIASES` and ``trainers``."""
     parts = module.split(".")
-    if parts[0] != "orchestrator" or len(parts) < 2 or parts[1] == "__main__":
+    if parts[0] != "orchestrator" or len(parts) < 2 or parts[1] == "__main__" \
+            or module in PUBLIC_ALIASES:
         return None
     return parts[1]
 

@@ -12,6 +12,7 @@ import pytest
 
 from tests.layout import (
     MODULES,
+    PUBLIC_ALIASES,
     ROOT,
     docstring,
     graph,
@@ -81,9 +82,30 @@ def test_every_orchestrator_module_lives_in_a_layer_package_that_says_what_it_ma
     assert [p for p, may in packages.items() if may is None] == []  # MAY_IMPORT missing
     assert [p for p, may in packages.items() if set(may) - set(packages)] == []  # unknown names
     loose = [m for m in MODULES if m.startswith("orchestrator.") and package_of(m) is None
-             and m != "orchestrator.__main__"]
+             and m != "orchestrator.__main__" and m not in PUBLIC_ALIASES]
     assert loose == []  # a module directly under orchestrator/: place it in a package
     assert [p for p in packages if not docstring(ROOT / "orchestrator" / p / "__init__.py")] == []
+
+
+def test_a_public_alias_only_names_what_lives_in_its_home():
+    """``from orchestrator.stats import compare_paired`` (the issue's and the docs' public path)
+    keeps working, and the alias holds no code of its own: its docstring, one import from its
+    home and ``__all__``."""
+    import importlib
+
+    for alias, home in PUBLIC_ALIASES.items():
+        tree = ast.parse(MODULES[alias].read_text())
+        body = [n for n in tree.body if not (isinstance(n, ast.Expr) and n is tree.body[0])]
+        imports = [n for n in body if isinstance(n, ast.ImportFrom)]
+        assert [n.level * "." + (n.module or "") for n in imports] == \
+            ["." + home.removeprefix("orchestrator.")], alias
+        assert [type(n).__name__ for n in body if n not in imports] == ["Assign"], alias
+        public, real = importlib.import_module(alias), importlib.import_module(home)
+        assert public.__all__ and all(getattr(public, n) is getattr(real, n)
+                                      for n in public.__all__)
+    from orchestrator.stats import compare_paired  # as the docs write it
+    [r] = compare_paired({"a": {1: 0.5, 2: 0.6, 3: 0.55}, "b": {1: 0.6, 2: 0.7, 3: 0.66}})
+    assert r.verdict == "better" and r.winner == "b"
 
 
 def test_the_layer_packages_form_an_order():

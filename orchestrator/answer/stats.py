@@ -2,7 +2,7 @@
 Student t intervals, a sequential boundary calibrated by simulation, and Holm's correction over
 every pair of levels. Public so that any row of ``comparison.csv`` can be recomputed:
 
->>> from orchestrator.answer.stats import compare_paired
+>>> from orchestrator.stats import compare_paired
 >>> [r] = compare_paired({"adam": {1: 0.91, 2: 0.90, 3: 0.92},
 ...                       "sgd": {1: 0.93, 2: 0.93, 3: 0.94}})
 >>> r.verdict, r.winner, round(r.diff, 4), r.ci_level

@@ -135,9 +135,10 @@ class CompareSpec(_Strict):
     max_seeds: int | None = Field(None, ge=2, description="add one paired seed a round, up to "
                                   "this many, while a pair of levels is undecided (default: "
                                   "seeds)")
-    precision: float | None = Field(None, gt=0, description="a pair is decided when its "
-                                    "confidence interval excludes 0 or lies within +-precision "
-                                    "(metric units)")
+    precision: float | None = Field(None, gt=0, description="levels are called equivalent "
+                                    "when the whole confidence interval of their difference "
+                                    "lies within +-precision of 0 (metric units); seeding stops "
+                                    "on better or equivalent, never on undecided")
     target: float | None = Field(None, description="objective value for time-to-target "
                                  "(epochs and seconds each level takes to reach it)")
 

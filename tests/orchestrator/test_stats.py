@@ -156,6 +156,10 @@ def test_equivalent_only_when_the_whole_interval_lies_within_the_precision():
     [wide] = compare_paired(_levels(a=a, b=a + rng.normal(0, 0.002, 6)), precision=edge / 2)
     assert wide.verdict == UNDECIDED and "reaches beyond" in describe(
         wide, metric="m", direction="maximize")
+    # an interval narrower than the band (2 x 0.011) that reaches past it: not equivalent
+    [offset] = compare_paired(_levels(a=[0.9] * 3, b=[0.9, 0.904, 0.908]), precision=0.011)
+    assert offset.ci_high - offset.ci_low < 2 * 0.011 < 2 * offset.ci_high
+    assert offset.verdict == UNDECIDED and not decided([offset])
     # a gap the interval excludes 0 from, but narrow around itself: not "no difference"
     [gap] = compare_paired(_levels(a=a, b=a + 0.014 + rng.normal(0, 0.002, 6)),
                            precision=0.005)
@@ -255,7 +259,7 @@ def test_calibration_holds_on_fewer_draws():
     assert cal.false_better(rng(1), draws) / draws <= 0.075
     assert cal.false_better(rng(2), draws, data=cal.accuracy, bounds=(0.0, 1.0)) / draws <= 0.075
     assert cal.false_equivalent(rng(3), draws, precision=0.5) / draws <= 0.075
-    for k, n in enumerate((3, 5)):
+    for k, n in enumerate((3, 5, 10)):
         assert cal.coverage(rng(10 + k), draws, n) / draws >= 0.91
         assert cal.coverage(rng(20 + k), draws, n, data=cal.accuracy, gap=0.003,
                             bounds=(0.0, 1.0)) / draws >= 0.91
@@ -263,3 +267,6 @@ def test_calibration_holds_on_fewer_draws():
     assert right / draws >= 0.44 and right - before >= 0.05 * draws and cover / draws >= 0.91
     right, seeds, before, seeds_before, _ = cal.power(rng(40), draws, 2.0)
     assert right / draws >= 0.93 and seeds / seeds_before <= 0.95
+    # precision never costs power, even one near the gap: the same draws with it (seeding stops
+    # on "equivalent" only, never on an interval merely narrower than 2 x precision)
+    assert cal.power(rng(40), draws, 2.0, precision=1.5)[0] >= right - 0.05 * draws
