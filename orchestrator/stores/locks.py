@@ -50,6 +50,13 @@ def store_lock(url: str) -> Iterator[None]:
                          f"stop the hung sweep run, or wait for it, then run again") from None
 
 
+def takes_lock(url: str) -> bool:
+    """Whether :func:`store_lock` holds a real lock for ``url`` (not for a storage proxy's
+    ``grpc://``, an HTTP server, a SQLite database in memory)."""
+    return locked_file(url) is not None or \
+        urlsplit(url).scheme.split("+")[0] in ("postgresql", "postgres", "mysql", "mariadb")
+
+
 def locked_file(url: str) -> Path | None:
     """The file or folder of a store that a file lock beside it guards: a SQLite database (not
     in memory), a journal file, an MLflow ``file:`` store folder; None for any other store."""

@@ -22,10 +22,13 @@ import optuna
 from optuna.trial import TrialState
 
 from ..core import compat, keys
-from .locks import store_lock
+from .locks import store_lock, takes_lock
 
 UNOWNED_GRACE_S = 60.0  # a trial asked but not yet owned: another process recording itself
 JOIN_WAIT_S = 60  # a machine joining a study waits this long for its creator's bookkeeping
+# without a store lock (a storage proxy), how long a claim of the sweep's end settles before it
+# is read back: far longer than a process takes from reading no claim to writing its own
+CLAIM_SETTLE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,9 @@ def claim_end(study, ran_trials: bool) -> dict[str, Any] | None:
     Several ``sweep run`` processes of one study finish together; one of them ends the sweep.
     Optuna cannot compare-and-set a study attribute, so the claim (:data:`keys.END_CLAIM`) is
     read and written under the storage's lock (:func:`~orchestrator.stores.locks.store_lock`: an
-    advisory lock on PostgreSQL, a file lock beside a journal...). A claim is taken again when
+    advisory lock on PostgreSQL, a file lock beside a journal...); through a storage proxy, which
+    takes no lock, the claim is read back after :data:`CLAIM_SETTLE_S` and the last writer ends
+    the sweep. A claim is taken again when
     it was made at fewer finished trials (the sweep went on since), by this process, by a
     process gone before it was done, or, once done, by a rerun that ran no trial.
     """
@@ -162,7 +167,18 @@ def claim_end(study, ran_trials: bool) -> dict[str, Any] | None:
             return held
         study.study.set_user_attr(keys.END_CLAIM, {"owner": me, "finished": finished,
                                                    "done": False})
+    if study.storage_url and not takes_lock(study.storage_url):
+        # no lock to read and write under: processes that both read no claim both wrote one,
+        # and the last write stands; each reads it back once the writes have settled
+        _settle()
+        held = study.study.user_attrs.get(keys.END_CLAIM)
+        if held and held.get("owner") != me:
+            return held
     return None
+
+
+def _settle() -> None:
+    time.sleep(CLAIM_SETTLE_S)
 
 
 def end_done(study) -> None:

@@ -62,6 +62,36 @@ def test_the_end_is_claimed_by_one_process_and_again_when_its_claimer_died(tmp_p
     assert claim_end(study, ran_trials=False) is None
 
 
+def test_without_a_store_lock_the_claim_read_back_after_it_settled_decides(tmp_path,
+                                                                             monkeypatch):
+    """Through a storage proxy (no lock), two processes may both read no claim and both write
+    one: each reads the claim back once the writes settled, and only the last writer ends the
+    sweep. A store with a lock needs no settling."""
+    from orchestrator.stores import machines
+
+    study = _study(tmp_path, trials=1)
+    study.complete(study.next_trial(), [{"val_acc": 0.5}])
+    finished = study.counts()["finished"]
+    study.storage_url = "grpc://127.0.0.1:1"  # as a study through a proxy: no lock taken
+    settled = []
+
+    def other_process_writes_meanwhile():
+        settled.append(True)
+        study.study.set_user_attr(keys.END_CLAIM, {"owner": PARENT.as_dict(),
+                                                   "finished": finished, "done": False})
+
+    monkeypatch.setattr(machines, "_settle", other_process_writes_meanwhile)
+    assert claim_end(study, ran_trials=True)["owner"] == PARENT.as_dict() and settled
+    study.study.set_user_attr(keys.END_CLAIM, {})  # alone: it keeps its claim
+    monkeypatch.setattr(machines, "_settle", lambda: settled.append(True))
+    settled.clear()
+    assert claim_end(study, ran_trials=True) is None and settled == [True]
+    study.study.set_user_attr(keys.END_CLAIM, {})
+    study.storage_url = str(tmp_path / "j.journal")  # a file lock: read and written under it
+    settled.clear()
+    assert claim_end(study, ran_trials=True) is None and settled == []
+
+
 def test_a_process_marks_done_only_its_own_claim(tmp_path):
     study = _study(tmp_path, trials=1)
     study.study.set_user_attr(keys.END_CLAIM, {"owner": PARENT.as_dict(), "finished": 0,
