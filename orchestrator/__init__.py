@@ -1,4 +1,10 @@
-"""The sweep orchestrator: YAML spec -> Optuna study -> training workers -> MLflow."""
+"""The sweep orchestrator: YAML spec -> Optuna study -> training workers -> MLflow.
+
+The public names below load on first use (``from orchestrator import run``): the ``sweep``
+command imports this package first, and a Ctrl-C while it starts is then answered by the
+command's own handler, not by a traceback from the middle of these imports.
+"""
+import importlib
 import os
 
 # Offline by default: MLflow 3 sends usage telemetry unless told not to (a user's own setting wins).
@@ -7,20 +13,28 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 # with a tracking server MLflow prints a "View run" line per ended run: the sweep prints its own
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-from .answer.stats import compare_paired  # noqa: E402
-from .commands.api import (
-    Exported,
-    SweepInterrupted,
-    SweepResult,
-    export,
-    load,
-    report,
-    reproduce,
-    run,
-)
-from .config.spec import SweepSpec, load_spec  # noqa: E402
-from .core.errors import CouldNotFinish, ExitCode, SpecError, SweepError  # noqa: E402
+
+# each public name -> the module it lives in
+_HOMES = {
+    "compare_paired": ".answer.stats",
+    **dict.fromkeys(("Exported", "SweepInterrupted", "SweepResult", "export", "load", "report",
+                     "reproduce", "run"), ".commands.api"),
+    **dict.fromkeys(("SweepSpec", "load_spec"), ".config.spec"),
+    **dict.fromkeys(("CouldNotFinish", "ExitCode", "SpecError", "SweepError"), ".core.errors"),
+}
 
 __all__ = ["CouldNotFinish", "ExitCode", "Exported", "SpecError", "SweepError", "SweepInterrupted",
            "SweepResult", "SweepSpec", "compare_paired", "export", "load", "load_spec", "report",
            "reproduce", "run"]
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        value = getattr(importlib.import_module(_HOMES[name], __name__), name)
+        globals()[name] = value  # once loaded, a plain attribute
+        return value
+    raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

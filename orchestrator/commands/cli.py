@@ -2,6 +2,10 @@
 parses the flags (:mod:`orchestrator.commands.parser`), runs the command
 (:mod:`orchestrator.commands.handlers`) and turns what it raised into one line and an
 :class:`~orchestrator.core.errors.ExitCode` (their meanings: ``sweep --help``).
+
+This module imports little at its top (the errors): the rest (Optuna, the handlers, rich) loads
+inside :func:`entry`'s guard, so a Ctrl-C or SIGTERM while ``sweep`` starts is one line and
+130 or 143, never a traceback from the middle of an import.
 """
 from __future__ import annotations
 
@@ -11,12 +15,8 @@ import signal
 import sys
 import threading
 
-from rich.console import Console
-
-from ..core import compat, errors, paths
+from ..core import errors
 from ..core.errors import ExitCode, SweepFailure, disk_full
-from .handlers import HANDLERS
-from .parser import build_parser
 
 FREE_SPACE = ("free space there (or move the stores with --tracking-uri and --storage), then run "
               "the same command again: a sweep resumes where it stopped, its finished trials kept")
@@ -31,6 +31,11 @@ def _terminate(signum, frame):
 def main(argv: list[str] | None = None) -> ExitCode:
     """Run the ``sweep`` command ``argv`` (default: the process's arguments) and return its exit
     code; an error is one line on stderr (a bug's traceback goes to a file the line names)."""
+    from rich.console import Console
+
+    from .handlers import HANDLERS
+    from .parser import build_parser
+
     args = build_parser().parse_args(argv)
     console = Console(stderr=False, highlight=False)
     if threading.current_thread() is threading.main_thread():
@@ -64,6 +69,7 @@ def unexpected_line(error: Exception, args: argparse.Namespace) -> str:
     where = f"the traceback is in {log}" if log else "the traceback could not be written"
     full = disk_full(error)
     if full is not None:
+        from ..core import paths
         from ..stores.storages import default_storage
 
         uri = getattr(args, "tracking_uri", None) or paths.default_tracking_uri()
@@ -86,8 +92,15 @@ def entry() -> None:
     no thread is waited for (a store's client may be retrying for minutes), and a signal
     during the exit ends it with that signal's code, no traceback.
     """
-    code = main()
+    signal.signal(signal.SIGTERM, _terminate)  # from the first moment, as Ctrl-C
     try:
+        code = main()
+    except KeyboardInterrupt as e:  # before main's own guard: while importing or parsing
+        sys.stderr.write("sweep: interrupted\n")
+        code = stop_code(e)
+    try:
+        from ..core import compat
+
         if not code.stopped:
             compat.end_threads()  # what Py_FinalizeEx calls first: pools' exit hooks, joins
             compat.run_exit_hooks()

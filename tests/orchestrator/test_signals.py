@@ -215,3 +215,35 @@ def _stopped_while_waiting(proc: subprocess.Popen, server: FakeServer, sig: int,
     assert proc.returncode == code, (proc.returncode, err)
     assert "Traceback" not in err and "sweep: interrupted" in err, err
     assert elapsed < STOP_BOUND_S, f"exited {elapsed:.0f} s after the signal"
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("module", ["optuna", "pydantic", "orchestrator.commands.handlers"])
+def test_a_signal_while_sweep_starts_up_is_one_line_and_its_exit_code(tmp_path, write_spec,
+                                                                      module, sig, code):
+    """A signal while ``sweep run`` still imports what it needs (the moment ``module`` is
+    loaded, read from ``-X importtime``): ``sweep: interrupted`` and 130 or 143, no traceback
+    from the middle of an import, nothing written."""
+    spec = write_spec(tiny_spec(workers=1))
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "orchestrator", "run",
+                             str(spec)], cwd=work, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        seen = []
+        for line in proc.stderr:  # an import's line is written once it is done
+            seen.append(line)
+            if line.startswith("import time:") and line.split("|")[-1].strip() == module:
+                proc.send_signal(sig)
+                break
+        else:
+            raise AssertionError(f"{module} was never imported: {''.join(seen[-20:])}")
+        _, err = proc.communicate(timeout=STOP_BOUND_S * 3)
+    finally:
+        proc.kill()
+    lines = [x for x in err.splitlines() if not x.startswith("import time:")]
+    assert proc.returncode == code, (proc.returncode, lines[-20:])
+    assert "Traceback" not in err and lines == ["sweep: interrupted"], lines[-20:]
+    assert not (work / "optuna.journal").exists() and not (work / ".sweep").exists()
