@@ -328,8 +328,10 @@ def _report_many(args, console: Console) -> ExitCode:
         report = build_many_report(datas, out)
     for line in report.many.sentences():
         console.print(line, soft_wrap=True, markup=False, highlight=False)
-    console.print(report.many.results.to_string(index=False, float_format=lambda v: f"{v:.4g}"),
-                  soft_wrap=True, markup=False, highlight=False)
+    if len(report.many.results):  # else no pair had enough matched trials: the lines say why
+        console.print(report.many.results.to_string(index=False,
+                                                     float_format=lambda v: f"{v:.4g}"),
+                      soft_wrap=True, markup=False, highlight=False)
     if len(report.many.unmatched):
         console.print(f"{len(report.many.unmatched)} trial(s) without a match: see "
                       f"{out / 'unmatched.csv'}", soft_wrap=True)

@@ -167,7 +167,9 @@ COMPARISON_CSV = _key("report/comparison.csv", PARENT_ARTIFACT,
 # --- a trial run -----------------------------------------------------------------------------
 PARENT_RUN_ID = _key("mlflow.parentRunId", TRIAL_TAG, "its parent run (nests it in the UI)")
 TRIAL_NUMBER = _key("sweep.trial_number", TRIAL_TAG, "its Optuna trial number")
-STATE = _key("sweep.state", TRIAL_TAG, "complete, pruned, failed or interrupted")
+STATE = _key("sweep.state", TRIAL_TAG,
+             "complete, pruned, failed or interrupted: the run ends FINISHED when complete or "
+             "pruned (this tag tells them apart), FAILED when failed, KILLED when interrupted")
 WORKER = _key("sweep.worker", TRIAL_TAG, "the worker slot that trained it")
 CONFIG = _key("sweep.config", TRIAL_TAG,
               "its configuration in short, without the seed (the run's name is it plus `s<seed>`):"

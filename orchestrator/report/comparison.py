@@ -23,8 +23,8 @@ Rules the numbers follow:
   :func:`orchestrator.answer.stats.compare_paired` (a seed that never reached the target is its
   level's worst outcome).
 - *resolution*: a ``val_*`` accuracy counts ``val_items`` images, so it moves in steps of
-  ``1 / val_items``; a difference below one step, or levels within one step of the ceiling, is
-  said so.
+  ``1 / val_items``: said whenever it is known, with a difference below one step, or levels
+  within one step of the ceiling, named.
 """
 from __future__ import annotations
 
@@ -318,7 +318,7 @@ def _scaling(tune: pd.DataFrame, sensitivity: dict[str, Sensitivity]) -> Scaling
 
 def sentences(c: Comparison, data: SweepData) -> list[str]:
     """The answer in sentences: the verdict (the headline) first, then the level the sweep
-    names, the resolution of the metric where it matters, the time to target and the scaling
+    names, the resolution of the metric where it counts items, the time to target and the scaling
     exponent where there are any. Every number comes with its interval's level and method."""
     out = [_verdict_sentence(c, data)]
     if c.answer is not None:
@@ -395,10 +395,21 @@ def _no_verdict(c: Comparison, data: SweepData) -> str:
 
 
 def _resolution_sentence(c: Comparison) -> str | None:
-    """What one validation item is worth, when a difference or the ceiling is that close."""
+    """What one validation item is worth, whenever the metric is a fraction of ``val_items``
+    items (a [0, 1] metric with its count known): every difference and level is read against
+    it. Then each difference below one item, and each level within one item of the ceiling
+    (the floor when minimizing). None when the count or the bounds are unknown."""
     if c.val_items is None or stats.METRIC_BOUNDS.get(c.metric) != (0.0, 1.0):
         return None
     step = 1.0 / c.val_items
+    notes = _resolution_notes(c, step)
+    return (f"{c.metric} counts {c.val_items} validation items, so it moves in steps of "
+            f"{_amount(c, step)} {_unit(c)}" + (": " + "; ".join(notes) if notes else "") + ".")
+
+
+def _resolution_notes(c: Comparison, step: float) -> list[str]:
+    """The differences smaller than one item ``step``, and the levels whose confirmed mean is
+    within one item of the best value the metric can take."""
     notes = []
     small = [r for r in c.results if not math.isnan(r.diff) and abs(r.diff) < step]
     if small:
@@ -412,10 +423,7 @@ def _resolution_sentence(c: Comparison) -> str | None:
     if at:
         notes.append(f"{' and '.join(at)} {'are' if len(at) > 1 else 'is'} within one item of "
                      f"the {'ceiling' if c.direction == 'maximize' else 'floor'}")
-    if not notes:
-        return None
-    return (f"{c.metric} counts {c.val_items} validation items, so it moves in steps of "
-            f"{_amount(c, step)} {_unit(c)}: " + "; ".join(notes) + ".")
+    return notes
 
 
 def _reach_results(c: Comparison) -> list[stats.PairResult]:

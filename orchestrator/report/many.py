@@ -11,7 +11,8 @@ Rules the numbers follow:
   by :func:`orchestrator.answer.stats.compare_paired` (paired t-test and its 95% t interval, clipped
   to the range of a bounded metric's difference; Wilcoxon signed-rank; Holm over the pairs of
   sweeps), the verdict turned the way of the objective. Fewer than
-  :data:`~orchestrator.report.stats.MIN_PAIRS` pairs: undecided, no interval.
+  :data:`~orchestrator.report.stats.MIN_PAIRS` pairs support no interval and no verdict: no row
+  (the report names what was left out, and says why there is no table when nothing is left).
 - *per configuration*: the same over that configuration's seeds (each configuration on its own:
   Holm over its pairs of sweeps, not across configurations).
 - a trial of one sweep that no other sweep matched is listed with why.
@@ -42,7 +43,9 @@ ALL = "all matched trials"
 class Many:
     """Several sweeps compared: ``pairs`` holds a row per configuration and seed (a value and a
     trial column per sweep), ``results`` a row per scope (:data:`ALL`, then each configuration)
-    and pair of sweeps, ``unmatched`` the trials left out and why."""
+    and pair of sweeps with at least :data:`MIN_PAIRS` matched trials, ``too_few`` those with
+    some but fewer (scope, a, b, pairs: no interval, no verdict), ``unmatched`` the trials left
+    out and why."""
 
     names: list[str]
     metric: str
@@ -53,6 +56,7 @@ class Many:
     unmatched: pd.DataFrame
     differences: list[str]
     overall: list[stats.PairResult] = field(default_factory=list)
+    too_few: list[tuple[str, str, str, int]] = field(default_factory=list)
 
     def sentences(self) -> list[str]:
         """A sentence per pair of sweeps over all their matched trials (the headline first)."""
@@ -99,24 +103,23 @@ def compare_sweeps(datas: list[SweepData]) -> Many:
         return {str(i): {k: v for k, v in zip(key(frame), frame[f"value:{n}"]) if not
                          pd.isna(v)} for i, n in enumerate(names)}
 
-    overall = stats.compare_paired(
+    overall = [_named(r, label) for r in stats.compare_paired(
         by_sweep(pairs, lambda f: zip(f["configuration"], f["seed"])), factor="sweep",
-        direction=objective.direction, bounds=bounds, min_pairs=MIN_PAIRS)
-    rows = [_row(ALL, r, label) for r in overall]
+        direction=objective.direction, bounds=bounds, min_pairs=MIN_PAIRS)]
+    scoped = [(ALL, overall)]
     for config, group in pairs.groupby("configuration", sort=False):
         if group[[f"value:{n}" for n in names]].notna().sum(axis=1).max() < 2:
             continue  # one sweep alone ran it: listed as unmatched
-        found = stats.compare_paired(by_sweep(group, lambda f: f["seed"]), factor="sweep",
-                                     direction=objective.direction, bounds=bounds,
-                                     min_pairs=MIN_PAIRS)
-        rows += [_row(config, r, label) for r in found if r.pairs]
+        scoped.append((config, [_named(r, label) for r in stats.compare_paired(
+            by_sweep(group, lambda f: f["seed"]), factor="sweep",
+            direction=objective.direction, bounds=bounds, min_pairs=MIN_PAIRS)]))
     unmatched += _alone(pairs, names)
-    overall = [_named(r, label) for r in overall]
+    rows, too_few = _rows(scoped)
     return Many(names, objective.metric, objective.direction, factors, pairs,
                 pd.DataFrame(rows, columns=COLUMNS),
                 pd.DataFrame(unmatched, columns=["sweep", "trial", "configuration", "seed",
                                                  "why"]),
-                differences(datas, factors), overall)
+                differences(datas, factors), overall, too_few)
 
 
 def configuration_text(row: pd.Series, factors: list[str]) -> str:
@@ -191,14 +194,27 @@ def _named(r: stats.PairResult, label: dict[str, str]) -> stats.PairResult:
                    winner=label.get(r.winner) if r.winner is not None else None)
 
 
-def _row(scope: str, r: stats.PairResult, label: dict[str, str]) -> dict:
-    r = _named(r, label)
-    verdict = r.verdict if r.finite_pairs >= MIN_PAIRS else \
-        f"undecided ({r.finite_pairs} pairs, need {MIN_PAIRS})"
+def _rows(scoped: list[tuple[str, list[stats.PairResult]]]
+          ) -> tuple[list[dict], list[tuple[str, str, str, int]]]:
+    """The results rows (:data:`COLUMNS`) of the pairs with at least :data:`MIN_PAIRS` finite
+    matched trials, and ``(scope, a, b, pairs)`` of those with fewer but some: too few for an
+    interval and a verdict, so no row says one. Pairs of sweeps that matched nothing are in
+    neither (the headline says so)."""
+    rows, too_few = [], []
+    for scope, results in scoped:
+        for r in results:
+            if r.finite_pairs >= MIN_PAIRS:
+                rows.append(_row(scope, r))
+            elif r.finite_pairs:
+                too_few.append((scope, r.a, r.b, r.finite_pairs))
+    return rows, too_few
+
+
+def _row(scope: str, r: stats.PairResult) -> dict:
     return {"scope": scope, "a": r.a, "b": r.b, "pairs": r.pairs, "diff_b_minus_a": r.diff,
             "ci_low": r.ci_low, "ci_high": r.ci_high, "ci_level": r.ci_level,
             "ci_method": r.ci_method, "t_test_p": r.p, "wilcoxon_p": r.p_wilcoxon,
-            "p_holm": r.p_holm, "verdict": verdict, "winner": r.winner or ""}
+            "p_holm": r.p_holm, "verdict": r.verdict, "winner": r.winner or ""}
 
 
 def differences(datas: list[SweepData], factors: list[str]) -> list[str]:
@@ -235,11 +251,22 @@ def interval(metric: str, low: float, high: float) -> str:
     return f"[{scale * low:.3g}, {scale * high:.3g}]"
 
 
+def _trials(n: int) -> str:
+    return f"{n} trial{'s' if n != 1 else ''}"
+
+
 def pair_sentence(m: Many, r: stats.PairResult) -> str:
-    """One pair of sweeps over all their matched trials, said the way of the objective."""
+    """One pair of sweeps over all their matched trials, said the way of the objective; with
+    fewer than :data:`MIN_PAIRS` matched trials, why there is no interval and no verdict."""
+    if not r.finite_pairs:
+        return (f"{r.b} against {r.a}: no paired difference, as no configuration was completed "
+                f"with the same seed by both (trials are matched by "
+                f"{', '.join(m.factors) or 'nothing searched'} and seed; unmatched.csv lists "
+                f"each trial and why).")
     if r.finite_pairs < MIN_PAIRS:
-        return (f"{r.b} against {r.a}: undecided, insufficient evidence over {r.pairs} matched "
-                f"trials (same configuration and seed; need {MIN_PAIRS}).")
+        return (f"{r.b} against {r.a}: no interval and no verdict from {_trials(r.finite_pairs)} "
+                f"matched (the same configuration and seed in both), fewer than the {MIN_PAIRS} "
+                f"a paired comparison needs.")
     scale = 100.0 if _points(m.metric) else 1.0
     said = stats.describe(r, metric=m.metric, direction=m.direction,
                           fmt=lambda v: f"{scale * v:.3g}",
@@ -269,7 +296,7 @@ def build_many_report(datas: list[SweepData], out_dir: str | os.PathLike) -> Man
     many.results.to_csv(files[0], index=False)
     many.pairs.to_csv(files[1], index=False)
     many.unmatched.to_csv(files[2], index=False)
-    figures = {"matched.png": _plot_matched(many)} if many.overall else {}
+    figures = {"matched.png": _plot_matched(many)} if many.pairs["matched"].any() else {}
     for name, figure in figures.items():
         (out / "plots" / name).write_bytes(figure.png)
         files.append(out / "plots" / name)
@@ -289,20 +316,7 @@ def _document(m: Many, datas: list[SweepData], figures: dict[str, Figure]) -> Do
             f"{', '.join(m.factors) or 'nothing searched'} and seed.")
     if m.differences:
         doc.say("What the sweeps fixed differently: " + "; ".join(m.differences) + ".")
-    doc.heading("Paired differences")
-    doc.blocks.append(Table(
-        f"b minus a in {m.metric} over the configurations and seeds both sweeps ran (first row "
-        f"per pair: all of them; then each configuration over its seeds): paired t-test and its "
-        f"95% Student t interval (clipped to the range a difference of a bounded metric can "
-        f"take, as the method column says), Wilcoxon signed-rank, Holm over the pairs of sweeps "
-        f"within a row's scope; fewer than {MIN_PAIRS} pairs is undecided, without an "
-        f"interval. Also in comparison.csv.",
-        ["scope", "a", "b", "pairs", "b - a", "95% CI low", "95% CI high", "method",
-         "t-test p", "Wilcoxon p", "Holm p", "verdict"],
-        [[r.scope, r.a, r.b, str(r.pairs), number(r.diff_b_minus_a), number(r.ci_low),
-          number(r.ci_high), r.ci_method, p_value(r.t_test_p), p_value(r.wilcoxon_p),
-          p_value(r.p_holm), f"{r.winner} better" if r.winner else r.verdict]
-         for r in m.results.itertuples()]))
+    _paired_section(doc, m)
     doc.heading("Matched trials")
     value_cols = [f"value:{n}" for n in m.names]
     doc.blocks.append(Table(
@@ -322,6 +336,39 @@ def _document(m: Many, datas: list[SweepData], figures: dict[str, Figure]) -> Do
         doc.heading("Plots")
         doc.blocks += list(figures.items())
     return doc
+
+
+def _paired_section(doc: Document, m: Many) -> None:
+    """The paired differences table, a row per scope and pair of sweeps with at least
+    :data:`MIN_PAIRS` matched trials, then what had fewer; with no such row, one line why there
+    is no table."""
+    if not len(m.results):
+        most = max((n for *_, n in m.too_few), default=0)
+        why = (f"at most {_trials(most)} matched (the same configuration and seed in two "
+               f"sweeps), fewer than the {MIN_PAIRS} an interval and a verdict need; more seeds "
+               f"(repeats) in each sweep make more" if most else
+               "no configuration and seed was completed by two of the sweeps (unmatched.csv "
+               "lists each trial and why)")
+        doc.say(f"No paired differences: {why}.")
+        return
+    doc.heading("Paired differences")
+    doc.blocks.append(Table(
+        f"b minus a in {m.metric} over the configurations and seeds both sweeps ran (first row "
+        f"per pair: all of them; then each configuration over its seeds): paired t-test and its "
+        f"95% Student t interval (clipped to the range a difference of a bounded metric can "
+        f"take, as the method column says), Wilcoxon signed-rank, Holm over the pairs of sweeps "
+        f"within a row's scope; a pair with fewer than {MIN_PAIRS} matched trials has no row "
+        f"(a line under the table names any). Also in comparison.csv.",
+        ["scope", "a", "b", "pairs", "b - a", "95% CI low", "95% CI high", "method",
+         "t-test p", "Wilcoxon p", "Holm p", "verdict"],
+        [[r.scope, r.a, r.b, str(r.pairs), number(r.diff_b_minus_a), number(r.ci_low),
+          number(r.ci_high), r.ci_method, p_value(r.t_test_p), p_value(r.wilcoxon_p),
+          p_value(r.p_holm), f"{r.winner} better" if r.winner else r.verdict]
+         for r in m.results.itertuples()]))
+    if m.too_few:
+        doc.say(f"No row, fewer than {MIN_PAIRS} matched trials (too few for an interval and a "
+                f"verdict): " + "; ".join(f"{scope}, {b} against {a} ({_trials(n)})"
+                                           for scope, a, b, n in m.too_few) + ".")
 
 
 def _plot_matched(m: Many) -> Figure:

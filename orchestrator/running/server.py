@@ -83,20 +83,25 @@ VIEW_PARAM = "viewStateShareKey"
 # own, then when it started and how long it took; its logged model (the best trial's ONNX file)
 NAME_COLUMN, LAST_COLUMNS = "attributes.`Run Name`", ["runDateAndNestInfo", "duration"]
 MODELS_COLUMN = "attributes.`Models`"
+# each trial's end (complete, pruned, failed, interrupted): a pruned run ends FINISHED as a
+# complete one does, so the status icon alone no longer tells them apart
+STATE_COLUMN = f"tags.`{keys.STATE}`"
 
 
 def runs_view(spec) -> str:
     """The value of the experiment tag :data:`keys.RUNS_VIEW`: a saved view of MLflow's runs
     table sorted by the (first) objective's metric, best first, with each objective's metric
-    and every searched setting as columns (``sweep ui`` links to it). MLflow sorts by a
-    metric's last value, whatever the objective's ``reduce``."""
+    and every searched setting as columns, then each trial's end (:data:`keys.STATE`: pruned
+    or complete, which the run's status no longer tells); ``sweep ui`` links to it. MLflow
+    sorts by a metric's last value, whatever the objective's ``reduce``."""
     from ..config import space as sp
 
     metrics = list(dict.fromkeys(o.metric for o in spec.objectives))
     settings = list(dict.fromkeys(node.setting for _, node in sp.walk(spec.space)
                                   if not isinstance(node, sp.Fixed)))
     first = spec.objectives[0]
-    columns = [f"metrics.`{m}`" for m in metrics] + [f"params.`{s}`" for s in settings]
+    columns = [f"metrics.`{m}`" for m in metrics] + [f"params.`{s}`" for s in settings] \
+        + [STATE_COLUMN]
     state = {"orderByKey": f"metrics.`{first.metric}`",
              "orderByAsc": first.direction == "minimize",
              "selectedColumns": columns + [MODELS_COLUMN],

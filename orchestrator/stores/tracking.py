@@ -55,7 +55,12 @@ MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 # (traces); UIs that read it open the runs table without asking. MLflow 3.17's UI follows its
 # GenAI / Model training toggle instead (mlflow/mlflow#24498); `sweep ui` prints the runs table URL.
 MODEL_KIND = "custom_model_development"
-STATUS = {"complete": "FINISHED", "pruned": "KILLED", "failed": "FAILED", "interrupted": "KILLED"}
+# a trial run's MLflow status by its end. MLflow's UI marks FAILED and KILLED runs red: a pruned
+# trial ran as asked and was stopped by the pruner, not a fault, so its run ends FINISHED and its
+# tag keys.STATE ("pruned") says so. KILLED is an interrupt's (Ctrl-C); runs of sweeps made before
+# this ended pruned trials KILLED: readers tell pruned trials by Optuna's state or keys.STATE
+STATUS = {"complete": "FINISHED", "pruned": "FINISHED", "failed": "FAILED",
+          "interrupted": "KILLED"}
 
 
 def _now_ms() -> int:
@@ -280,7 +285,8 @@ class Tracker:
 
     def end_trial(self, run_id: str, state: str, metrics: dict[str, float] | None = None,
                   tags: dict[str, str] | None = None) -> None:
-        """Close a trial run: complete -> FINISHED, pruned -> KILLED, failed -> FAILED."""
+        """Close a trial run tagged :data:`keys.STATE` ``state``: complete and pruned ->
+        FINISHED (the tag tells them apart), failed -> FAILED, interrupted -> KILLED."""
         ts = _now_ms()
         self.client.log_batch(
             run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in (metrics or {}).items()],

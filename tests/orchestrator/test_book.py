@@ -110,13 +110,14 @@ def test_a_trial_that_started_over_from_a_damaged_checkpoint_says_so_on_its_run(
     assert keys.CHECKPOINT_DISCARDED not in run_of(stores, run_trial(book, [0.5]).number).data.tags
 
 
-def test_a_pruned_trial_ends_pruned_in_optuna_and_killed_in_mlflow(stores, open_book):
+def test_a_pruned_trial_ends_pruned_in_optuna_and_finished_tagged_pruned_in_mlflow(stores,
+                                                                                   open_book):
     book = open_book()
     pending = run_trial(book, [0.5])
     book.finish(0, done("pruned"))
     assert trial(stores, pending.number).state == TrialState.PRUNED
     run = run_of(stores, pending.number)
-    assert run.info.status == "KILLED" and run.data.tags["sweep.state"] == "pruned"
+    assert run.info.status == "FINISHED" and run.data.tags["sweep.state"] == "pruned"
 
 
 def test_a_complete_trial_with_a_non_finite_objective_fails_for_good(stores, open_book):

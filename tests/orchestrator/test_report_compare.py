@@ -283,6 +283,44 @@ def test_the_scaling_exponent_is_a_line_through_the_trials_near_each_optimum():
                for line in c.sentences)
 
 
+def _resolved(confirm: dict[str, list[float]], direction: str = "maximize",
+              metric: str = "val_acc", val_items: int | None = 200) -> str | None:
+    """The resolution sentence of a comparison whose levels confirmed ``confirm`` (a value per
+    seed), compared by the sweep's own paired procedure."""
+    from orchestrator.answer.stats import compare_paired
+    from orchestrator.report.comparison import Comparison, _resolution_sentence
+
+    values = {lv: dict(enumerate(v)) for lv, v in confirm.items()}
+    c = Comparison("optimizer", metric, direction, list(confirm),
+                   compare_paired(values, direction=direction, factor="optimizer"), {}, values,
+                   {}, pd.DataFrame(), None, "", val_items=val_items)
+    return _resolution_sentence(c)
+
+
+def test_the_resolution_of_an_accuracy_is_always_said_with_what_lies_within_one_item():
+    """200 validation items: val_acc moves in steps of 1/200 (0.5 points), said whatever the
+    values; a difference below that, or a level within it of the best value, named too."""
+    steps = "val_acc counts 200 validation items, so it moves in steps of 0.5 points of val_acc"
+    apart = [0.80, 0.82, 0.81]  # sgd: 10 points below adam, far from either end
+    # neither: said all the same, the resolution every other figure is read against
+    assert _resolved({"adam": [0.90, 0.91, 0.92], "sgd": apart}) == steps + "."
+    # a difference of 0.07 points (adam - sgd), below one item
+    assert _resolved({"adam": [0.900, 0.905, 0.910], "sgd": [0.902, 0.906, 0.909]}) == \
+        steps + ": the difference is smaller than one item."
+    # maximize: a mean of 0.998 is within one item (0.995) of the ceiling; 0.99 is not
+    assert _resolved({"adam": [0.996, 0.998, 1.0], "sgd": apart}) == \
+        steps + ": adam is within one item of the ceiling."
+    assert _resolved({"adam": [0.985, 0.99, 0.995], "sgd": apart}) == steps + "."
+    # minimize (no error rate in [0, 1] is an objective here: the floor of the same metric)
+    assert _resolved({"adam": [0.002, 0.0, 0.004], "sgd": apart}, "minimize") == \
+        steps + ": adam is within one item of the floor."
+    assert _resolved({"adam": [0.90, 0.91, 0.92], "sgd": apart}, "minimize") == steps + "."
+    # not a fraction of items: nothing to say
+    assert _resolved({"adam": [0.90, 0.91, 0.92], "sgd": apart}, val_items=None) is None
+    assert _resolved({"adam": [0.3, 0.31, 0.32], "sgd": [0.5, 0.52, 0.51]}, "minimize",
+                     "val_loss") is None
+
+
 def test_the_lr_plot_draws_one_trial_per_schedule_shape():
     from orchestrator.report.plots import schedule_shapes
 

@@ -61,12 +61,12 @@ def test_matched_trials_and_their_paired_difference_match_a_hand_computation(rep
     assert row["t_test_p"] == pytest.approx(p) and row["p_holm"] == pytest.approx(p)
     assert row["wilcoxon_p"] == pytest.approx(stats.wilcoxon(diff).pvalue)
     assert _said(row) == _verdict(p, low, high, diff.mean(), maximize=True)
-    # each configuration on its own: one seed, so no test
-    per = table[table["scope"] != "all matched trials"].set_index("scope")
-    assert sorted(per.index) == sorted(f"batch_size={b}" for b in sizes)
-    for b, d in zip(sizes, diff):
-        assert per.loc[f"batch_size={b}", "diff_b_minus_a"] == pytest.approx(d)
-        assert per.loc[f"batch_size={b}", "verdict"] == "undecided (1 pairs, need 3)"
+    # each configuration on its own: one seed, too few for an interval or a verdict: no row,
+    # but a line naming each
+    assert table["scope"].tolist() == ["all matched trials"]
+    assert ("No row, fewer than 3 matched trials (too few for an interval and a verdict): "
+            + "; ".join(f"batch_size={b}, long against short (1 trial)" for b in sizes) + ".") \
+        in (out / "report.md").read_text()
     pairs = pd.read_csv(out / "pairs.csv").set_index("configuration")
     assert pairs.loc["batch_size=256", "value:long"] == pytest.approx(acc["long"][256])
     assert math.isnan(pairs.loc["batch_size=256", "value:short"])
@@ -157,12 +157,60 @@ def test_sweeps_that_ask_another_question_are_refused_with_one_line(two_sweeps, 
         assert words in str(e.value) and "\n" not in str(e.value)
     # not a refusal: a sweep without trials yet leaves every trial of the other unmatched
     many = compare_sweeps([replace(short, trials=pd.DataFrame()), long])
-    assert many.results.iloc[0]["pairs"] == 0 and len(many.unmatched) == 4
-    assert many.sentences()[0].startswith("long against short: undecided, insufficient "
-                                          "evidence")
+    assert many.results.empty and not many.too_few and len(many.unmatched) == 4
+    assert many.sentences()[0].startswith("long against short: no paired difference")
     from orchestrator.commands.cli import main
 
     assert main(["report", "short", "long", "--by", "batch_size", "--tracking-uri",
                  two_sweeps.tracking_uri]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--by" in err and "leave it out" in err
+
+
+def _report_md(datas, out) -> tuple:
+    """The side-by-side report of ``datas`` written into ``out``: (its Many, report.md's text,
+    comparison.csv's rows)."""
+    from orchestrator.report.many import build_many_report
+
+    report = build_many_report(datas, out)
+    return report.many, (out / "report.md").read_text(), pd.read_csv(out / "comparison.csv")
+
+
+def test_sweeps_without_a_matched_configuration_and_seed_get_one_line_and_no_paired_table(
+        two_sweeps, tmp_path):
+    from orchestrator.report import load_sweep
+
+    short, long = (load_sweep(n, two_sweeps.tracking_uri, str(two_sweeps.journal))
+                   for n in ("short", "long"))
+    other_seed = replace(long, trials=long.trials.assign(seed=100))  # nothing matches
+    many, md, rows = _report_md([short, other_seed], tmp_path)
+    assert rows.empty and many.results.empty and not many.too_few  # no row of 0 pairs
+    assert "Paired differences" not in md and "undecided" not in md
+    assert ("No paired differences: no configuration and seed was completed by two of the "
+            "sweeps (unmatched.csv lists each trial and why).") in md
+    assert many.sentences() == [
+        "long against short: no paired difference, as no configuration was completed with the "
+        "same seed by both (trials are matched by batch_size and seed; unmatched.csv lists each "
+        "trial and why)."]
+    assert len(many.unmatched) == 7 and not (tmp_path / "plots" / "matched.png").exists()
+
+
+def test_fewer_matched_trials_than_a_comparison_needs_give_no_interval_or_verdict(two_sweeps,
+                                                                                tmp_path):
+    from orchestrator.report import load_sweep
+    from orchestrator.report.many import ALL
+
+    short, long = (load_sweep(n, two_sweeps.tracking_uri, str(two_sweeps.journal))
+                   for n in ("short", "long"))
+    two = replace(long, trials=long.trials[long.trials["params.batch_size"].isin([32, 64])])
+    many, md, rows = _report_md([short, two], tmp_path)
+    assert rows.empty and many.results.empty  # 2 matched trials: no row with a verdict
+    assert many.too_few == [(ALL, "short", "long", 2), ("batch_size=32", "short", "long", 1),
+                            ("batch_size=64", "short", "long", 1)]
+    assert "Paired differences" not in md and "undecided" not in md
+    assert ("No paired differences: at most 2 trials matched (the same configuration and seed "
+            "in two sweeps), fewer than the 3 an interval and a verdict need") in md
+    assert many.sentences() == [
+        "long against short: no interval and no verdict from 2 trials matched (the same "
+        "configuration and seed in both), fewer than the 3 a paired comparison needs."]
+    assert many.sentences()[0] in md and (tmp_path / "plots" / "matched.png").exists()

@@ -281,7 +281,10 @@ def test_non_finite_loss_fails_the_trial_and_the_sweep_goes_on(cli, stores, writ
     assert "1 failed" in out.stdout
 
 
-def test_pruned_trials_end_killed_with_their_partial_curve(cli, stores, write_spec):
+def test_pruned_trials_end_finished_tagged_pruned_with_their_partial_curve(cli, stores,
+                                                                           write_spec):
+    """A pruned trial is no failure: its run ends FINISHED (MLflow's UI marks KILLED and FAILED
+    runs red), its tag ``sweep.state`` says it was pruned, its curve stops where it did."""
     spec = tiny_spec(sampler={"name": "grid"}, workers=1,
                      pruner={"name": "median", "min_epochs": 1, "n_startup_trials": 1},
                      train={"dataset": "digits", "epochs": 3, "optimizer": "adam"},
@@ -293,7 +296,7 @@ def test_pruned_trials_end_killed_with_their_partial_curve(cli, stores, write_sp
     assert [t.state.name for t in study.trials] == ["COMPLETE", "PRUNED"]
     pruned = stores.runs("tiny", "trial")
     pruned = next(r for r in pruned if r.data.params["lr"] == "1e-06")
-    assert pruned.info.status == "KILLED"
+    assert (pruned.info.status, pruned.data.tags["sweep.state"]) == ("FINISHED", "pruned")
     assert len(stores.client().get_metric_history(pruned.info.run_id, "val_acc")) == 1
 
 

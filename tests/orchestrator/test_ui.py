@@ -74,6 +74,10 @@ def test_the_view_sorts_by_the_first_objective_in_its_direction():
     state = json.loads(json.loads(runs_view(spec))["state"])
     assert (state["orderByKey"], state["orderByAsc"]) == ("metrics.`val_loss`", True)
     assert state["selectedColumns"][:2] == ["metrics.`val_loss`", "metrics.`epoch_seconds`"]
+    # then how each trial ended: a pruned run ends FINISHED, as a complete one does
+    searched = [c for c in state["selectedColumns"] if c.startswith("params.")]
+    assert searched and state["selectedColumns"][2 + len(searched)] == "tags.`sweep.state`"
+    assert state["columnOrder"][3 + len(searched)] == "tags.`sweep.state`"
 
 
 def test_ui_for_an_unknown_sweep_is_one_line_and_exit_2(stores):
