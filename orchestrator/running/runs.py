@@ -121,12 +121,41 @@ def _store_fix(tracking_uri: str) -> str:
             f"or rerun with --new to start the sweep afresh")
 
 
+# what the clients say when a store's server cannot be reached (requests/urllib3 for an HTTP
+# tracking server, the database drivers), as opposed to a store that answers but is damaged
+UNREACHABLE = ("Max retries exceeded", "Failed to establish a new connection",
+               "Connection refused", "Connection reset", "Connection aborted", "timed out",
+               "Name or service not known", "Temporary failure in name resolution",
+               "could not connect", "Can't connect", "server closed the connection",
+               "Lost connection", "RemoteDisconnected", "Bad Gateway", "Service Unavailable",
+               "Gateway Timeout")
+
+
+def unreachable(error: BaseException) -> bool:
+    """Whether ``error`` (or one in its chain) says the store's server could not be reached:
+    a fault of the network or the server, which a rerun once it is back repairs."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, (ConnectionError, TimeoutError)) or \
+                any(sign in str(error) for sign in UNREACHABLE):
+            return True
+        error = getattr(error, "orig", None) or error.__cause__ or error.__context__
+    return False
+
+
 def store_broke(tracking_uri: str, error: BaseException) -> StoreBroke:
-    """The one line saying what broke in the MLflow store and what to do."""
+    """The one line saying what broke in the MLflow store and what to do: a server that could
+    not be reached is brought back (nothing to restore), a damaged store restored."""
     what = _root_cause(error)
     if disk_full(error) is not None:  # the CLI adds what to do about a full disk after it
         return StoreBroke(f"the MLflow store {mask(tracking_uri)} failed, the trials that were "
                           f"running are queued for retry: {what}")
+    if unreachable(error):
+        return StoreBroke(f"the MLflow store {mask(tracking_uri)} could not be reached: {what}; "
+                          f"the trials that were running are queued for retry; once it answers "
+                          f"again, rerun the same command (the sweep resumes, nothing to "
+                          f"restore)")
     db = paths.sqlite_file(tracking_uri)
     if db is not None and not db.exists():
         what = f"{db} was deleted ({what})"

@@ -400,3 +400,34 @@ def test_abort_ends_every_trial_in_optuna_when_mlflow_breaks_under_the_first(sto
         [(TrialState.FAIL, "store")] * 2
     assert sorted(waiting_retries(stores)) == numbers
     assert book.active == {}
+
+
+def test_a_store_that_cannot_be_reached_is_told_apart_from_a_damaged_one(tmp_path, monkeypatch):
+    """The line for a store that broke under a sweep: a server nothing answers (an HTTP tracking
+    server, a database) is brought back and the command rerun, nothing restored; a store that
+    answers damaged is restored. The errors are the real clients' own."""
+    import sqlalchemy
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.running.runs import store_broke
+    from tests.conftest import free_port
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    port = free_port()  # nothing listens there
+    http, database = f"http://127.0.0.1:{port}", f"postgresql+psycopg://postgres@127.0.0.1:{port}/x"
+    garbage = tmp_path / "mlflow.db"
+    garbage.write_bytes(b"this is no database\n" * 500)
+    sqlite = f"sqlite:///{garbage}"
+    raised = {}
+    for uri, call in ((http, lambda: MlflowClient(tracking_uri=http).search_experiments()),
+                      (database, lambda: sqlalchemy.create_engine(database).connect()),
+                      (sqlite, lambda: MlflowClient(tracking_uri=sqlite).search_experiments())):
+        with pytest.raises(Exception) as caught:
+            call()
+        raised[uri] = caught.value
+    for uri in (http, database):
+        line = str(store_broke(uri, raised[uri]))
+        assert "could not be reached" in line and "from a backup" not in line, line
+    line = str(store_broke(sqlite, raised[sqlite]))
+    assert "from a backup" in line and "could not be reached" not in line, line
