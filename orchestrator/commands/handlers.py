@@ -226,8 +226,9 @@ def cmd_doctor(args, console: Console) -> ExitCode:
     from ..running import preflight as pf
     from ..running.phases import check_in_worker
 
-    if args.out:
+    if args.out:  # before any work
         reach.check_out(args.out, folder=True)
+        pf.check_own_out(args.out)
     spec = load_spec(args.spec, args.overrides, args.max_grid)
     missing = data_problems(spec)
     if missing:
@@ -236,9 +237,12 @@ def cmd_doctor(args, console: Console) -> ExitCode:
     if args.lr_range_test:
         options = options.model_copy(update={"lr_range_test": True})
     spec = spec.model_copy(update={"preflight": options})
-    out = Path(args.out) if args.out else \
-        paths.work_dir(paths.default_tracking_uri(), spec.name) / "preflight"
-    shutil.rmtree(out, ignore_errors=True)
+    if args.out:  # the user's folder: only doctor's own earlier files go
+        out = Path(args.out)
+        pf.replace_own_out(out, spec)
+    else:  # the sweep's own folder
+        out = paths.work_dir(paths.default_tracking_uri(), spec.name) / "preflight"
+        shutil.rmtree(out, ignore_errors=True)
     logs = paths.work_dir(paths.default_tracking_uri(), spec.name) / "logs"
     # the checks run in a worker (a model or dataset that hangs is a FAIL at its deadline), so a
     # download's progress bar goes to the worker's log

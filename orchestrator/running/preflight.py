@@ -8,7 +8,9 @@ dicts (``PreflightReport.to_dict()``), so this module never imports torch.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,10 +22,14 @@ from trainers.verdicts import ERROR, FAIL, PASS, SKIP, WARN, worst
 
 from ..config import space as sp
 from ..config.spec import SweepSpec, settings_of
+from ..core.errors import SweepError
 from .protocol import Preflight
 
 STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red", SKIP: "dim", ERROR: "magenta"}
 VARIES = ("dataset", "model")  # a check per distinct pair: that is where the bugs live
+# in a folder `sweep doctor --out` wrote: the names of what it wrote there (its own to replace)
+OUT_MARK = ".sweep-doctor"
+REPORT_FILES = ("preflight.json", "preflight.md")  # what :func:`write` writes
 
 
 def checked_configurations(spec: SweepSpec) -> list[dict[str, Any]]:
@@ -111,15 +117,66 @@ def check_all(spec: SweepSpec, out_dir: Path,
         of each are in ``out_dir / folder``.
     """
     results = []
-    for i, settings in enumerate(checked_configurations(spec)):
-        folder = f"{i}-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{settings['dataset']}-"
-                                                               f"{settings['model']}")
+    for folder, settings in zip(folders(spec), checked_configurations(spec)):
         report = ask(request(spec, settings, out_dir / folder))
         if report is None:
             break
         results.append({"label": label(settings), "folder": folder, "settings": settings,
                         "report": objectives_logged(spec, report)})
     return results
+
+
+def folders(spec: SweepSpec) -> list[str]:
+    """The folder of each checked configuration's images, in :func:`checked_configurations`'
+    order (``0-digits-small_cnn``...)."""
+    return [f"{i}-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{s['dataset']}-{s['model']}")
+            for i, s in enumerate(checked_configurations(spec))]
+
+
+def check_own_out(out: str | Path, option: str = "--out") -> None:
+    """Refuse an existing ``out`` folder holding anything, unless an earlier ``sweep doctor``
+    wrote there (its :data:`OUT_MARK`): doctor replaces its own files, never a user's.
+
+    Raises:
+        SweepError: one line naming the folder as given, some of what it holds, and the fix.
+    """
+    if not Path(out).is_dir():
+        return
+    try:
+        names = sorted(os.listdir(out))
+    except OSError as e:
+        raise SweepError(f"{option} {out}: cannot list the folder ({e.strerror}); give a new "
+                         f"or empty folder you can read") from None
+    if names and OUT_MARK not in names:
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        raise SweepError(f"{option} {out}: the folder holds files sweep doctor did not write "
+                         f"({shown}); give a new or empty folder (doctor replaces only its own "
+                         f"earlier output)")
+
+
+def replace_own_out(out: Path, spec: SweepSpec) -> None:
+    """Remove from ``out`` what an earlier ``sweep doctor`` wrote there (what its mark names,
+    nothing else: a file the user added stays), then mark ``out`` with what this one writes."""
+    mark = out / OUT_MARK
+    for name in _marked(mark):
+        old = out / name
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    mark.write_text(json.dumps({"written_by": "sweep doctor",
+                                "names": [*REPORT_FILES, *folders(spec)]}, indent=2) + "\n")
+
+
+def _marked(mark: Path) -> list[str]:
+    """The names an earlier doctor's mark lists, each a plain name inside its folder."""
+    try:
+        names = json.loads(mark.read_text()).get("names", [])
+    except (OSError, ValueError, AttributeError):  # no mark, or not one doctor wrote
+        return []
+    return [n for n in names if isinstance(n, str) and Path(n).name == n
+            and n not in ("", ".", "..", OUT_MARK)]
 
 
 def objectives_logged(spec: SweepSpec, report: dict[str, Any]) -> dict[str, Any]:
@@ -217,9 +274,8 @@ def write(out_dir: Path, results: list[dict[str, Any]]) -> tuple[Path, Path]:
     """``preflight.json`` and ``preflight.md`` in ``out_dir`` (next to the per-configuration
     folders holding the images)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    js = out_dir / "preflight.json"
+    js, md = (out_dir / name for name in REPORT_FILES)
     js.write_text(json.dumps({"status": status_of(results), "configurations": results},
                              indent=2))
-    md = out_dir / "preflight.md"
     md.write_text(markdown(results))
     return js, md

@@ -1,14 +1,17 @@
 """Opening the Optuna storage a sweep's study lives in: a journal file (repaired first when a
-write was torn), an RDB database (created under the store's lock, with retries) or a storage proxy.
+write was torn by the command that writes the sweep; only read by the others), an RDB database
+(created under the store's lock, with retries) or a storage proxy.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Iterator
 from urllib.parse import urlsplit
 
 import optuna
@@ -25,6 +28,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 # a sweep records heartbeats itself, from a thread, since it does not use Study.optimize
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+# how every entry Optuna writes begins: a single line cut short after it is a torn first write
+JOURNAL_START = b'{"op_code"'
 
 
 def default_storage(tracking_uri: str) -> str:
@@ -32,7 +37,8 @@ def default_storage(tracking_uri: str) -> str:
     return str(paths.home(tracking_uri) / "optuna.journal")
 
 
-def open_storage(url: str, heartbeat_s: int | None = None, on_stale=None):
+def open_storage(url: str, heartbeat_s: int | None = None, on_stale=None, *,
+                 repair: bool = False):
     """An Optuna storage for ``url``: an RDB URL (sqlite://, postgresql://, mysql://...), a
     journal file given as a path or ``journal:PATH``, or Optuna's storage proxy in front of an
     RDB storage, ``grpc://HOST:PORT`` (``sweep server --storage-proxy``).
@@ -42,6 +48,13 @@ def open_storage(url: str, heartbeat_s: int | None = None, on_stale=None):
     fails after two intervals without one (a journal file has no heartbeats: there, a dead
     process's trials are found by its pid, on its own machine). Through a proxy, heartbeats are
     trial attributes (:class:`proxy.HeartbeatProxy`).
+
+    ``repair``: cut a journal's torn last write off (:func:`repair_journal`), as the command
+    that writes the sweep (``sweep run``) does; without it, a journal is only read, never
+    written (:func:`check_journal` refuses a torn one), and takes no lock file beside it.
+
+    Raises:
+        SweepError: the storage cannot be opened, a journal is damaged or is no journal.
     """
     scheme = urlsplit(url).scheme.split("+")[0]
     if scheme in RDB_SCHEMES:
@@ -54,14 +67,21 @@ def open_storage(url: str, heartbeat_s: int | None = None, on_stale=None):
                          f"path (journal), sqlite:///FILE, postgresql://..., mysql://... or "
                          f"grpc://HOST:PORT (a storage proxy)")
     paths.check_journal_folder(url)
+    if not repair and path.exists():  # read as it is
+        check_journal(path)
+        return _journal_storage(path)
     with store_lock(str(path)):  # one process repairs or creates the file at a time
         repair_journal(path)
-        try:
-            return JournalStorage(JournalFileBackend(str(path)))
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:  # its replay
-            raise SweepError(f"{path}: the Optuna journal holds an entry Optuna cannot read "
-                             f"({type(e).__name__}: {e}); restore it from a backup or start a "
-                             f"fresh sweep with --storage NEW_FILE") from None
+        return _journal_storage(path)
+
+
+def _journal_storage(path: Path) -> JournalStorage:
+    try:
+        return JournalStorage(JournalFileBackend(str(path)))
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:  # its replay
+        raise SweepError(f"{path}: the Optuna journal holds an entry Optuna cannot read "
+                         f"({type(e).__name__}: {e}); restore it from a backup or start a "
+                         f"fresh sweep with --storage NEW_FILE") from None
 
 
 def _open_rdb(url: str, heartbeat_s: int | None, on_stale) -> RDBStorage:
@@ -84,6 +104,29 @@ def _open_rdb(url: str, heartbeat_s: int | None, on_stale) -> RDBStorage:
                      f"{urls.missing_driver(error) or str(error).splitlines()[0]}") from None
 
 
+def check_journal(path: Path) -> None:
+    """Refuse a journal a command that only reads cannot read as it is, writing nothing: one
+    whose last write was torn (``sweep run`` repairs it), one damaged before its end, a file
+    that is no journal. Read again under Optuna's writers' lock when it looks torn: a write
+    in progress looks the same.
+
+    Raises:
+        SweepError: one line naming the file and the fix.
+    """
+    try:
+        if _torn_at(path, path.read_bytes()) is None:
+            return
+    except SweepError:
+        pass  # the locked read below says it, if it holds
+    with _writers_lock(path):
+        torn = _torn_at(path, path.read_bytes())
+    if torn is not None:
+        raise SweepError(f"{path}: the last write to the Optuna journal was cut short (at byte "
+                         f"{torn}: a process killed or a disk full while writing); this command "
+                         f"only reads: `sweep run` of the sweep repairs the journal, keeping a "
+                         f"copy, then read it again")
+
+
 def repair_journal(path: Path) -> Path | None:
     """Cut a torn tail (a kill or a full disk during a write) off an Optuna journal file.
 
@@ -92,32 +135,31 @@ def repair_journal(path: Path) -> Path | None:
     Returns the backup's path, or None when the file was whole.
 
     Raises:
-        SweepError: the damage is not at the end (lines after it would be lost).
+        SweepError: the damage is not at the end (lines after it would be lost), or the file
+            is no Optuna journal (nothing in it to keep): the file is left as it is.
     """
     if not path.exists():
         return None
-    lock = JournalFileSymlinkLock(str(path))  # the lock Optuna's own writers take
+    with _writers_lock(path):
+        return _cut_torn_tail(path)
+
+
+@contextlib.contextmanager
+def _writers_lock(path: Path) -> Iterator[None]:
+    """The lock Optuna's own writers of the journal take (a symlink beside it, for the block)."""
+    lock = JournalFileSymlinkLock(str(path))
     lock.acquire()
     try:
-        return _cut_torn_tail(path)
+        yield
     finally:
         lock.release()
 
 
 def _cut_torn_tail(path: Path) -> Path | None:
     data = path.read_bytes()
-    good = 0
-    for line in data.splitlines(keepends=True):
-        if not line.endswith(b"\n") or not _is_json(line):
-            break
-        good += len(line)
-    if good == len(data):
+    good = _torn_at(path, data)
+    if good is None:
         return None
-    rest = data[good:].split(b"\n", 1)
-    if len(rest) > 1 and rest[1].strip():
-        raise SweepError(f"{path}: the Optuna journal is damaged at byte {good} with entries "
-                         f"after it; restore it from a backup or start a fresh sweep with "
-                         f"--storage NEW_FILE")
     backup = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
     shutil.copy2(path, backup)
     with open(path, "r+b") as f:
@@ -125,6 +167,33 @@ def _cut_torn_tail(path: Path) -> Path | None:
     sys.stderr.write(f"sweep: warning: {path}: cut a torn last entry ({len(data) - good} bytes) "
                      f"off the Optuna journal; the damaged file is kept as {backup.name}\n")
     return backup
+
+
+def _torn_at(path: Path, data: bytes) -> int | None:
+    """Where the torn last write of journal ``path`` (its bytes ``data``) starts; None when
+    the journal is whole.
+
+    Raises:
+        SweepError: lines follow the damage, or no line is a journal entry and the first
+            does not start as one (a write cut short): a file that is no Optuna journal.
+    """
+    good = 0
+    for line in data.splitlines(keepends=True):
+        if not line.endswith(b"\n") or not _is_json(line):
+            break
+        good += len(line)
+    if good == len(data):
+        return None
+    after = data[good:].split(b"\n", 1)[1:]
+    entries = after and any(_is_json(line) for line in after[0].splitlines())
+    if good == 0 and not entries and not data.startswith(JOURNAL_START):
+        raise SweepError(f"{path}: not an Optuna journal (no line of it is a journal entry); "
+                         f"pass --storage the journal file a sweep wrote, or a new file's path")
+    if after and after[0].strip():
+        raise SweepError(f"{path}: the Optuna journal is damaged at byte {good} with entries "
+                         f"after it; restore it from a backup or start a fresh sweep with "
+                         f"--storage NEW_FILE")
+    return good
 
 
 def _is_json(line: bytes) -> bool:

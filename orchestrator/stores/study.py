@@ -98,9 +98,9 @@ class SweepStudy:
             SweepError: the study exists but was started from a different sweep.
         """
         stale: list[optuna.trial.FrozenTrial] = []
-        storage = readcache.around(open_storage(
+        storage = readcache.around(open_storage(  # it writes: a torn journal is repaired
             storage_url, spec.heartbeat_seconds,
-            on_stale=lambda _study, trial: stale.append(trial)))
+            on_stale=lambda _study, trial: stale.append(trial), repair=True))
         name = study_name or spec.name
         if new:
             taken = set(optuna.get_all_study_names(storage))

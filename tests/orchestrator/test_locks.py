@@ -107,3 +107,49 @@ def test_a_database_url_without_its_driver_is_refused_before_anything_is_written
                     f"install the project's mysql extra (pip install -e '.[mysql]')")
     assert set(tmp_path.rglob("*")) == before  # no journal, no database, no logs
     urls.check_driver("mysql+pymysql://root@127.0.0.1:3306/test", option)  # installed: fine
+
+
+def test_a_lock_removes_what_it_made_and_nothing_else(tmp_path):
+    """The lock file and the folder it needed go on release; a folder or lock file that was
+    there before stays."""
+    db = tmp_path / "mlflow.db"
+    with locks.store_lock(f"sqlite:///{db}"):
+        assert locks.lock_file(db).is_file()  # held: there for any other process to wait on
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / ".sweep").mkdir()
+    (tmp_path / ".sweep" / "logs").write_text("mine")
+    with locks.store_lock(f"sqlite:///{db}"):
+        pass
+    assert sorted(p.name for p in (tmp_path / ".sweep").iterdir()) == ["logs"]
+    locks.lock_file(db).write_text("")  # made by another process, or an older sweep
+    with locks.store_lock(f"sqlite:///{db}"):
+        pass
+    assert locks.lock_file(db).is_file()
+
+
+INSIDE = """
+import os, sys, time
+from pathlib import Path
+from trainers.system import file_lock
+lock, inside = Path(sys.argv[1]), Path(sys.argv[2])
+for _ in range(int(sys.argv[3])):
+    with file_lock(lock, timeout=120):
+        os.close(os.open(inside, os.O_CREAT | os.O_EXCL))  # FileExistsError: two in here
+        time.sleep(0.001)
+        inside.unlink()
+"""
+
+
+def test_a_lock_whose_file_its_maker_removed_still_lets_one_holder_in_at_a_time(tmp_path):
+    """Each release removes the file and folder it made while waiters hold the removed file
+    open: a waiter that then gets that file's lock must take the file now there instead, or
+    two processes would be inside at once."""
+    import subprocess
+    import sys
+
+    lock = tmp_path / "locks" / ".sweep" / "store.lock"
+    procs = [subprocess.Popen([sys.executable, "-c", INSIDE, str(lock), str(tmp_path / "in"),
+                               "40"], stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, errors
+    assert not lock.exists()  # each removed by the process that made it

@@ -29,6 +29,27 @@ def test_doctor_passes_the_quickstart_and_writes_its_evidence(tmp_path):
     assert "![samples](0-digits-small_cnn/samples.png)" in (out / "preflight.md").read_text()
 
 
+def test_doctor_again_into_its_own_out_replaces_what_it_wrote_and_nothing_else(tmp_path,
+                                                                               write_spec):
+    """Its earlier output, named by its mark, goes (a configuration no longer checked too);
+    a file the user added to the folder stays."""
+    out = tmp_path / "evidence"
+    for model in ("small_cnn", "mlp"):
+        spec = tiny_spec(preflight={"overfit_steps": 40},
+                         train={"dataset": "digits", "model": model, "epochs": 1})
+        done = run_cli("doctor", str(write_spec(spec)), "--out", str(out), cwd=tmp_path)
+        assert "Traceback" not in done.stderr and f"preflight digits / {model}: " in done.stdout
+        if model == "small_cnn":
+            assert (out / "0-digits-small_cnn" / "samples.png").is_file()
+            (out / "notes.txt").write_text("mine")
+    assert sorted(p.name for p in out.iterdir()) == [".sweep-doctor", "0-digits-mlp",
+                                                     "notes.txt", "preflight.json",
+                                                     "preflight.md"]
+    assert (out / "notes.txt").read_text() == "mine"
+    report = json.loads((out / "preflight.json").read_text())
+    assert [c["folder"] for c in report["configurations"]] == ["0-digits-mlp"]
+
+
 def test_doctor_exits_2_naming_the_failed_check(tmp_path, write_spec):
     path = write_spec(tiny_spec(train=SOFTMAX))
     done = run_cli("doctor", str(path), "--out", str(tmp_path / "e"), cwd=tmp_path,

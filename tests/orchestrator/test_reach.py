@@ -139,6 +139,48 @@ def test_a_refused_command_in_an_empty_folder_leaves_it_empty(empty, spec_file, 
     assert listing(empty) == []
 
 
+@pytest.mark.parametrize("out", [".", "mine", "mine/", "{abs}/mine"])
+def test_doctor_refuses_an_out_folder_holding_files_it_did_not_write(empty, spec_file, out):
+    """Doctor replaces its earlier output: a folder of the user's (the working folder itself
+    too) is refused before any work, and every file in it stays."""
+    out = out.format(abs=empty)
+    (empty / "mine").mkdir()
+    (empty / "mine" / "notes.txt").write_text("mine")
+    (empty / "plan.md").write_text("mine")
+    line = refused(empty, "doctor", str(spec_file), "--out", out)
+    shown = "mine, plan.md" if out == "." else "notes.txt"
+    assert line == (f"sweep: --out {out}: the folder holds files sweep doctor did not write "
+                    f"({shown}); give a new or empty folder (doctor replaces only its own "
+                    f"earlier output)")
+    assert (empty / "mine" / "notes.txt").read_text() == (empty / "plan.md").read_text() == "mine"
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("args", [
+    ["reproduce", "0" * 32],
+    ["export", "0" * 32],
+    ["status", "--storage", "sqlite:///garbage.db"],
+    ["status", "tiny", "--storage", "sqlite:///garbage.db"],
+    ["report", "tiny", "--storage", "sqlite:///garbage.db"],
+    ["reproduce", "0" * 32, "--tracking-uri", "sqlite:///garbage.db"],
+    ["status", "--storage", "notes.journal"],
+    ["report", "tiny", "--storage", "notes.journal"],
+])
+def test_a_refused_command_in_a_folder_holding_a_store_leaves_it_as_it_was(stores, args):
+    """A command refused after it opened a store (under the store's lock) leaves no lock file
+    and no .sweep folder behind, and changes no byte of the stores: a real MLflow database,
+    a file that is no database, a text file that is no journal."""
+    (stores.dir / "garbage.db").write_text("garbage\n")
+    (stores.dir / "notes.journal").write_text("my notes\n")
+    before = contents(stores.dir)
+    refused(stores.dir, *args)
+    assert not (stores.dir / ".sweep").exists()
+    assert contents(stores.dir) == before
+
+
 @pytest.mark.parametrize("new", [False, True])
 def test_a_run_of_a_sweep_whose_experiment_was_deleted_is_refused_before_its_study(
         stores, write_spec, new):

@@ -180,14 +180,58 @@ def test_a_journal_line_that_is_json_but_no_entry_is_one_line_and_exit_2(tmp_pat
     assert not list(tmp_path.glob("optuna.journal.*"))  # no backup of a file left whole
 
 
-def test_a_last_journal_line_that_is_json_but_no_entry_is_cut_like_a_torn_one(tmp_path):
-    journal, _ = journal_with(tmp_path, "[1, 2]")
+@pytest.mark.parametrize("tail", [b"[1, 2]\n", b'{"op_code": 5, "worker_id": "torn-wr'])
+def test_status_refuses_a_journal_whose_last_write_was_cut_and_sweep_runs_opening_repairs_it(
+        tmp_path, tail):
+    """A read-only command never rewrites a store: it names the file and `sweep run`; the
+    storage as `sweep run` opens it (repair=True) cuts the tail, keeping the damaged file."""
+    journal, _ = journal_with(tmp_path, "")
+    whole = journal.read_bytes().removesuffix(b"\n")  # journal_with appended an empty line
+    journal.write_bytes(whole + tail)
+    out = run_cli("status", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    (said,) = out.stderr.splitlines()
+    assert said.startswith(f"sweep: {journal}: the last write to the Optuna journal was cut "
+                           f"short (at byte {len(whole)}: ")
+    assert "`sweep run` of the sweep repairs the journal" in said
+    assert journal.read_bytes() == whole + tail  # nothing cut, nothing written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["optuna.journal"]
+
+    from orchestrator.stores.storages import open_storage
+
+    assert optuna.get_all_study_names(open_storage(str(journal), repair=True)) == ["first"]
+    assert journal.read_bytes() == whole
+    (backup,) = tmp_path.glob("optuna.journal.damaged-*")
+    assert backup.read_bytes() == whole + tail
     out = run_cli("status", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert "cut a torn last entry (7 bytes) off the Optuna journal" in out.stderr
     assert rows_of(out.stdout, "sweep ")[0].split()[:2] == ["first", "0"]
-    (backup,) = tmp_path.glob("optuna.journal.damaged-*")
-    assert backup.read_bytes() == journal.read_bytes() + b"[1, 2]\n"
+
+
+@pytest.mark.parametrize("text", [b"hello\n", b"hello", b"hello\nworld\n", b'{"a": 1}',
+                                  b'{"a": 1}\n', b"\n\n"])
+def test_a_file_that_is_no_journal_is_refused_by_status_untouched(tmp_path, text):
+    journal = tmp_path / "j.journal"
+    journal.write_bytes(text)
+    out = run_cli("status", "--storage", str(journal), cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    (said,) = out.stderr.splitlines()
+    assert said == (f"sweep: {journal}: not an Optuna journal (no line of it is a journal "
+                    f"entry); pass --storage the journal file a sweep wrote, or a new file's path")
+    assert journal.read_bytes() == text
+    assert [p.name for p in tmp_path.iterdir()] == ["j.journal"]
+
+
+def test_sweep_run_refuses_a_file_that_is_no_journal_untouched(stores, write_spec):
+    journal = stores.dir / "notes.txt"
+    journal.write_text("my notes\n")
+    out = run_cli("run", str(write_spec(tiny_spec())), "--storage", str(journal),
+                  cwd=stores.dir)
+    assert out.returncode == 2, out.stderr
+    (said,) = out.stderr.splitlines()
+    assert said.startswith(f"sweep: {journal}: not an Optuna journal ")
+    assert journal.read_text() == "my notes\n"
+    assert not list(stores.dir.glob("notes.txt.*"))
 
 
 def test_sweep_run_on_a_journal_with_a_line_that_is_no_entry_is_one_line_and_exit_2(
