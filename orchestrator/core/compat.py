@@ -26,6 +26,15 @@ STALE_TRIAL_IDS = "_get_stale_trial_ids"
 STUDY_TRIALS = "_get_trials"
 
 
+def mlflow_tracking_uri() -> str | None:
+    """The tracking URI this process set for MLflow's fluent API (``mlflow.set_tracking_uri``),
+    None when it set none: ``mlflow.get_tracking_uri()`` cannot tell "unset" from a URI set to
+    the default, and sweep puts back exactly what a user's own code had."""
+    from mlflow.tracking._tracking_service import utils
+
+    return utils._tracking_uri
+
+
 def storage_of(study: optuna.Study) -> BaseStorage:
     """The storage a study reads and writes (``Study._storage``): sweep sets the attributes of
     a trial another process left RUNNING (no public call may) and records heartbeats through

@@ -7,6 +7,7 @@ before any worker starts. What the commands that look at a sweep afterwards read
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -16,6 +17,7 @@ import platform
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import mlflow.store.db.utils as mlflow_db_utils
@@ -25,10 +27,12 @@ from mlflow.tracking import MlflowClient
 
 from trainers import READ_BY, reads
 
-from ..core import keys, paths, urls
+from ..core import compat, keys, paths, urls
 from ..core.errors import SweepError
 from ..core.urls import mask
 from .locks import store_lock
+
+ENV_URI = "MLFLOW_TRACKING_URI"  # what mlflow.set_tracking_uri also writes, for child processes
 
 # after the import: MLflow sets its own level then; its INFO lines would break the progress display
 for _name in ("mlflow", "alembic"):
@@ -477,6 +481,26 @@ def prepare_onnx_model() -> threading.Thread:
     return _PREPARED[0]
 
 
+@contextlib.contextmanager
+def fluent_uri(tracking_uri: str) -> Iterator[None]:
+    """MLflow's fluent API (``mlflow.start_run``, ``mlflow.search_runs``) pointed at
+    ``tracking_uri`` for the block only: the process's own setting, and the environment variable
+    ``MLFLOW_TRACKING_URI`` that ``mlflow.set_tracking_uri`` also writes, are put back after it,
+    so a user of the Python API logs where their own code said, and so do processes they start."""
+    import mlflow
+
+    before, env = compat.mlflow_tracking_uri(), os.environ.get(ENV_URI)
+    mlflow.set_tracking_uri(tracking_uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(before)  # None: unset, as it was
+        if env is None:
+            os.environ.pop(ENV_URI, None)
+        else:
+            os.environ[ENV_URI] = env
+
+
 def log_onnx_model(tracking_uri: str, run_id: str, onnx_file: str, example_file: str) -> None:
     """The ONNX file as an MLflow model with a signature and an input example: MLflow's
     serving and registry load it without unpickling any Python class."""
@@ -493,7 +517,6 @@ def log_onnx_model(tracking_uri: str, run_id: str, onnx_file: str, example_file:
     logits, classes = session.run(["logits", "class_index"], {"pixels": example})
     signature = infer_signature({"pixels": example},
                                 {"logits": logits, "class_index": classes})
-    mlflow.set_tracking_uri(tracking_uri)
     # mlflow.onnx warns on a CPU-only machine that the model declares CUDA first: meant for
     # the serving machine (onnxruntime falls back to the CPU), not news to this one
     quiet = logging.getLogger("mlflow.onnx")
@@ -507,7 +530,7 @@ def log_onnx_model(tracking_uri: str, run_id: str, onnx_file: str, example_file:
     ended = client.get_run(run_id).info
     status = "FINISHED" if ended.status == "RUNNING" else ended.status
     try:
-        with mlflow.start_run(run_id=run_id):
+        with fluent_uri(tracking_uri), mlflow.start_run(run_id=run_id):
             # the requirements given: MLflow otherwise infers them by loading the model in a
             # new Python process (seconds at the end of every sweep); a model under 1 GiB
             # stays one file, which MLflow's check of the input example can load

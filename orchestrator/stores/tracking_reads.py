@@ -13,7 +13,7 @@ from mlflow.entities import Run
 from ..core import keys
 from ..core.errors import SweepError
 from ..core.urls import mask
-from .tracking import Tracker
+from .tracking import Tracker, fluent_uri
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,10 +37,11 @@ class TrackingReader:
         ``metrics.*`` (the last value)."""
         import mlflow
 
-        mlflow.set_tracking_uri(self.uri)
-        return mlflow.search_runs(
-            [experiment_id], output_format="pandas", max_results=50000,
-            filter_string=f"tags.`{keys.ROLE}` = 'trial' and tags.`{keys.STUDY}` = '{study_name}'")
+        with fluent_uri(self.uri):
+            return mlflow.search_runs(
+                [experiment_id], output_format="pandas", max_results=50000,
+                filter_string=f"tags.`{keys.ROLE}` = 'trial' and tags.`{keys.STUDY}` = "
+                              f"'{study_name}'")
 
     def metric_histories(self, run_id: str, keys) -> dict[str, list[tuple[int, float]]]:
         """Every logged ``(step, value)`` of each metric in ``keys``, in the store's order."""

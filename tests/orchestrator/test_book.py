@@ -431,3 +431,36 @@ def test_a_store_that_cannot_be_reached_is_told_apart_from_a_damaged_one(tmp_pat
         assert "could not be reached" in line and "from a backup" not in line, line
     line = str(store_broke(sqlite, raised[sqlite]))
     assert "from a backup" in line and "could not be reached" not in line, line
+
+
+@pytest.mark.parametrize("users", [None, "sqlite:///users-own.db"])
+def test_reading_a_sweeps_runs_leaves_the_processs_mlflow_setting_as_it_was(stores, open_book,
+                                                                            monkeypatch, users):
+    """The Python API in a user's process (a notebook): reading a sweep's runs, or logging its
+    model, goes through MLflow's fluent API, which sets the process's tracking URI and
+    ``MLFLOW_TRACKING_URI``; both are put back, so the user's own runs, and the processes
+    they start, still go where their code said (or to MLflow's default)."""
+    import os
+
+    import mlflow
+
+    from orchestrator.core import compat
+    from orchestrator.stores.tracking_reads import TrackingReader
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    before = compat.mlflow_tracking_uri()
+    try:
+        mlflow.set_tracking_uri(users)
+        if users is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        book = open_book()
+        book.attach_tracking()
+        run_trial(book, [0.5])
+        book.finish(0, done())
+        reader = TrackingReader(book.tracker)
+        runs = reader.trial_runs(reader.experiment_id("tiny"), "tiny")
+        assert len(runs) == 1  # it did read the sweep's store
+        assert compat.mlflow_tracking_uri() == users
+        assert os.environ.get("MLFLOW_TRACKING_URI") == users
+    finally:
+        mlflow.set_tracking_uri(before)

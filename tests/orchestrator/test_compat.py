@@ -88,3 +88,16 @@ def test_run_exit_hooks_runs_the_atexit_hooks_now():
                   "atexit.register(lambda: print('hook ran', flush=True))\n"
                   "run_exit_hooks()\nos._exit(0)\n")
     assert out.returncode == 0 and "hook ran" in out.stdout, out.stderr
+
+
+def test_mlflow_tracking_uri_is_what_this_process_set_and_none_when_unset(tmp_path):
+    import mlflow
+
+    before = compat.mlflow_tracking_uri()
+    try:
+        mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'x.db'}")
+        assert compat.mlflow_tracking_uri() == f"sqlite:///{tmp_path / 'x.db'}"
+        mlflow.set_tracking_uri(None)  # how a setting is taken back: unset again
+        assert compat.mlflow_tracking_uri() is None
+    finally:
+        mlflow.set_tracking_uri(before)
