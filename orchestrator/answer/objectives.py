@@ -47,6 +47,13 @@ def best_of(values, direction: str) -> float | None:
     return min(finite, key=lambda v: sign(direction) * v) if finite else None
 
 
+def worst_of(values, direction: str) -> float | None:
+    """The worst finite value in ``direction`` (the lowest when maximizing); None when none is
+    finite."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return max(finite, key=lambda v: sign(direction) * v) if finite else None
+
+
 def running_best(values, direction: str) -> list[float]:
     """The best value so far at each position (non-finite values skipped; NaN before the
     first finite one)."""

@@ -186,12 +186,7 @@ def _plot_history(data: SweepData) -> bytes:
              "FAIL": ("s", "tab:red")}
     for state, (marker, color) in marks.items():
         rows = t[t["state"] == state]
-        if state == "COMPLETE":
-            y = rows["value"]
-        else:  # no objective value: placed at the last reported one, or at the bottom
-            col = f"metrics.{data.spec.objective.metric}"
-            y = rows[col] if col in rows else pd.Series(np.nan, index=rows.index)
-            y = y.fillna(t["value"].min() if t["value"].notna().any() else 0)
+        y = history_values(rows, t, data.spec.objective.metric, data.spec.objective.goal)
         if len(rows):
             ax.scatter(rows["trial"], y, marker=marker, color=color,
                        label=f"{state.lower()} ({len(rows)})")
@@ -201,9 +196,22 @@ def _plot_history(data: SweepData) -> bytes:
         ax.step(done["trial"], best, where="post", color="k", lw=1, label="best so far")
     ax.set_xlabel("trial")
     ax.set_ylabel(data.spec.objective.metric)
-    ax.set_title("optimization history (pruned and failed trials marked)")
+    ax.set_title("optimization history (pruned, failed: at their last value or the worst)")
     ax.legend(fontsize=8)
     return png_bytes(fig)
+
+
+def history_values(rows: pd.DataFrame, trials: pd.DataFrame, metric: str,
+                   direction: str) -> pd.Series:
+    """Where the history plot places ``rows``: a complete trial at its value; a pruned or failed
+    one (no objective value) at the last value its run reported, else at the worst complete
+    value of ``trials`` in ``direction`` (never where the best ones are), else 0."""
+    if rows.empty or (rows["state"] == "COMPLETE").all():
+        return rows["value"]
+    col = f"metrics.{metric}"
+    y = rows[col] if col in rows else pd.Series(np.nan, index=rows.index)
+    worst = objectives.worst_of(trials.loc[trials["state"] == "COMPLETE", "value"], direction)
+    return y.fillna(0.0 if worst is None else worst)
 
 
 def _complete_study(data: SweepData):

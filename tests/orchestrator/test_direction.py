@@ -179,3 +179,22 @@ def test_a_comparisons_best_tuning_trial_follows_the_direction(direction):
     for n, t in enumerate(trials):
         t.number = n
     assert best_tuned(trials, direction).value == (0.9 if direction == "maximize" else 0.3)
+
+
+@pytest.mark.parametrize("direction", BOTH)
+def test_the_history_plot_places_trials_without_a_value_at_the_worst_never_the_best(direction):
+    import pandas as pd
+
+    from orchestrator.report.plots import history_values
+
+    trials = pd.DataFrame({
+        "trial": [0, 1, 2, 3, 4], "state": ["COMPLETE", "COMPLETE", "PRUNED", "FAIL", "FAIL"],
+        "value": [0.2, 0.8, None, None, None],
+        "metrics.val_acc": [0.2, 0.8, 0.5, None, None]})
+    worst = 0.2 if direction == "maximize" else 0.8  # the best is the other one
+    for state, expected in (("COMPLETE", [0.2, 0.8]), ("PRUNED", [0.5]),  # its last value
+                            ("FAIL", [worst, worst])):
+        rows = trials[trials["state"] == state]
+        assert list(history_values(rows, trials, "val_acc", direction)) == expected, state
+    assert objectives.worst_of([0.2, math.nan, 0.8], direction) == worst
+    assert objectives.worst_of([math.nan], direction) is None
