@@ -317,6 +317,11 @@ def test_the_next_steps_printed_by_sweep_run_work_as_printed(tiny_done, how):
     ran = subprocess.run(shlex.split(steps["the trials"]), cwd=d, env=env, capture_output=True,
                          text=True, timeout=300)
     assert ran.returncode == 0 and "COMPLETE" in ran.stdout, ran.stdout + ran.stderr
+    assert steps["the report"] == f"{expected} report tiny", out.stdout
+    reported = subprocess.run([*shlex.split(steps["the report"]), "--out", f"report-{how}"],
+                              cwd=d, env=env, capture_output=True, text=True, timeout=300)
+    assert reported.returncode == 0, reported.stdout + reported.stderr
+    assert (d / f"report-{how}" / "report.md").is_file()
 
 
 @pytest.mark.slow  # a real sweep (tiny_done)
