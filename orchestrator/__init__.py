@@ -6,6 +6,8 @@ command's own handler, not by a traceback from the middle of these imports.
 """
 import importlib
 import os
+import sys
+import types
 
 # Offline by default: MLflow 3 sends usage telemetry unless told not to (a user's own setting wins).
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -30,10 +32,25 @@ __all__ = ["CouldNotFinish", "ExitCode", "Exported", "SpecError", "SweepError", 
 
 def __getattr__(name: str):
     if name in _HOMES:
-        value = getattr(importlib.import_module(_HOMES[name], __name__), name)
-        globals()[name] = value  # once loaded, a plain attribute
-        return value
+        home = importlib.import_module(_HOMES[name], __name__)
+        for each, where in _HOMES.items():  # once loaded, plain attributes
+            if where == _HOMES[name]:
+                globals()[each] = getattr(home, each)
+        return globals()[name]
     raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")
+
+
+class _Package(types.ModuleType):
+    """This package, whose public ``report`` (the function) is not replaced by its subpackage
+    ``orchestrator.report`` when that is imported (the import system sets the attribute)."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _HOMES and isinstance(value, types.ModuleType):
+            return  # the subpackage stays reachable by its import path (sys.modules)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __dir__() -> list[str]:
