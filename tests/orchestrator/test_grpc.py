@@ -95,7 +95,7 @@ def test_a_proxy_url_without_host_or_port_is_refused_naming_the_form(url):
 
 def test_the_proxy_needs_a_database_storage(tmp_path):
     out = run_cli("server", "--storage-proxy", "--storage", str(tmp_path / "optuna.journal"),
-                  cwd=tmp_path)
+                  "--port", str(free_port()), cwd=tmp_path)  # 5000 may be another test's
     assert out.returncode == 2
     assert "--storage postgresql://" in out.stdout + out.stderr
     assert "Traceback" not in out.stderr

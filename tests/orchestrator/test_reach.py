@@ -69,7 +69,9 @@ def test_a_store_server_nothing_answers_is_refused_within_seconds_before_anythin
     url = url.format(addr=CLOSED.format(port=free_port()))
     first = {"run": str(spec_file), "status": "tiny", "report": "tiny", "reproduce": "0" * 32,
              "export": "0" * 32, "ui": "tiny"}[command]
-    line = refused(empty, command, first, flag, url)
+    # a port of its own: another test's UI may hold the default 5000 meanwhile
+    port = ["--port", str(free_port())] if command == "ui" else []
+    line = refused(empty, command, first, flag, url, *port)
     assert line.startswith(f"sweep: {flag} {url}: nothing answers at 127.0.0.1:")
 
 

@@ -17,7 +17,7 @@ from orchestrator.config.spec import load_spec
 from orchestrator.core import keys
 from orchestrator.core.paths import runs_table
 from orchestrator.running.server import runs_view
-from tests.conftest import SWEEPS, group_alive, run_cli, serve
+from tests.conftest import SWEEPS, free_port, group_alive, run_cli, serve
 
 pytestmark = pytest.mark.slow  # end to end: sweep ui serving real sweeps
 
@@ -82,8 +82,8 @@ def test_the_view_sorts_by_the_first_objective_in_its_direction():
 
 def test_ui_for_an_unknown_sweep_is_one_line_and_exit_2(stores):
     out = subprocess.run([sys.executable, "-m", "orchestrator", "ui", "nope",
-                          "--tracking-uri", stores.tracking_uri], capture_output=True, text=True,
-                         timeout=120)
+                          "--tracking-uri", stores.tracking_uri, "--port", str(free_port())],
+                         capture_output=True, text=True, timeout=120)  # 5000 may be another's
     assert out.returncode == 2
     assert out.stderr.strip() == (f"sweep: no sweep named 'nope' in {stores.tracking_uri}; "
                                   f"run it first, or pass --tracking-uri")
