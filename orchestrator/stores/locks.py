@@ -50,11 +50,19 @@ def store_lock(url: str) -> Iterator[None]:
                          f"stop the hung sweep run, or wait for it, then run again") from None
 
 
+# a database server's own lock, by the URL's scheme (its dialect, without the driver)
+SERVER_LOCKS = {"postgresql": "advisory", "postgres": "advisory", "mysql": "named",
+                "mariadb": "named"}
+
+
 def takes_lock(url: str) -> bool:
     """Whether :func:`store_lock` holds a real lock for ``url`` (not for a storage proxy's
     ``grpc://``, an HTTP server, a SQLite database in memory)."""
-    return locked_file(url) is not None or \
-        urlsplit(url).scheme.split("+")[0] in ("postgresql", "postgres", "mysql", "mariadb")
+    return locked_file(url) is not None or _server_lock(url) is not None
+
+
+def _server_lock(url: str) -> str | None:
+    return SERVER_LOCKS.get(urlsplit(url).scheme.split("+")[0])
 
 
 def locked_file(url: str) -> Path | None:
@@ -75,10 +83,10 @@ def _store_lock(url: str) -> Iterator[None]:
     if target is not None:
         with file_lock(lock_file(target), LOCK_TIMEOUT_S):
             yield
-    elif urlsplit(url).scheme.split("+")[0] in ("postgresql", "postgres"):
+    elif _server_lock(url) == "advisory":
         with _advisory_lock(url):
             yield
-    elif urlsplit(url).scheme.split("+")[0] in ("mysql", "mariadb"):
+    elif _server_lock(url) == "named":
         with _named_lock(url):
             yield
     else:
