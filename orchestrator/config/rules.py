@@ -83,9 +83,7 @@ def _check_settings(top, problems: list[str]) -> sp.Space:
     """Check ``train`` and ``space`` as trainer settings; return the parsed space."""
     fixed = _check_train(top.train, problems)
     space = parse_space(top.space, "space", problems)
-    for path, node in sp.walk(space):
-        if path.count(".") == 1 and node.setting in fixed:
-            problems.append(f"{path}: {node.setting} is also fixed in train; keep it in one place")
+    _check_fixed_and_searched(fixed, space, problems)
     if not problems:  # one representative configuration first, then every searched value
         try:
             first = TrainSettings.from_dict(sp.overlay(fixed, sp.first_values(space)))
@@ -105,6 +103,23 @@ def _check_settings(top, problems: list[str]) -> sp.Space:
                 problems.append(unused)
         check_values(space, fixed, problems)
     return space
+
+
+def _check_fixed_and_searched(fixed: dict[str, Any], space: sp.Space,
+                              problems: list[str]) -> None:
+    """One line for each setting that ``train`` fixes and ``space`` decides too, wherever in
+    space: at its top, under an option, or as a keyword of user code (``model_args.width``,
+    fixed at ``train.model_args.width``): a trial would silently take space's value."""
+    refused = ()
+    for path, node in sp.walk(space):
+        group, dot, key = node.setting.partition(".")
+        where = fixed.get(group) if dot else fixed
+        name = key if dot else group
+        if isinstance(where, dict) and name in where and not path.startswith(refused):
+            refused += (f"{path}.",)  # its options' settings: moot once one place is kept
+            problems.append(f"{path}: {name} is also fixed at train.{node.setting} "
+                            f"({where[name]!r}), and a trial would take the value given here "
+                            f"instead; remove one of the two")
 
 
 def _check_train(train: dict, problems: list[str]) -> dict[str, Any]:

@@ -63,7 +63,7 @@ BAD = {
     "unknown option": ({"space": {"optimizer": {"adamx": {"lr": 0.1}}}}, "space.optimizer.adamx is not a optimizer (did you mean `adam`?)"),
     "unknown key inside an option": ({"space": {"optimizer": {"sgd": {"momentun": [0.9]}}}}, "space.optimizer.sgd.momentun is not a trainer setting (did you mean `momentum`?)"),
     "empty choice list": ({"space": {"batch_size": []}}, "space.batch_size is an empty list"),
-    "setting both fixed and searched": ({"train": {"batch_size": 32}}, "space.batch_size: batch_size is also fixed in train"),
+    "setting both fixed and searched": ({"train": {"batch_size": 32}}, "space.batch_size: batch_size is also fixed at train.batch_size (32)"),
     "seed in train": ({"train": {"seed": 3}}, "train.seed: trial seeds come from the top-level `seed`"),
     "unknown sampler": ({"sampler": {"name": "bayes"}}, "sampler.name must be 'tpe', 'random', 'grid', 'cmaes', 'gp', 'qmc', 'nsga2' or 'nsga3', got 'bayes'"),
     "unknown sampler option": ({"sampler": {"name": "tpe", "n_startup": 3}}, "sampler.n_startup is not an option of the sampler (tpe) (did you mean `n_startup_trials`?)"),
@@ -586,3 +586,173 @@ def test_a_missing_reference_batch_size_names_the_fix_that_fixes_it(write_spec, 
         f"train.lr_scaling"]
     for fix in ("train.reference_batch_size=64", "train.lr_scaling=none"):
         assert run_cli("validate", str(path), "--set", fix, cwd=tmp_path).returncode == 0, fix
+
+
+def wide(num_classes, in_channels, width=8, dropout=0.0):
+    """A user model taking keywords (validation reads its signature; the tests here never build
+    it)."""
+    from torch import nn
+
+    return nn.Sequential(nn.Flatten(), nn.LazyLinear(width), nn.ReLU(), nn.Dropout(dropout),
+                         nn.Linear(width, num_classes))
+
+
+def narrow(num_classes, in_channels, width=4):
+    return wide(num_classes, in_channels, width)
+
+
+WIDE, NARROW = "tests.orchestrator.test_spec:wide", "tests.orchestrator.test_spec:narrow"
+SEAMS = "tests.trainers.test_seams"
+FOCAL, MIXUP, HALVED = f"{SEAMS}:focal", f"{SEAMS}:mixup", f"{SEAMS}:halved_after"
+
+# a setting fixed in train and decided in space too: (train, space, the path in space, the path
+# under train, the fixed value)
+FIXED_AND_SEARCHED = {
+    "model keyword": ({"model_args": {"width": 8}}, {"model": {WIDE: {"width": [4, 16]}}},
+                      f"space.model.{WIDE}.width", "model_args.width", 8),
+    "optimizer keyword, a range": (
+        {"optimizer_args": {"beta1": 0.8}},
+        {"optimizer": {LION: {"beta1": {"low": 0.8, "high": 0.95}}}},
+        f"space.optimizer.{LION}.beta1", "optimizer_args.beta1", 0.8),
+    "optimizer keyword, fixed in both": (
+        {"optimizer_args": {"beta1": 0.9, "beta2": 0.99}}, {"optimizer": {LION: {"beta2": 0.95}}},
+        f"space.optimizer.{LION}.beta2", "optimizer_args.beta2", 0.99),
+    "schedule keyword": ({"schedule_args": {"at": 0.5}}, {"schedule": {HALVED: {"at": [0.3, 0.7]}}},
+                         f"space.schedule.{HALVED}.at", "schedule_args.at", 0.5),
+    "loss keyword named like a setting": (
+        {"loss_args": {"gamma": 2.0}}, {"loss": {FOCAL: {"gamma": [1.0, 3.0]}}},
+        f"space.loss.{FOCAL}.gamma", "loss_args.gamma", 2.0),
+    "step keyword": ({"step_args": {"alpha": 0.4}}, {"step": {MIXUP: {"alpha": [0.2, 0.4]}}},
+                     f"space.step.{MIXUP}.alpha", "step_args.alpha", 0.4),
+    "setting at the top": ({"batch_size": 32}, {"batch_size": [32, 64]},
+                           "space.batch_size", "batch_size", 32),
+    "setting under an option": ({"lr": 0.01}, {"optimizer": {"sgd": {"lr": [0.1, 0.2]},
+                                                             "adam": {}}},
+                                "space.optimizer.sgd.lr", "lr", 0.01),
+    "setting under an option's option": (
+        {"min_lr": 1e-6}, {"optimizer": {"adam": {"schedule": {"warmup_cosine": {
+            "min_lr": [0.0, 1e-5]}, "constant": {}}}}},
+        "space.optimizer.adam.schedule.warmup_cosine.min_lr", "min_lr", 1e-6),
+    "the seam itself": ({"model": WIDE}, {"model": {WIDE: {"width": [4, 16]}}},
+                        "space.model", "model", WIDE),
+    "compare factor fixed too": (
+        {"batch_size": 32}, {"batch_size": [32, 64]}, "space.batch_size", "batch_size", 32),
+    "keyword under a compare factor's level": (
+        {"model_args": {"width": 8}}, {"model": {WIDE: {"width": [4, 16]}, NARROW: {}}},
+        f"space.model.{WIDE}.width", "model_args.width", 8),
+}
+
+
+def _fixed_and_searched_spec(train: dict, space: dict, compare: bool) -> dict:
+    spec = tiny_spec(train={"epochs": 1, **train}, space=space)
+    if compare:  # a comparison of the first searched setting's levels
+        del spec["trials"]
+        spec["compare"] = {"factor": next(iter(space)), "tune_trials": 2, "seeds": 2}
+    return spec
+
+
+@pytest.mark.parametrize("train, space, where, fixed, value", FIXED_AND_SEARCHED.values(),
+                         ids=FIXED_AND_SEARCHED.keys())
+def test_a_setting_fixed_in_train_and_decided_in_space_is_one_line_naming_both(
+        train, space, where, fixed, value, request):
+    spec = _fixed_and_searched_spec(train, space, "compare" in request.node.callspec.id)
+    (line,) = problems(spec)
+    name = fixed.rpartition(".")[2]
+    assert line == (f"s.yaml: {where}: {name} is also fixed at train.{fixed} ({value!r}), and a "
+                    f"trial would take the value given here instead; remove one of the two")
+    # either fix validates: the value kept in train alone, or in space alone
+    group, _, key = fixed.partition(".")
+    kept_in_space = {**spec, "train": {k: ({kk: vv for kk, vv in v.items() if kk != key}
+                                           if k == group and key else v)
+                                       for k, v in spec["train"].items()
+                                       if not (k == group and not key)}}
+    validate(kept_in_space, source="s.yaml")
+
+
+def test_a_seam_fixed_and_searched_is_one_line_not_one_more_per_keyword_of_its_options():
+    spec = _fixed_and_searched_spec({"model": WIDE, "model_args": {"width": 8, "dropout": 0.1}},
+                                    {"model": {WIDE: {"width": [4, 16], "dropout": [0.0, 0.5]}}},
+                                    compare=False)
+    assert problems(spec) == [f"s.yaml: space.model: model is also fixed at train.model "
+                              f"({WIDE!r}), and a trial would take the value given here "
+                              f"instead; remove one of the two"]
+
+
+# different keys in train and in space: each trial takes both
+FIXED_BESIDE_SEARCHED = {
+    "another model keyword": ({"model_args": {"dropout": 0.1}},
+                              {"model": {WIDE: {"width": [4, 16]}}},
+                              {"model": WIDE, "wide.width": 16},
+                              {"model_args": {"dropout": 0.1, "width": 16}}),
+    "another optimizer keyword": ({"optimizer_args": {"beta2": 0.95}},
+                                  {"optimizer": {LION: {"beta1": [0.8, 0.9]}}},
+                                  {"optimizer": LION, "lion.beta1": 0.8},
+                                  {"optimizer_args": {"beta1": 0.8, "beta2": 0.95}}),
+    "a setting named like a loss keyword": ({"schedule": "step", "gamma": 0.5},
+                                            {"loss": {FOCAL: {"gamma": [1.0, 3.0]}}},
+                                            {"loss": FOCAL, "focal.gamma": 3.0},
+                                            {"gamma": 0.5, "loss_args": {"gamma": 3.0}}),
+    "a setting beside an option": ({"lr": 0.01},
+                                   {"optimizer": {"sgd": {"momentum": [0.8, 0.9]}, "adam": {}}},
+                                   {"optimizer": "sgd", "sgd.momentum": 0.8},
+                                   {"lr": 0.01, "momentum": 0.8}),
+    "each level its own keyword": ({}, {"model": {WIDE: {"width": [4, 16]}, NARROW: {"width": 8}}},
+                                   {"model": NARROW},
+                                   {"model": NARROW, "model_args": {"width": 8}}),
+}
+
+
+@pytest.mark.parametrize("train, space, params, trained", FIXED_BESIDE_SEARCHED.values(),
+                         ids=FIXED_BESIDE_SEARCHED.keys())
+def test_settings_fixed_beside_other_searched_ones_validate_and_train_both(train, space, params,
+                                                                        trained):
+    from orchestrator.config import space as sp
+    from orchestrator.config.spec import settings_of
+
+    spec = validate(_fixed_and_searched_spec(train, space, compare=False), source="s.yaml")
+    settings = settings_of(spec, sp.settings_for(spec.space, params))
+    assert {k: settings[k] for k in trained} == trained
+
+
+def test_a_set_override_that_fixes_a_searched_setting_is_refused(write_spec):
+    for space, item, where, value in [
+            ({"model": {WIDE: {"width": [4, 16]}}}, "train.model_args.width=8",
+             f"space.model.{WIDE}.width", 8),
+            ({"optimizer": {"sgd": {"lr": [0.1, 0.2]}, "adam": {}}}, "train.lr=0.01",
+             "space.optimizer.sgd.lr", 0.01)]:
+        path = write_spec(_fixed_and_searched_spec({"model_args": {"dropout": 0.1}}
+                                                   if "model" in space else {}, space, False))
+        load_spec(path)
+        with pytest.raises(SpecError) as e:
+            load_spec(path, [item])
+        fixed = item.partition("=")[0]
+        assert e.value.lines == [f"{path}: {where}: {fixed.rpartition('.')[2]} is also fixed at "
+                                 f"{fixed} ({value!r}), and a trial would take the value given "
+                                 f"here instead; remove one of the two"]
+
+
+def test_cli_validate_refuses_a_keyword_fixed_and_searched_in_one_line(write_spec, tmp_path,
+                                                                       capsys):
+    from orchestrator.commands.cli import main
+
+    path = write_spec(_fixed_and_searched_spec(
+        {"model_args": {"width": 8}}, {"model": {WIDE: {"width": [4, 16]}}}, compare=False))
+    capsys.readouterr()
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"sweep: {path}: space.model.{WIDE}.width: width is also fixed at train.model_args.width "
+        f"(8), and a trial would take the value given here instead; remove one of the two"]
+
+
+@pytest.mark.slow  # the CLI as a process
+def test_cli_validate_process_refuses_a_keyword_fixed_and_searched_with_exit_2(write_spec,
+                                                                               tmp_path):
+    path = write_spec(_fixed_and_searched_spec(
+        {"optimizer_args": {"beta1": 0.8}}, {"optimizer": {LION: {"beta1": [0.8, 0.9]}}},
+        compare=False))
+    out = run_cli("validate", str(path), cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        f"sweep: {path}: space.optimizer.{LION}.beta1: beta1 is also fixed at "
+        f"train.optimizer_args.beta1 (0.8), and a trial would take the value given here "
+        f"instead; remove one of the two"]
