@@ -3,6 +3,7 @@ behind it and prints the result; its flags are :mod:`orchestrator.commands.parse
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from ..config.space import grid_size
 from ..config.spec import data_downloads, data_problems, load_spec
 from ..core import paths, urls
 from ..core.errors import ExitCode, SweepError
-from ..report.display import params_text, sweep_command
+from ..report.display import command_line, params_text
 from ..running.server import (
     artifacts_destination,
     check_address,
@@ -117,7 +118,8 @@ def print_summary(console: Console, spec, outcome) -> None:
     if headline:  # repeats or a comparison: the report's answer
         console.print(f"sweep report: {headline}", soft_wrap=True, markup=False,
                       highlight=False)
-    console.print(_browse_lines(name, outcome), soft_wrap=True, highlight=False)
+    console.print(_browse_lines(name, outcome), soft_wrap=True, markup=False,
+                  highlight=False)
 
 
 def _report_headline(name: str, outcome) -> str | None:
@@ -142,22 +144,22 @@ SUMMARY_ROWS = 5  # configurations or trials in the table at the end of `sweep r
 def _browse_lines(name: str, outcome) -> str:
     """What to do next with a finished sweep: its report, its trials here, and MLflow's runs
     table of its experiment in the sweep's view (a bare experiment link may land on MLflow's
-    GenAI views)."""
+    GenAI views). Each command is built from the arguments it runs (:func:`command_line`):
+    the study that ran and the stores it used, quoted, so that it works when pasted."""
     from ..core.urls import mask
     from ..running.server import sweep_view
     from ..stores.storages import default_storage
 
     uri, runs = outcome.tracking_uri, sweep_view(outcome.experiment_id)
-    uri_flag = "" if uri == paths.default_tracking_uri() else f" --tracking-uri {mask(uri)}"
-    storage_flag = "" if outcome.storage == default_storage(uri) else \
-        f" --storage {mask(outcome.storage)}"
-    sweep = sweep_command()
-    lines = [f"the report: {sweep} report {name}{uri_flag}{storage_flag}",
-             f"the trials: {sweep} status {name}{uri_flag}{storage_flag}"]
+    uri_flags = [] if uri == paths.default_tracking_uri() else ["--tracking-uri", mask(uri)]
+    storage_flags = [] if outcome.storage == default_storage(uri) else \
+        ["--storage", mask(outcome.storage)]
+    lines = [f"the report: {command_line('report', name, *uri_flags, *storage_flags)}",
+             f"the trials: {command_line('status', name, *uri_flags, *storage_flags)}"]
     if uri.startswith(("http://", "https://")):  # a tracking server serves the UI itself
         lines.append(f"browse it: {mask(uri).rstrip('/')}{runs}")
     else:
-        lines.append(f"browse it: {sweep} ui {name}{uri_flag}   (then "
+        lines.append(f"browse it: {command_line('ui', name, *uri_flags)}   (then "
                      f"http://127.0.0.1:5000{runs}, the runs table of the trials)")
     return "\n".join(lines)
 
@@ -203,7 +205,7 @@ def cmd_submit(args, console: Console) -> ExitCode:
         sys.stdout.write(done.text)
         say(f"(dry run: wrote {done.file}; nothing created or submitted)")
         return ExitCode.OK
-    follow = f"{sweep_command()} status {spec.name} --storage {urls.mask(args.storage)}"
+    follow = command_line("status", spec.name, "--storage", urls.mask(args.storage))
     say(f"study {done.study!r} and its parent run {done.parent_run_id} are ready")
     if kind == "slurm":
         say(f"submitted job {done.job_id}: {args.jobs} array tasks ({done.file})")
@@ -212,7 +214,8 @@ def cmd_submit(args, console: Console) -> ExitCode:
     else:
         say(f"wrote {done.file} ({args.jobs} pods; not applied)")
         say(f"once: {secret_command(secret_name(spec.name, job), args.storage, tracking)}")
-        say(f"then: kubectl apply -f {done.file}; follow it: {follow}")
+        say(f"then: {shlex.join(['kubectl', 'apply', '-f', str(done.file)])}; follow it: "
+            f"{follow}")
     return ExitCode.OK
 
 

@@ -28,6 +28,12 @@ def clock(seconds: float) -> str:
 
 
 def sweep_command(argv0: str | None = None, executable: str | None = None) -> str:
+    """How to call ``sweep`` again the way this process was started, as a shell command line
+    (:func:`sweep_argv` quoted)."""
+    return shlex.join(sweep_argv(argv0, executable))
+
+
+def sweep_argv(argv0: str | None = None, executable: str | None = None) -> list[str]:
     """How to call ``sweep`` again the way this process was started, for the commands it
     prints: ``sweep`` when that name on PATH is this program, else its path (``.venv/bin/sweep``
     with the venv not activated), and ``python -m orchestrator``
@@ -38,10 +44,17 @@ def sweep_command(argv0: str | None = None, executable: str | None = None) -> st
     # python -m orchestrator (or the module itself, python -m orchestrator.commands.cli)
     if argv0.endswith((os.path.join("orchestrator", "__main__.py"),
                        os.path.join("orchestrator", "commands", "cli.py"))):
-        return f"{_as_typed(executable, 'python')} -m orchestrator"
+        return [_as_typed(executable, "python"), "-m", "orchestrator"]
     if os.path.basename(argv0) == "sweep":
-        return _as_typed(argv0, "sweep")
-    return "sweep"  # called in-process (a notebook, the tests): the installed command
+        return [_as_typed(argv0, "sweep")]
+    return ["sweep"]  # called in-process (a notebook, the tests): the installed command
+
+
+def command_line(*args: str) -> str:
+    """The line a user pastes to run ``sweep ARGS...``: every command the tool prints is built
+    here from the argument vector it would run, each argument quoted for a POSIX shell (a path
+    with a space, a quote or a ``$`` stays one argument)."""
+    return shlex.join([*sweep_argv(), *map(str, args)])
 
 
 def _as_typed(path: str, name: str) -> str:
@@ -51,8 +64,7 @@ def _as_typed(path: str, name: str) -> str:
         return name
     full = os.path.abspath(path)
     here = os.path.relpath(full)
-    typed = full if here.startswith("..") else here if os.sep in here else f".{os.sep}{here}"
-    return shlex.quote(typed)
+    return full if here.startswith("..") else here if os.sep in here else f".{os.sep}{here}"
 
 
 def params_text(params: dict) -> str:

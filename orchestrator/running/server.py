@@ -60,14 +60,48 @@ def sweep_table(base: str, name: str, store: str) -> str:
     except urllib.error.HTTPError as e:
         if e.code != 404:  # 404: RESOURCE_DOES_NOT_EXIST
             raise
-        raise SweepError(f"no sweep named {name!r} in {store}; run it first, or pass "
-                         f"--tracking-uri") from None
+        experiment = _experiment_of_study(base, name)  # NAME-2 of `sweep run --new`
+        if experiment is None:
+            raise SweepError(f"no sweep named {name!r} in {store}; run it first, or pass "
+                             f"--tracking-uri") from None
     if any(t["key"] == keys.RUNS_VIEW for t in experiment.get("tags", [])):
         return sweep_view(experiment["experiment_id"])
     table = paths.runs_table(experiment["experiment_id"])
     order = urllib.parse.urlencode({"orderByKey": BY_RUN_NAME, "orderByAsc": "true"},
                                    quote_via=urllib.parse.quote)
     return f"{table}&{order}"
+
+
+def _experiment_of_study(base: str, name: str) -> dict | None:
+    """The experiment holding the parent run of study ``name`` when no experiment has that
+    name: ``sweep run --new`` starts study ``NAME-2`` in experiment ``NAME``. None when no
+    experiment holds one."""
+    if "'" in name or "\\" in name:  # no sweep's name (spec.py): nothing to find
+        return None
+
+    def ask(endpoint: str, body: dict | None = None) -> dict:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"{base}/ajax-api/2.0/mlflow/{endpoint}", data,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return json.load(r)
+
+    ids, token = [], None
+    while True:  # every active experiment, a page at a time
+        page = ask("experiments/search", {"max_results": 1000,
+                                          **({"page_token": token} if token else {})})
+        ids += [e["experiment_id"] for e in page.get("experiments", [])]
+        token = page.get("next_page_token")
+        if not token:
+            break
+    for start in range(0, len(ids), 100):  # a bounded list of experiments per search
+        found = ask("runs/search", {
+            "experiment_ids": ids[start:start + 100], "max_results": 1,
+            "filter": f"tags.`{keys.ROLE}` = 'parent' and tags.`{keys.STUDY}` = '{name}'"})
+        for run in found.get("runs", []):
+            query = urllib.parse.urlencode({"experiment_id": run["info"]["experiment_id"]})
+            return ask(f"experiments/get?{query}")["experiment"]
+    return None
 
 
 def sweep_view(experiment_id: str) -> str:

@@ -433,7 +433,7 @@ def sbatch(script: Path) -> str:
     if out.returncode != 0:
         reason = next((line for line in out.stderr.splitlines() if line.strip()), "no reason")
         raise SweepError(f"sbatch refused {script}: {reason}; fix it and submit again "
-                         f"(sweep submit, or sbatch {script})")
+                         f"(sweep submit, or {shlex.join(['sbatch', str(script)])})")
     return out.stdout.strip().split(";")[0]
 
 
