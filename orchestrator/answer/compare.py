@@ -206,7 +206,7 @@ def _decide(factor, direction, metric, precision, seeds, frozen, look,
             looks) -> tuple[stats.PairResult, ...]:
     values = {label: dict(v) for label, v in frozen}
     return tuple(stats.compare_paired(values, factor=factor, direction=direction,
-                                      bounds=stats.METRIC_BOUNDS.get(metric), look=look,
+                                      bounds=stats.difference_bounds(metric), look=look,
                                       looks=looks, precision=precision, seeds=seeds))
 
 

@@ -17,8 +17,9 @@ The procedure, for every pair of levels (a, b) in level order (numbers as number
    pair equivalent.
 2. *Interval.* Student's t interval of the mean difference at level ``1 - alpha_look``
    (``ci_level``), clipped to the range a difference of a bounded metric can take
-   (``[low - high, high - low]``; ``ci_method`` says when it was). Differences without spread
-   (all equal) have no interval: NaN, and the pair stays undecided.
+   (``[low - high, high - low]``; ``ci_method`` says when it was), never past ``diff``: the
+   interval always holds ``diff``; an end past the largest float is infinite. Differences
+   without spread (all equal) have no interval: NaN, and the pair stays undecided.
 3. *Looks.* Sequential seeding looks at the comparison after ``seeds``, ``seeds + 1``, ...
    pairs, at most ``looks`` times. Every look tests at the same nominal two-sided level
    ``alpha_look`` (a Pocock-type constant boundary), calibrated by simulating paired t-tests
@@ -46,6 +47,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import objectives
+from .paired_input import MAX_LOOKS, MAX_SEEDS, check_arguments
 
 BETTER, EQUIVALENT, UNDECIDED = "better", "equivalent", "undecided"
 CI_METHOD = "t"
@@ -59,6 +61,15 @@ METRIC_BOUNDS: dict[str, tuple[float | None, float | None]] = {
     "val_loss": (0.0, None), "train_loss": (0.0, None), "grad_norm": (0.0, None),
     "epoch_seconds": (0.0, None), "samples_per_second": (0.0, None),
 }
+
+
+def difference_bounds(metric: str) -> tuple[float, float] | None:
+    """The ``bounds`` a sweep's comparison passes to :func:`compare_paired` for ``metric``: its
+    range when it has two ends (what an interval is clipped to), else None. A one-sided range
+    would clip nothing and only refuse values: a user's loss (``loss: module:function``) may
+    go below 0."""
+    low, high = METRIC_BOUNDS.get(metric, (None, None))
+    return (low, high) if low is not None and high is not None else None
 
 
 @dataclass(frozen=True)
@@ -156,17 +167,20 @@ def boundary_alpha(alpha: float = 0.05, looks: int = 1, seeds: int = 3) -> float
     depend on the differences' scale, so one simulation serves every metric."""
     from scipy import stats
 
-    if looks < 1:
-        raise ValueError(f"looks must be >= 1, got {looks}")
-    if seeds < 2:
-        raise ValueError(f"seeds must be >= 2 (a t-test needs 2 pairs), got {seeds}")
+    if not 1 <= looks <= MAX_LOOKS:
+        raise ValueError(f"looks must be within 1..{MAX_LOOKS}, got {looks}")
+    if not 2 <= seeds <= MAX_SEEDS:
+        raise ValueError(f"seeds must be within 2..{MAX_SEEDS} (a t-test needs 2 pairs), got "
+                         f"{seeds}")
     if looks == 1:
         return alpha
     rng = np.random.default_rng(BOUNDARY_SEED)
     n = np.arange(1, seeds + looks, dtype=float)[seeds - 1:]
     smallest = []
-    for start in range(0, BOUNDARY_DRAWS, 50_000):
-        x = rng.standard_normal((min(50_000, BOUNDARY_DRAWS - start), seeds + looks - 1))
+    # a block of rows at a time, in bounded memory; the draws are the same whatever the block
+    block = min(50_000, max(1, 1_000_000 // (seeds + looks - 1)))
+    for start in range(0, BOUNDARY_DRAWS, block):
+        x = rng.standard_normal((min(block, BOUNDARY_DRAWS - start), seeds + looks - 1))
         s1, s2 = np.cumsum(x, axis=1)[:, seeds - 1:], np.cumsum(x * x, axis=1)[:, seeds - 1:]
         mean = s1 / n
         var = np.maximum(s2 - n * mean * mean, 1e-300) / (n - 1)
@@ -203,19 +217,25 @@ def compare_paired(values: Mapping[str, Mapping[Hashable, float | None]], *,
     """Every pair of levels compared over their paired seeds (the procedure of this module).
 
     Args:
-        values: level -> {seed: value}. None is a missing seed (not a pair); NaN or infinite is
-            a seed whose run gave no finite value (the worst outcome of its level).
+        values: level -> {seed: value}, at least two levels, distinct as text (levels ``1``
+            and ``"1"`` are one level). A value is a number: None is a missing seed (not a
+            pair); NaN or infinite is a seed whose run gave no finite value (the worst outcome
+            of its level); a finite value must lie within ``bounds`` and within
+            +-:data:`~orchestrator.answer.paired_input.MAX_VALUE` (so that differences are
+            finite).
         direction: ``maximize`` or ``minimize``: which sign of a difference is better.
-        bounds: the metric's range ``(low, high)`` (:data:`METRIC_BOUNDS`); both given: the
-            interval is clipped to what a difference can take.
-        look: this is look ``look`` of at most ``looks`` (sequential seeding).
-        looks: the most looks sequential seeding may take.
+        bounds: the metric's range ``(low, high)`` (:data:`METRIC_BOUNDS`), each end None (open)
+            or finite, ``low < high``; finite values outside it are refused. Both given: the
+            interval is clipped to what a difference can take (never past its mean).
+        look: this is look ``look`` of at most ``looks`` (sequential seeding), 1..``looks``.
+        looks: the most looks sequential seeding may take, 1..:data:`MAX_LOOKS`.
         precision: the half-width of the band of differences too small to matter (metric
-            units); None: no equivalence verdict.
-        alpha: the chance of a false "better" over all looks.
-        seeds: the pairs at the first look (``compare.seeds``): the boundary is calibrated for
-            looks at ``seeds``, ``seeds + 1``, ... pairs.
-        min_pairs: fewer finite pairs: no interval, no test, undecided (still in Holm's family).
+            units), finite and > 0; None: no equivalence verdict.
+        alpha: the chance of a false "better" over all looks, within (0, 1).
+        seeds: the pairs at the first look (``compare.seeds``), 1..:data:`MAX_SEEDS`: the
+            boundary is calibrated for looks at ``seeds``, ``seeds + 1``, ... pairs.
+        min_pairs: fewer finite pairs: no interval, no test, undecided (still in Holm's
+            family); at least 1.
         configs: level -> {seed: configuration id}; a seed at which both levels ran the same
             configuration is not a pair of that comparison.
         factor: the compared setting's name, carried into each result.
@@ -224,17 +244,15 @@ def compare_paired(values: Mapping[str, Mapping[Hashable, float | None]], *,
         A :class:`PairResult` per pair (a before b in :func:`level_order`).
 
     Raises:
-        ValueError: ``direction``, ``look``/``looks``, ``alpha`` or ``precision`` out of range.
+        TypeError: an argument of the wrong type (a list for a level, text for a number).
+        ValueError: an argument outside what Args accepts (``direction`` but maximize or
+            minimize), checked before anything is computed; one line names it and its value.
     """
-    objectives.sign(direction)  # ValueError for anything but maximize or minimize
-    if not 1 <= look <= looks:
-        raise ValueError(f"look must be within 1..looks={looks}, got {look}")
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be within (0, 1), got {alpha}")
-    if precision is not None and not precision > 0:
-        raise ValueError(f"precision must be > 0, got {precision}")
+    low, high = check_arguments(values, direction=direction, bounds=bounds, look=look,
+                                looks=looks, precision=precision, alpha=alpha, seeds=seeds,
+                                min_pairs=min_pairs, configs=configs, factor=factor)
     level_alpha = boundary_alpha(alpha, looks, max(2, seeds))
-    low, high = bounds if bounds is not None else (None, None)
+    # the range a difference can take (infinite when the bounds span more than a float)
     limits = (low - high, high - low) if low is not None and high is not None else None
     levels = level_order(values)
     by_label = {str(k): v for k, v in values.items()}
@@ -268,28 +286,46 @@ def _pair_stats(pairs: list[tuple[float, float]], level_alpha: float,
            "nonfinite_b": sum(not math.isfinite(y) for _, y in pairs),
            "ci": (math.nan, math.nan), "p": math.nan,
            "method": CI_METHOD, "spread": False}
+    # every value is within +-MAX_VALUE (paired_input): each difference is finite
     diff = np.array([y - x for x, y in pairs if math.isfinite(x) and math.isfinite(y)])
     n = len(diff)
-    out["diff"] = float(diff.mean()) if n else math.nan
+    # statistics in units of 2**e >= the largest difference (exact, a power of two), so that
+    # sums and squares of differences near the float's limit cannot overflow
+    e = max(0, math.frexp(float(np.abs(diff).max()))[1]) if n else 0
+    scaled = np.ldexp(diff, -e)
+    mean_s = float(scaled.mean()) if n else math.nan
+    out["diff"] = _times_two_to(mean_s, e)
     out["finite"], out["diffs"] = n, tuple(float(d) for d in diff)
     if n < max(2, min_pairs):
         out["method"] = f"{CI_METHOD}, none: {n} finite pair{'s' if n != 1 else ''}"
         return out
-    mean, sd = float(diff.mean()), float(diff.std(ddof=1))
-    if not sd > 1e-12 * max(1.0, float(np.abs(diff).max())):
-        out["method"] = f"{CI_METHOD}, none: no spread (every pair differs by {mean:.6g})"
+    sd_s = float(scaled.std(ddof=1))
+    if not sd_s > 1e-12 * max(math.ldexp(1.0, -e), float(np.abs(scaled).max())):
+        out["method"] = (f"{CI_METHOD}, none: no spread (every pair differs by "
+                         f"{out['diff']:.6g})")
         return out
     out["spread"] = True
-    half = t_half_width(sd, n, 1 - level_alpha)
-    ci = (mean - half, mean + half)
+    half_s = t_half_width(sd_s, n, 1 - level_alpha)
+    mean = out["diff"]
+    ci = (_times_two_to(mean_s - half_s, e), _times_two_to(mean_s + half_s, e))
     if limits is not None and (ci[0] < limits[0] or ci[1] > limits[1]):
-        ci = (max(ci[0], limits[0]), min(ci[1], limits[1]))
+        # the values lie within the bounds, so the mean lies within the limits: clipping
+        # keeps it inside (min/max guard a rounding at the limit)
+        ci = (min(max(ci[0], limits[0]), mean), max(min(ci[1], limits[1]), mean))
         out["method"] = f"{CI_METHOD}, clipped to [{limits[0]:g}, {limits[1]:g}]"
     out["ci"] = ci
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        out["p"] = float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
+        out["p"] = float(2 * stats.t.sf(abs(mean_s) / (sd_s / math.sqrt(n)), n - 1))
     return out
+
+
+def _times_two_to(x: float, e: int) -> float:
+    """``x * 2**e``, infinite (with x's sign) past the largest float instead of an error."""
+    try:
+        return math.ldexp(x, e)
+    except OverflowError:
+        return math.copysign(math.inf, x)
 
 
 @lru_cache(maxsize=1024)

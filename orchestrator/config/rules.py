@@ -44,6 +44,9 @@ from .space_reading import check_values, parse_space, unused_problem
 
 MINIMIZE_HINT = {"val_loss": "minimize", "train_loss": "minimize", "val_acc": "maximize"}
 MAX_GRID = 5_000  # configurations; `--max-grid N` raises it
+# compare: the most looks (max_seeds - seeds + 1) and first-look seeds the statistics take (the
+# boundary's simulation grows with both; orchestrator.answer.stats.compare_paired refuses more)
+MAX_LOOKS, MAX_COMPARE_SEEDS = 100, 1000
 
 
 def check_rules(top, max_grid: int | None, problems: list[str],
@@ -214,6 +217,10 @@ def _check_compare(top, space: sp.Space, problems: list[str]) -> int | None:
     if c.max_seeds is not None and c.max_seeds < c.seeds:
         problems.append(f"compare.max_seeds must be >= compare.seeds ({c.seeds}), got "
                         f"{c.max_seeds}; raise it or drop it")
+    elif c.seeds > MAX_COMPARE_SEEDS or c.most_seeds - c.seeds + 1 > MAX_LOOKS:
+        problems.append(f"compare: seeds {c.seeds} to max_seeds {c.most_seeds} is "
+                        f"{c.most_seeds - c.seeds + 1} looks; the statistics take at most "
+                        f"{MAX_LOOKS} looks and seeds <= {MAX_COMPARE_SEEDS}; lower max_seeds")
     if top.repeats > 1:
         problems.append(f"repeats: {top.repeats}: repeats does not apply to a comparison: use "
                         f"compare.seeds (each level's best is trained on that many fresh "

@@ -96,7 +96,7 @@ def compare_sweeps(datas: list[SweepData]) -> Many:
     factors = list(dict.fromkeys(f for d in datas for f in d.factors))
     values, unmatched = _values(datas, factors)
     pairs = _pairs_table(values, names)
-    bounds = stats.METRIC_BOUNDS.get(objective.metric)
+    bounds = stats.difference_bounds(objective.metric)
     label = {str(i): name for i, name in enumerate(names)}  # "0" < "1" < ...: the given order
 
     def by_sweep(frame: pd.DataFrame, key) -> dict[str, dict]:

@@ -96,7 +96,7 @@ class Report:
 def build_report(data: SweepData, out_dir: str | os.PathLike, by: str | None = None) -> Report:
     """Write report.html, report.md, trials.csv, trials.parquet, plots/*.png and, for a
     comparison, comparison.csv into ``out_dir``."""
-    from ..answer.stats import METRIC_BOUNDS
+    from ..answer.stats import METRIC_BOUNDS, difference_bounds
 
     out = Path(out_dir)
     (out / "plots").mkdir(parents=True, exist_ok=True)
@@ -110,7 +110,8 @@ def build_report(data: SweepData, out_dir: str | os.PathLike, by: str | None = N
     ftable = factor_table(trials, factors, ranges=ranges, bounds=bounds)
     trends = trend_table(trials, factors, ranges)
     paired = paired_differences(trials, factors, direction=data.spec.objective.goal,
-                                bounds=bounds, ranges=ranges)
+                                bounds=difference_bounds(data.spec.objective.metric),
+                                ranges=ranges)
     gaps = missing(data) if comparison is None else comparison_gaps(data, comparison)
     if data.parent_tags.get(keys.STOP_REASON):  # stop_when ended it: nothing is missing
         gaps = [f"ended early by {data.parent_tags[keys.STOP_REASON]}"] + \

@@ -2,12 +2,16 @@
 computed here, and its calibration checked by simulation: false verdicts, coverage and power
 (the fast version of bench/calibration.py)."""
 import math
+import warnings
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as hs
 from scipy import stats
 
 from bench import calibration as cal
+from orchestrator.answer.paired_input import MAX_VALUE
 from orchestrator.answer.stats import (
     BETTER,
     CSV_COLUMNS,
@@ -270,3 +274,230 @@ def test_calibration_holds_on_fewer_draws():
     # precision never costs power, even one near the gap: the same draws with it (seeding stops
     # on "equivalent" only, never on an interval merely narrower than 2 x precision)
     assert cal.power(rng(40), draws, 2.0, precision=1.5)[0] >= right - 0.05 * draws
+
+
+# ------------------------------------ compare_paired refuses what it cannot answer (issue 30)
+
+GOOD = {"adam": {1: 0.91, 2: 0.90, 3: 0.92}, "sgd": {1: 0.93, 2: 0.95, 3: 0.94}}
+
+
+def _refused(error, *names, **arguments):
+    """compare_paired(**arguments) raises ``error`` in one line naming each of ``names``."""
+    values = arguments.pop("values", GOOD)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(error) as raised:
+            compare_paired(values, **arguments)
+    text = str(raised.value)
+    assert "\n" not in text and text.startswith("compare_paired: ")
+    for name in names:
+        assert name in text, text
+    return text
+
+
+@pytest.mark.parametrize("bounds,error", [
+    ((1.0, 0.0), ValueError), ((0.5, 0.5), ValueError), ((0.0, math.inf), ValueError),
+    ((-math.inf, 1.0), ValueError), ((math.nan, 1.0), ValueError), ((0.0, math.nan), ValueError),
+    ((0.0,), TypeError), ((0.0, 1.0, 2.0), TypeError), ("01", TypeError),
+    ({"low": 0, "high": 1}, TypeError), ((0.0, "1"), TypeError), ((True, 2.0), TypeError),
+    (0.0, TypeError)])
+def test_bounds_must_be_finite_with_low_below_high(bounds, error):
+    text = _refused(error, "bounds", f"got {type(bounds).__name__}", "low < high",
+                    values={"a": {1: 0.5, 2: 0.6}, "b": {1: 0.7, 2: 0.9}}, bounds=bounds)
+    assert "(0.0, 1.0)" in text  # what is accepted, by example
+    assert not isinstance(bounds, tuple) or text.endswith(repr(bounds))
+
+
+@pytest.mark.parametrize("values,bounds,where", [
+    ({"a": {1: 2.0, 2: 3.0, 3: 4.0}, "b": {1: 5.0, 2: 8.0, 3: 6.0}}, (0.0, 1.0),
+     "values['a'][1] = 2.0"),  # the issue's values 2 to 8 against an accuracy's range
+    ({"a": {1: 0.5, 2: 0.6}, "b": {1: 0.7, 2: 1.0000001}}, (0.0, 1.0), "values['b'][2] = 1.0000001"),
+    ({"a": {1: 0.5, 2: -0.01}, "b": {1: 0.7, 2: 0.8}}, (0.0, 1.0), "values['a'][2] = -0.01"),
+    ({"a": {1: 0.5, 2: -3.0}, "b": {1: 0.7, 2: 0.8}}, (0.0, None), "values['a'][2] = -3.0"),
+    ({32: {"s1": 12.0, "s2": 7.0}, 64: {"s1": 6.0, "s2": 5.0}}, (None, 10.0),
+     "values[32]['s1'] = 12.0"),
+])
+def test_a_finite_value_outside_the_bounds_is_refused_naming_level_seed_and_value(
+        values, bounds, where):
+    _refused(ValueError, where, "out of range", "bounds", values=values, bounds=bounds)
+
+
+def test_a_failed_seed_is_no_value_outside_the_bounds():
+    """NaN and infinite values (a diverged seed) are the level's worst outcome, not
+    measurements: bounds do not apply to them, None is a seed not run."""
+    values = {"a": {1: 0.5, 2: math.nan, 3: 0.55, 4: 0.52, 5: None},
+              "b": {1: 0.7, 2: 0.8, 3: -math.inf, 4: 0.71, 5: 0.6}}
+    [r] = compare_paired(values, bounds=(0.0, 1.0))
+    assert (r.pairs, r.finite_pairs, r.nonfinite_a, r.nonfinite_b) == (4, 2, 1, 1)
+    assert r.diff == pytest.approx(np.mean([0.7 - 0.5, 0.71 - 0.52]))
+
+
+@pytest.mark.parametrize("values,error,names", [
+    ({}, ValueError, ["values", "at least two levels", "{}"]),
+    ({"adam": {1: 0.9, 2: 0.8}}, ValueError, ["values", "at least two levels", "adam"]),
+    ({1: {1: 0.5, 2: 0.6}, "1": {1: 0.7, 2: 0.9}}, ValueError, ["1", "'1'", "distinct"]),
+    ({0.5: {1: 0.5}, "0.5": {1: 0.7}, "x": {1: 0.1}}, ValueError, ["0.5", "'0.5'", "distinct"]),
+    ({"a": [0.5, 0.6, 0.7], "b": [0.6, 0.7, 0.9]}, TypeError,
+     ["values['a']", "mapping seed -> value", "list"]),
+    ({"a": [[1, 0.5], [2, 0.6]], "b": [[1, 0.7], [2, 0.9]]}, TypeError,
+     ["values['a']", "mapping seed -> value", "list"]),
+    ({"a": {1: 0.5}, "b": (0.6, 0.7)}, TypeError, ["values['b']", "tuple"]),
+    ([("a", {1: 0.5}), ("b", {1: 0.7})], TypeError, ["values", "mapping level ->", "list"]),
+    ("ab", TypeError, ["values", "mapping level ->", "str"]),
+    ({"a": {1: "0.9", 2: 0.8}, "b": {1: 0.7, 2: 0.9}}, TypeError, ["values['a'][1]", "'0.9'"]),
+    ({"a": {1: True, 2: 0.8}, "b": {1: 0.7, 2: 0.9}}, TypeError, ["values['a'][1]", "bool"]),
+    ({"a": {1: [0.9], 2: 0.8}, "b": {1: 0.7, 2: 0.9}}, TypeError, ["values['a'][1]", "[0.9]"]),
+])
+def test_levels_that_cannot_be_compared_are_refused(values, error, names):
+    """Fewer than two levels, two levels alike as text, a level that is not a mapping seed ->
+    number: refused in one line, not an empty answer, 0 pairs or an AttributeError."""
+    _refused(error, *names, values=values)
+
+
+@pytest.mark.parametrize("precision,error", [
+    (math.inf, ValueError), (-math.inf, ValueError), (math.nan, ValueError), (0.0, ValueError),
+    (-0.01, ValueError), (0, ValueError), ("0.01", TypeError), (True, TypeError),
+    ([0.01], TypeError)])
+def test_precision_must_be_a_finite_positive_number(precision, error):
+    text = _refused(error, "precision", "finite number > 0", precision=precision)
+    assert repr(precision) in text or str(precision) in text
+
+
+@pytest.mark.parametrize("arguments,error,names", [
+    ({"look": 1.5, "looks": 2}, TypeError, ["look", "1.5", "whole number"]),
+    ({"look": "1", "looks": 2}, TypeError, ["look", "'1'"]),
+    ({"look": 0, "looks": 3}, ValueError, ["look", "from 1 to looks (3)", "0"]),
+    ({"look": 3, "looks": 2}, ValueError, ["look", "from 1 to looks (2)", "3"]),
+    ({"look": 1, "looks": 0}, ValueError, ["looks", "from 1 to 100", "0"]),
+    ({"look": 1, "looks": 101}, ValueError, ["looks", "from 1 to 100", "101"]),
+    ({"look": 1, "looks": 1_000_000}, ValueError, ["looks", "from 1 to 100", "1000000"]),
+    ({"look": 1, "looks": 2.0}, TypeError, ["looks", "whole number", "2.0"]),
+    ({"look": True, "looks": 2}, TypeError, ["look", "bool"]),
+    ({"seeds": 0}, ValueError, ["seeds", "1 to 1000"]),
+    ({"seeds": 10**9}, ValueError, ["seeds", "1 to 1000"]),
+    ({"seeds": 3.5}, TypeError, ["seeds", "3.5"]),
+    ({"min_pairs": 0}, ValueError, ["min_pairs", ">= 1"]),
+    ({"min_pairs": None}, TypeError, ["min_pairs", "None"]),
+    ({"alpha": 0.0}, ValueError, ["alpha", "(0, 1)"]),
+    ({"alpha": 1.5}, ValueError, ["alpha", "(0, 1)", "1.5"]),
+    ({"alpha": math.nan}, ValueError, ["alpha", "nan"]),
+    ({"alpha": "0.05"}, TypeError, ["alpha", "'0.05'"]),
+    ({"direction": "max"}, ValueError, ["direction", "'max'"]),
+    ({"factor": 3}, TypeError, ["factor", "3"]),
+    ({"configs": [1, 2]}, TypeError, ["configs", "list"]),
+    ({"configs": {"rmsprop": {1: "c1"}}}, ValueError, ["configs", "'rmsprop'", "adam"]),
+    ({"configs": {"adam": ["c1"]}}, TypeError, ["configs['adam']", "list"]),
+])
+def test_every_other_argument_is_checked_before_anything_is_computed(arguments, error, names):
+    """look/looks whole numbers with 1 <= look <= looks <= 100 (bounded time and memory),
+    seeds 1..1000, min_pairs >= 1, alpha in (0, 1), a direction, a factor's name, configs per
+    level of values."""
+    _refused(error, *names, **arguments)
+
+
+def test_the_limits_the_statistics_take_are_the_limits_a_sweep_is_validated_against():
+    """A sweep whose compare: block would take more looks than compare_paired allows is refused
+    when validated, not mid-run; one within it runs (boundary_alpha caps its memory)."""
+    from orchestrator.answer.paired_input import MAX_LOOKS, MAX_SEEDS
+    from orchestrator.config.spec import validate
+    from orchestrator.core.errors import SpecError
+    from tests.helpers import compare_spec
+
+    assert (MAX_LOOKS, MAX_SEEDS) == (100, 1000)
+    for block in ({"seeds": 3, "max_seeds": 3 + MAX_LOOKS}, {"seeds": MAX_SEEDS + 1}):
+        with pytest.raises(SpecError, match="at most 100 looks"):
+            validate(compare_spec(compare={"factor": "optimizer", "tune_trials": 1, **block}))
+    spec = validate(compare_spec(compare={"factor": "optimizer", "tune_trials": 1, "seeds": 3,
+                                          "max_seeds": 2 + MAX_LOOKS}))
+    assert spec.compare.most_seeds - spec.compare.seeds + 1 == MAX_LOOKS
+    with pytest.raises(ValueError, match="looks"):
+        boundary_alpha(0.05, MAX_LOOKS + 1, 3)
+
+
+def test_the_boundarys_simulation_runs_in_bounded_memory():
+    """Its draws are taken a block of rows at a time (at most a million numbers), whatever the
+    seeds and looks: 61 columns took 192 MB at once, 88 MB in blocks (the same draws)."""
+    import tracemalloc
+
+    boundary_alpha.cache_clear()
+    tracemalloc.start()
+    try:
+        level = boundary_alpha(0.05, 2, 60)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert 0.05 / 2 < level < 0.05 and peak < 140e6
+
+
+HUGE = 8.98e307  # just below the largest value accepted (half the largest float)
+
+
+@pytest.mark.parametrize("a,b", [
+    ([HUGE, -HUGE, 1e307], [-HUGE, HUGE, 0.0]),  # differences of +-1.796e308: no overflow
+    ([HUGE, 7e307, 6e307], [-HUGE, -7.5e307, -6.1e307]),  # all near -1.5e308
+    ([1e300, 2e300, 3e300, 4e300], [-1e300, 5e300, -2e300, 9e300]),
+    ([-HUGE, -HUGE, -HUGE], [HUGE, HUGE * 0.999, HUGE * 0.998]),
+    ([1e-300, 2e-300, 3e-300], [5e-300, 1e-300, 9e-300]),
+])
+@pytest.mark.parametrize("bounds", [None, (-9e307, 9e307)])
+def test_finite_values_near_the_largest_float_give_finite_differences_without_warnings(
+        a, b, bounds):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        [r] = compare_paired(_levels(a=a, b=b), bounds=bounds)
+    diffs = [y - x for x, y in zip(a, b)]
+    assert all(math.isfinite(d) for d in diffs) and r.diffs == pytest.approx(diffs)
+    expected = math.fsum(d / 4 for d in diffs) / len(diffs) * 4  # no overflow on the way
+    assert math.isfinite(r.diff) and r.diff == pytest.approx(expected, rel=1e-12)
+    assert r.ci_low <= r.diff <= r.ci_high or "no spread" in r.ci_method
+    assert not math.isnan(r.p) or "no spread" in r.ci_method
+
+
+@pytest.mark.parametrize("value", [1e308, -1e308, 1.7976931348623157e308, 9e307, -9e307])
+def test_a_value_whose_difference_could_overflow_is_refused_as_out_of_range(value):
+    values = {"a": {1: value, 2: 0.0, 3: 1.0}, "b": {1: -value, 2: 1.0, 3: 0.5}}
+    _refused(ValueError, f"values['a'][1] = {value!r}", "out of range", "8.988e+307",
+             values=values)
+
+
+@settings(max_examples=200, deadline=None)
+@given(hs.data())
+def test_any_finite_values_within_any_bounds_give_an_ordered_interval_holding_the_difference(
+        data):
+    """Random finite values (up to the largest accepted magnitude) and random finite bounds
+    around them: no warning, a finite mean difference equal to one computed here, an interval
+    that is ordered, holds it and stays within the range a difference can take, and equals
+    scipy's t interval (clipped) where numpy can compute it."""
+    magnitude = data.draw(hs.sampled_from([1.0, 1e3, 1e150, 1e300, MAX_VALUE]), "magnitude")
+    n, k = data.draw(hs.integers(2, 6), "seeds"), data.draw(hs.integers(2, 3), "levels")
+    finite = hs.floats(-magnitude, magnitude, allow_nan=False, allow_infinity=False)
+    columns = [data.draw(hs.lists(finite, min_size=n, max_size=n)) for _ in range(k)]
+    every = [v for c in columns for v in c]
+    low = data.draw(hs.none() | hs.floats(-1.7e308, min(every), allow_nan=False), "low")
+    high = data.draw(hs.none() | hs.floats(max(every), 1.7e308, allow_nan=False), "high")
+    assume(low is None or high is None or low < high)
+    bounds = None if low is None and high is None else (low, high)
+    direction = data.draw(hs.sampled_from(["maximize", "minimize"]), "direction")
+    values = {f"L{i}": dict(enumerate(c)) for i, c in enumerate(columns)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        results = compare_paired(values, bounds=bounds, direction=direction)
+    assert len(results) == k * (k - 1) // 2
+    limits = (low - high, high - low) if low is not None and high is not None else None
+    for r in results:
+        d = [y - x for x, y in zip(values[r.a].values(), values[r.b].values())]
+        biggest = max(abs(v) for v in d)
+        assert math.isfinite(r.diff) and r.diff == pytest.approx(
+            math.fsum(v / 4 for v in d) / n * 4, rel=1e-9, abs=1e-12 * biggest)
+        if math.isnan(r.ci_low):
+            assert "no spread" in r.ci_method and math.isnan(r.ci_high)
+            continue
+        assert r.ci_low <= r.diff <= r.ci_high
+        if limits is not None:
+            assert limits[0] <= r.ci_low and r.ci_high <= limits[1]
+        if magnitude <= 1e150:
+            t_low, t_high = _t_interval(np.array(d), r.ci_level)
+            if limits is not None:
+                t_low, t_high = max(t_low, limits[0]), min(t_high, limits[1])
+            assert (r.ci_low, r.ci_high) == pytest.approx((t_low, t_high), rel=1e-9,
+                                                         abs=1e-9 * biggest)
