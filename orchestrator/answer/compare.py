@@ -267,17 +267,6 @@ def final_answer(c: Comparison | None, trials: Sequence[FrozenTrial]) -> Answer 
     return answer(c, counted(trials), step.action)
 
 
-def verdict_sentence(c: Comparison, results: Sequence[stats.PairResult]) -> str:
-    """The comparison in one sentence (keys.VERDICT), a clause per pair of levels."""
-    if not results:
-        return f"no comparison of {c.factor}: fewer than two levels have a complete tuning trial"
-    return "; ".join(_pair_sentence(c, r) for r in results)
-
-
-def _pair_sentence(c: Comparison, r: stats.PairResult) -> str:
-    return stats.describe(r, metric=c.metric, direction=c.direction)
-
-
 # ------------------------------------------------------------------ Optuna's view of one level
 
 class LevelView:

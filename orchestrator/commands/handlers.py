@@ -114,28 +114,32 @@ def print_summary(console: Console, spec, outcome) -> None:
         for number, run in ids:
             console.print(f"  trial {number}: {run or '(none)'}", soft_wrap=True,
                           highlight=False)
-    headline = _report_headline(name, outcome) if outcome.configurations else None
-    if headline:  # repeats or a comparison: the report's answer
-        console.print(f"sweep report: {headline}", soft_wrap=True, markup=False,
+    answer = _report_answer(name, outcome) if outcome.configurations else None
+    if answer:  # repeats or a comparison: the report's answer (a comparison's table too)
+        console.print(f"sweep report: {answer[0]}", soft_wrap=True, markup=False,
                       highlight=False)
+        for line in answer[1:]:
+            console.print(line, soft_wrap=True, markup=False, highlight=False)
     console.print(_browse_lines(name, outcome), soft_wrap=True, markup=False,
                   highlight=False)
 
 
-def _report_headline(name: str, outcome) -> str | None:
-    """The headline ``sweep report`` gives the sweep (a comparison's verdict, else its best
-    trial), read back quickly: the study and one search of its runs, no per-epoch curves.
-    None when a store file is missing (reading would create it)."""
-    from ..report import headline, load_sweep
+def _report_answer(name: str, outcome) -> list[str] | None:
+    """The answer ``sweep report`` gives the sweep (a comparison's sentence and table, else its
+    best trial: :func:`orchestrator.report.answer_lines`), read back quickly: the study and
+    one search of its runs, no per-epoch curves. None when a store file is missing (reading
+    would create it)."""
+    from ..report import answer_lines, load_sweep
 
     files = [paths.sqlite_file(outcome.tracking_uri), paths.sqlite_file(outcome.storage),
              paths.journal_file(outcome.storage)]
     if any(f is not None and not f.exists() for f in files):
         return None
     try:
-        return headline(load_sweep(name, outcome.tracking_uri, outcome.storage, curves=False))
+        return answer_lines(load_sweep(name, outcome.tracking_uri, outcome.storage,
+                                       curves=False))
     except SweepError as e:  # the sweep itself is done and stored: say why, go on
-        return f"(not read: {e})"
+        return [f"(not read: {e})"]
 
 
 SUMMARY_ROWS = 5  # configurations or trials in the table at the end of `sweep run`
@@ -292,15 +296,12 @@ def cmd_report(args, console: Console) -> ExitCode:
     report = api.report(args.spec, out=args.out, by=args.by, tracking_uri=args.tracking_uri,
                         storage=args.storage, console=console)
     out = report.out_dir
-    lines = report.comparison.sentences if report.comparison is not None else [report.headline]
+    lines = report.comparison.lines() if report.comparison is not None else [report.headline]
     for line in lines:
         console.print(line, soft_wrap=True, markup=False, highlight=False)
     for line in report.missing:
         console.print(f"incomplete: {line}", soft_wrap=True)
-    if report.comparison is not None and report.comparison.results:
-        console.print(report.comparison.table().drop(columns="factor").to_string(
-            index=False, float_format=lambda v: f"{v:.4g}"), soft_wrap=True)
-    else:
+    if report.comparison is None:  # a comparison's table is in its lines
         t95 = {"ci_low": "95% t low", "ci_high": "95% t high"}
         if len(report.factors):
             console.print("observational (a search: other settings differ too):",

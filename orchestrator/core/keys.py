@@ -116,8 +116,8 @@ EXPERIMENT_KIND = _key("mlflow.experimentKind", EXPERIMENT_TAG,
                        "`custom_model_development`: MLflow's model-training experiment type")
 NOTE = _key("mlflow.note.content", (EXPERIMENT_TAG, PARENT_TAG),
             "MLflow's description: the experiment's is the sweep's `description`; the parent "
-            "run's is the report's headline (a comparison's: its sentences and table of pairs, "
-            "Markdown), written by `sweep run` at its end and by `sweep report`")
+            "run's is the report's headline (a comparison's: its answer's sentence, table and "
+            "lines, Markdown), written by `sweep run` at its end and by `sweep report`")
 PARENT_NOTE = NOTE  # the parent run's description: the same MLflow tag, on the run
 RUNS_VIEW_ID = "sweep"  # the view's key in its tag's name, and in the URL that opens it
 RUNS_VIEW = _key(f"mlflow.sharedViewState.{RUNS_VIEW_ID}", EXPERIMENT_TAG,
@@ -150,7 +150,8 @@ STOP_REASON = _key("sweep.stop_reason", PARENT_TAG,
 TEST_TRIALS = _key("sweep.test_trials", PARENT_TAG,
                    "the trials whose weights saw the held-out test split")
 VERDICT = _key("sweep.verdict", PARENT_TAG,
-               "a comparison's verdict in one sentence (which level is better, by how much)")
+               "a comparison's answer in one sentence (the level it names and its strongest "
+               "evidence)")
 ANSWER = _key("sweep.answer", (STUDY_ATTR, PARENT_TAG),
               "a finished comparison's one answer: the level it names, its mean over the "
               "confirmation seeds, and which confirmation run's weights stand for it")

@@ -23,6 +23,7 @@ _HOMES = {
     "Scaling": "comparison",
     "Sensitivity": "comparison",
     "SweepData": "load",
+    "answer_lines": "render",
     "build_many_report": "many",
     "build_report": "render",
     "compare": "comparison",

@@ -37,6 +37,7 @@ import pandas as pd
 
 from ..answer import compare as plan
 from ..answer import objectives, stats
+from ..answer.summary import Summary, of_comparison
 from ..core import keys
 from .load import SECONDS, SweepData
 
@@ -109,10 +110,17 @@ class Comparison:
     budget: pd.DataFrame = field(default_factory=pd.DataFrame)  # a row per level
     val_items: int | None = None  # the validation items an accuracy counts
     reach_results: list[stats.PairResult] = field(default_factory=list)
+    summary: Summary | None = None  # the answer's sentence and table (None: no pair yet)
 
     @property
     def headline(self) -> str:
         return self.sentences[0]
+
+    def lines(self) -> list[str]:
+        """What ``sweep report`` prints: the summary (sentence, table, its lines), then the
+        other sentences."""
+        first = self.summary.lines() if self.summary is not None else self.sentences[:1]
+        return [*first, *self.sentences[1:]]
 
     def table(self) -> pd.DataFrame:
         """``comparison.csv``: a row per pair of levels (diff = b - a), with the interval's
@@ -245,6 +253,8 @@ def compare(data: SweepData) -> Comparison | None:
                      val_items=_val_items(data) if metric.startswith("val_") else None)
     if target is not None and len(reach):
         out.reach_results = _reach_results(out)
+    if out.results:
+        out.summary = of_comparison(c, out.confirm, out.results, found, finished)
     out.sentences = sentences(out, data)
     return out
 
@@ -317,12 +327,11 @@ def _scaling(tune: pd.DataFrame, sensitivity: dict[str, Sensitivity]) -> Scaling
 # ------------------------------------------------------------------------------ sentences
 
 def sentences(c: Comparison, data: SweepData) -> list[str]:
-    """The answer in sentences: the verdict (the headline) first, then the level the sweep
-    names, the resolution of the metric where it counts items, the time to target and the scaling
-    exponent where there are any. Every number comes with its interval's level and method."""
-    out = [_verdict_sentence(c, data)]
-    if c.answer is not None:
-        out.append(f"The sweep names {c.answer.why}.")
+    """The answer in sentences: the summary's (the headline; :mod:`orchestrator.answer.summary`,
+    whose table and lines follow it) or why there is none yet first, then the resolution of the
+    metric where it counts items, the time to target and the scaling exponent where there are
+    any. Every number comes with its interval's level and method."""
+    out = [c.summary.sentence if c.summary is not None else _no_verdict(c, data)]
     resolution = _resolution_sentence(c)
     if resolution:
         out.append(resolution)
@@ -355,23 +364,6 @@ def settings_text(settings: dict[str, Any]) -> str:
     """``lr 0.002, momentum 0.9`` (numbers to 3 significant digits)."""
     return ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                      for k, v in settings.items())
-
-
-def _named(c: Comparison, level: str) -> str:
-    tuned = c.tuned.get(level)
-    return f"{level} (tuned: {settings_text(tuned)})" if tuned else level
-
-
-def _verdict_sentence(c: Comparison, data: SweepData) -> str:
-    if not c.results:
-        return _no_verdict(c, data)
-    said = "; ".join(stats.describe(r, metric=c.metric, direction=c.direction,
-                                    fmt=lambda v: _amount(c, v), unit=_unit(c),
-                                    named=lambda lv: _named(c, lv)) for r in c.results)
-    said = said[0].upper() + said[1:]
-    return said + ("." if c.finished else
-                   " (an interim look: the comparison is not finished; `sweep run` again "
-                   "resumes it).")
 
 
 def _no_verdict(c: Comparison, data: SweepData) -> str:

@@ -272,7 +272,7 @@ def pair_sentence(m: Many, r: stats.PairResult) -> str:
                           fmt=lambda v: f"{scale * v:.3g}",
                           unit=f"points of {m.metric}" if _points(m.metric) else m.metric)
     said = said.replace("paired seed", "matched trial")
-    return said[0].upper() + said[1:] + " (matched: the same configuration and seed)."
+    return said + " (matched: the same configuration and seed)."  # a name, as written
 
 
 # ------------------------------------------------------------------------------ the files

@@ -193,6 +193,27 @@ def headline(data: SweepData) -> str:
     return comparison.headline if comparison is not None else _best_line(data)
 
 
+def answer_lines(data: SweepData) -> list[str]:
+    """The answer as terminal lines: a comparison's summary (its sentence, table and lines:
+    :meth:`orchestrator.answer.summary.Summary.lines`), else the headline; from the trials
+    alone, as :func:`headline`."""
+    comparison = compare(data)
+    if comparison is None:
+        return [_best_line(data)]
+    return comparison.summary.lines() if comparison.summary is not None else \
+        [comparison.headline]
+
+
+def summary_blocks(c: Comparison) -> list:
+    """A comparison's summary after its sentence (the headline): its table, then its lines
+    and the report's other sentences as paragraphs."""
+    if c.summary is None:
+        return [("p", line) for line in c.sentences[1:]]
+    s = c.summary
+    return [Table(s.caption, list(s.header), [list(row) for row in s.rows]),
+            *(("p", line) for line in (*s.notes, *c.sentences[1:]))]
+
+
 def _objectives_text(data: SweepData) -> str:
     """``val_acc (maximize, last epoch)``, one such per objective."""
     def one(o) -> str:
@@ -246,8 +267,10 @@ def _front_section(doc: Document, data: SweepData) -> None:
 
 
 def _document(data, ftable, paired, gaps, exports, comparison, trends=None) -> Document:
-    headline = comparison.sentences if comparison is not None else [_best_line(data)]
+    headline = [comparison.headline] if comparison is not None else [_best_line(data)]
     doc = Document(f"Sweep report: {data.study_name}", headline)
+    if comparison is not None:
+        doc.blocks += summary_blocks(comparison)
     for line in _summary_lines(data):
         doc.say(line)
     if gaps:
@@ -316,23 +339,38 @@ def _search_sections(doc: Document, data: SweepData, ftable, trends, paired) -> 
                 f"comparison (compare:), does.")
 
 
-def _comparison_section(doc: Document, c: Comparison, data: SweepData) -> None:
-    from ..answer.stats import level_percent, mean_interval
+def _pairs_table(c: Comparison, words) -> Table:
+    """Every pair of levels in the report's units (points for an accuracy), rounded to each
+    pair's interval."""
+    from ..answer.stats import level_percent
+    from ..answer.summary import no_interval
 
-    doc.heading(f"The comparison of {c.factor}")
+    return Table(
+        f"Every pair of levels over their paired confirmation seeds: b minus a in "
+        f"{words.unit}, its interval with its level and method, the paired t-test's p and "
+        f"Holm's over the pairs, and the verdict (better, equivalent within +-precision, or "
+        f"undecided). Also in {COMPARISON_FILE}, in the metric's units.",
+        ["a", "b", "pairs", f"b - a ({words.unit})", "interval", "level, method", "p",
+         "Holm p", "verdict"],
+        [[words.cell(r.a), words.cell(r.b), str(r.pairs), words.amount(r.diff, half),
+          f"[{words.amount(r.ci_low, half)}, {words.amount(r.ci_high, half)}]"
+          if not math.isnan(r.ci_low) else "-",
+          f"{level_percent(r.ci_level)} "
+          + (r.ci_method if not math.isnan(r.ci_low) else f"t, none: {no_interval(r)}"),
+          p_value(r.p), p_value(r.p_holm),
+          f"{words.cell(r.winner)} better" if r.winner else r.verdict]
+         for r in c.results for half in [(r.ci_high - r.ci_low) / 2]])
+
+
+def _comparison_section(doc: Document, c: Comparison, data: SweepData) -> None:
+    from ..answer.stats import mean_interval
+    from ..answer.summary import Words
+
+    words = Words.of(c.factor.split(","), c.metric)
+    doc.heading(f"The comparison of {words.header}")
     doc.say(c.rule)
     if c.results:
-        doc.blocks.append(Table(
-            f"Every pair of levels over their paired confirmation seeds: b minus a in "
-            f"{c.metric}, its interval with its level and method, the paired t-test's p and "
-            f"Holm's over the pairs, and the verdict (better, equivalent within +-precision, or "
-            f"undecided). Also in {COMPARISON_FILE}.",
-            ["a", "b", "pairs", f"b - a ({c.metric})", "interval", "level, method", "p",
-             "Holm p", "verdict"],
-            [[r.a, r.b, str(r.pairs), number(r.diff),
-              f"[{number(r.ci_low)}, {number(r.ci_high)}]" if not math.isnan(r.ci_low) else "-",
-              f"{level_percent(r.ci_level)} {r.ci_method}", p_value(r.p), p_value(r.p_holm),
-              f"{r.winner} better" if r.winner else r.verdict] for r in c.results]))
+        doc.blocks.append(_pairs_table(c, words))
     if len(c.budget):
         doc.blocks.append(Table(
             "What each level was given: the settings its tuning trials searched (its "
@@ -346,16 +384,21 @@ def _comparison_section(doc: Document, c: Comparison, data: SweepData) -> None:
         seeds = c.confirm.get(level, {})
         values = [v for v in seeds.values() if math.isfinite(v)]
         mean, low, high, method = mean_interval(values, bounds)
-        rows.append([level, settings_text(c.tuned.get(level, {})) or "-", number(mean),
-                     f"[{number(low)}, {number(high)}]" if not math.isnan(low) else "-",
-                     number(float(pd.Series(values).std())) if len(values) > 1 else "-",
+        half = (high - low) / 2
+        rows.append([words.cell(level), settings_text(c.tuned.get(level, {})) or "-",
+                     words.amount(mean, half),
+                     f"[{words.amount(low, half)}, {words.amount(high, half)}]"
+                     if not math.isnan(low) else "-",
+                     words.amount(float(pd.Series(values).std()), half)
+                     if len(values) > 1 else "-",
                      f"{len(values)}" + (f" (+{len(seeds) - len(values)} without a value)"
                                          if len(seeds) > len(values) else "")])
     doc.blocks.append(Table(
         f"Each level's best tuning trial (its settings) and that configuration retrained on "
-        f"fresh seeds: mean of {c.metric} over them with its 95% Student t interval (clipped "
-        f"to the metric's range), standard deviation and seeds.",
-        ["level", "tuned settings", f"mean {c.metric}", "95% t interval", "std", "seeds"],
+        f"fresh seeds: mean of {c.metric} over them{' (in %)' if words.percent else ''} with "
+        f"its 95% Student t interval (clipped to the metric's range), standard deviation and "
+        f"seeds.",
+        [words.header, "tuned settings", f"mean {c.metric}", "95% t interval", "std", "seeds"],
         rows))
     if c.sensitivity:
         doc.blocks.append(Table(
@@ -491,18 +534,14 @@ def log_report(data: SweepData, report: Report) -> None:
 def parent_note(data: SweepData, comparison: Comparison | None = None) -> str:
     """The parent run's description (:data:`~orchestrator.core.keys.PARENT_NOTE`, shown on its
     MLflow page), in Markdown: the report's headline; for a comparison (``comparison``, else
-    computed) its sentences and its table of pairs."""
+    computed) its summary as the report has it (:func:`summary_blocks`)."""
     c = comparison if comparison is not None else compare(data)
     if c is None:
         parts = [f"**{_best_line(data)}**"]
     else:
-        pairs = Table(f"b minus a in {c.metric} over paired confirmation seeds",
-                      ["a", "b", "pairs", f"b - a ({c.metric})", "interval", "Holm p", "verdict"],
-                      [[r.a, r.b, str(r.pairs), number(r.diff),
-                        f"[{number(r.ci_low)}, {number(r.ci_high)}]"
-                        if not math.isnan(r.ci_low) else "-", p_value(r.p_holm),
-                        f"{r.winner} better" if r.winner else r.verdict] for r in c.results])
-        parts = [f"**{c.headline}**", *c.sentences[1:]] + ([_md_table(pairs)] if c.results else [])
+        parts = [f"**{c.headline}**"] + [
+            _md_table(block).rstrip("\n") if isinstance(block, Table) else block[1]
+            for block in summary_blocks(c)]
     return "\n\n".join([*parts, f"`sweep report {data.study_name}` writes the whole report."])
 
 

@@ -8,7 +8,7 @@ import posixpath
 import tempfile
 from pathlib import Path
 
-from ..answer import compare, stats
+from ..answer import compare, stats, summary
 from ..core import keys
 from ..core.errors import SweepError
 from ..stores.machines import claim_end, end_done
@@ -51,12 +51,16 @@ def close_sweep(book: TrialBook) -> None:
 
 def log_comparison(book: TrialBook) -> str | None:
     """At the end of a decided comparison: its pairs as ``report/comparison.csv`` and its
-    verdict as the tag ``sweep.verdict`` on the parent run (``sweep report`` writes both again
-    from the stores). Returns the verdict; None when the sweep is no comparison, or undecided."""
+    answer's sentence (:mod:`orchestrator.answer.summary`) as the tag ``sweep.verdict`` on the
+    parent run (``sweep report`` writes both again from the stores). Says nothing: the end of
+    ``sweep run`` prints the answer once (its sentence and table, read back as ``sweep report``
+    reads it). Returns the sentence; None when the sweep is no comparison, or undecided."""
     plan = book.study.plan()
     if plan is None or not isinstance(plan.action, compare.Done):
         return None
-    sentence = compare.verdict_sentence(book.study.comparison, plan.action.results)
+    found = compare.final_answer(book.study.comparison, book.study.trials())
+    sentence = summary.of_comparison(book.study.comparison, plan.action.values,
+                                     plan.action.results, found).sentence
     folder, name = posixpath.split(keys.COMPARISON_CSV)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / name
@@ -66,10 +70,6 @@ def log_comparison(book: TrialBook) -> str | None:
             writer.writerows(r.as_row() for r in plan.action.results)
         book.tracker.client.log_artifact(book.parent_id, str(path), folder)
     book.tracker.log_final(book.parent_id, {}, tags={keys.VERDICT: sentence})
-    book.say(sentence)
-    found = compare.final_answer(book.study.comparison, book.study.trials())
-    if found is not None:
-        book.say(f"the sweep names {found.why}")
     return sentence
 
 

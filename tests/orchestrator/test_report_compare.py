@@ -163,27 +163,32 @@ def test_comparison_csv_and_headline_equal_a_hand_computation(reported, capsys):
         assert row[col] == pytest.approx(value, rel=1e-9, abs=1e-12), col
     # adam is better in both directions (higher val_acc, lower val_loss)
     assert (row["verdict"], row["winner"], row["ci_method"]) == ("better", "adam", "t")
-    gain_low, gain_high = -expected["ci_high"], -expected["ci_low"]  # adam over sgd
-    gain = -expected["diff"]
-    if direction == "maximize":
-        def points(v):  # one decimal from 1 point up, else 2 significant digits
-            return f"{100 * v:.1f}" if abs(100 * v) >= 1 else f"{100 * v:.2g}"
-        amount = (f"by {points(gain)} points of val_acc [{points(gain_low)}, "
-                  f"{points(gain_high)}]")
-    else:  # lower is better: adam's gain is sgd's loss minus adam's
-        gain, gain_low, gain_high = expected["diff"], expected["ci_low"], expected["ci_high"]
-        amount = f"by {gain:.3g} val_loss [{gain_low:.3g}, {gain_high:.3g}]"
-    level = level_percent(expected["ci_level"])
-    headline = (f"Adam (tuned: lr 0.003) better than sgd (tuned: lr 0.1, momentum 0.9) {amount} "
-                f"({level} t interval, look 2 of 2) over 4 paired seeds; Holm p = "
-                f"{expected['p_holm']:.2g}.")
-    assert printed.splitlines()[0] == headline
-    mean = np.mean(CONFIRM["adam"]) if direction == "maximize" else \
-        np.mean(1 - np.asarray(CONFIRM["adam"]))
-    assert printed.splitlines()[1].startswith(
-        f"The sweep names adam: {'val_acc' if direction == 'maximize' else 'val_loss'} "
-        f"{mean:.4g}, mean over 4 confirmation seeds (better than sgd); its weights: the run "
-        f"of seed ")
+    # adam's least lead over sgd: the lower end of its lead's interval, in points of val_acc
+    # (percent for its mean) or in val_loss, each to 2 significant digits of its half-width
+    scale, unit = (100, "points") if direction == "maximize" else (1, "val_loss")
+    least = -expected["ci_high"] if direction == "maximize" else expected["ci_low"]
+    half = scale * (expected["ci_high"] - expected["ci_low"]) / 2
+    adam = np.asarray(CONFIRM["adam"]) if direction == "maximize" else \
+        1 - np.asarray(CONFIRM["adam"])
+    m_low, m_high = stats.t.interval(0.95, 3, loc=adam.mean(), scale=stats.sem(adam))
+    m_half = scale * (m_high - m_low) / 2
+
+    def rounded(v, h):
+        return f"{scale * v:.{max(0, 1 - math.floor(math.log10(h)))}f}"
+    metric = "val_acc" if direction == "maximize" else "val_loss"
+    headline = (f"optimizer: adam is best, {metric} {rounded(adam.mean(), m_half)}"
+                f"{'%' if scale == 100 else ''} over 4 seeds; better than sgd by at least "
+                f"{rounded(least, half)} {unit} ({level_percent(expected['ci_level'])} t "
+                f"interval).")
+    lines = printed.splitlines()
+    assert lines[0] == headline and printed.count(headline) == 1
+    # the table: the levels ranked by their mean, separated (no letter in common)
+    assert lines[1].split() == ["rank", "optimizer", "mean", metric] + \
+        (["%"] if scale == 100 else []) + ["95%", "interval", "seeds", "group"]
+    assert lines[2].split()[:2] + lines[2].split()[-2:] == ["1", "adam", "4", "a"]
+    assert lines[3].split()[:2] + lines[3].split()[-2:] == ["2", "sgd", "4", "b"]
+    assert lines[2].split()[2] == rounded(adam.mean(), m_half)
+    assert any(line.startswith("The weights of adam: the run of seed ") for line in lines)
     parent = stores.runs("cmp", "parent")[0]
     assert parent.data.tags[keys.VERDICT] == headline
     logged = {a.path for a in stores.client().list_artifacts(parent.info.run_id, "report")}
@@ -401,18 +406,24 @@ def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
     assert rep.returncode == 0, rep.stderr
     parent = stores.runs("tinycmp", "parent")[0]
     assert rep.stdout.splitlines()[0] == parent.data.tags[keys.VERDICT]
-    # the parent's description (shown on its MLflow page): the headline, the answer and the
-    # table of pairs in Markdown, the same from sweep run and from sweep report
+    # the parent's description (shown on its MLflow page): the sentence, then the table as a
+    # Markdown table with the rows the terminal printed, the same from sweep run and from
+    # sweep report
     note = parent.data.tags[keys.PARENT_NOTE]
     assert note == noted
-    assert note.split("\n\n")[:2] == [f"**{rep.stdout.splitlines()[0]}**",
-                                       rep.stdout.splitlines()[1]]
-    pairs = pd.read_csv(tmp_path / "rep" / "comparison.csv")
-    assert "| a | b | pairs | b - a (val_acc) | interval | Holm p | verdict |" in note
-    assert f"| {pairs['a'][0]} | {pairs['b'][0]} | 2 | " in note
-    # the end of sweep run said the report's headline already, before the next commands
+    printed = rep.stdout.splitlines()
+    assert note.startswith(f"**{printed[0]}**\n\n| rank | optimizer | mean val_acc % | 95% "
+                           f"interval | seeds | group |\n|---|---|---|---|---|---|\n")
+    md_rows = [line.strip("| ").split(" | ") for line in note.splitlines()
+               if line.startswith("| ") and not line.startswith("| rank")]
+    assert len(md_rows) == 2 and [r[0] for r in md_rows] == ["1", "2"]
+    for row, line in zip(md_rows, printed[2:4]):  # the terminal's rows, the same cells
+        assert " ".join(row).split() == line.split()
+    # the end of sweep run said the report's answer once, before the next commands
     said = ran.stdout.splitlines()
-    headline = said.index(f"sweep report: {rep.stdout.splitlines()[0]}")
+    headline = said.index(f"sweep report: {printed[0]}")
+    assert sum(printed[0] in line for line in said) == 1
+    assert said[headline + 1:headline + 4] == printed[1:4]
     assert headline < next(i for i, line in enumerate(said) if line.startswith("the report:"))
     confirm = [r for r in stores.runs("tinycmp", "trial")
                if r.data.tags.get(keys.PHASE) == "confirm"]
@@ -438,7 +449,14 @@ def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
     assert parent.data.metrics["best_value"] == pytest.approx(means[level])
     assert parent.data.tags[keys.BEST_RUN_ID] == run.info.run_id
     assert parent.data.tags[keys.ANSWER].startswith(f"{level}: val_acc {means[level]:.4g}")
-    assert f"The sweep names {parent.data.tags[keys.ANSWER]}." in rep.stdout.splitlines()[1]
+    assert f"The weights of {level}: the run of seed {int(near['seed'])} (trial " \
+        f"{int(run.data.tags[keys.TRIAL_NUMBER])})" in rep.stdout
+    # the table ranks the levels by their mean over the confirmation seeds, in percent
+    ranked = means.sort_values(ascending=False, kind="stable")
+    assert [line.split()[1] for line in printed[2:4]] == list(ranked.index)
+    for line, mean in zip(printed[2:4], ranked):
+        shown = line.split()[2]
+        assert abs(float(shown) - 100 * mean) <= 0.5 * 10 ** -len(shown.partition(".")[2])
     status = run_cli("status", "tinycmp", cwd=tmp_path)
     assert f"the comparison names {level}: val_acc {means[level]:.4g}" in status.stdout
     assert "the answer: " in status.stdout and said[-1] != ""

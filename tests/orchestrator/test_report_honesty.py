@@ -130,8 +130,15 @@ def test_the_adam_vs_sgd_report_holds_up_against_the_runs(adam_vs_sgd):
     means = confirm.groupby("level")["value"].mean()
     level = row["winner"] if row["verdict"] == "better" else means.idxmax()
     assert parent.data.metrics["best_value"] == pytest.approx(means[level])
-    assert lines[1].startswith(f"The sweep names {level}: val_acc {means[level]:.4g}, mean "
-                               f"over {int((confirm['level'] == level).sum())} confirmation")
+    # the sentence names it with its mean in percent, rounded to its interval (at most 2
+    # significant digits of the half-width, so within half its last digit of the mean)
+    found = re.search(rf"(?:{level} is best|best mean {level}), val_acc ([\d.]+)%", lines[0])
+    assert found, lines[0]
+    shown = found.group(1)
+    assert abs(float(shown) - 100 * means[level]) <= 0.5 * 10 ** -len(shown.partition(".")[2])
+    # the table under it ranks the levels by their mean
+    ranked = means.sort_values(ascending=False, kind="stable")
+    assert [line.split()[1] for line in lines[2:2 + len(ranked)]] == list(ranked.index)
     named = confirm[confirm["run_id"] == parent.data.tags[keys.BEST_RUN_ID]]
     assert list(named["level"]) == [level]
     # the budget per level, by hand from the runs: tuning trials and the epochs they trained
