@@ -20,7 +20,8 @@ from orchestrator.stores.tracking import Tracker
 from tests.conftest import Stores
 from trainers import TrainSettings
 
-pytestmark = pytest.mark.slow  # end to end: real comparisons reported
+# the tests of real comparisons reported (stores, the CLI, a browser) are slow-marked one by one:
+# the pure statistics (scaling, resolution, schedule shapes) stay in the fast tier
 
 SPACE = {"optimizer": {"adam": {"lr": {"low": 1e-4, "high": 1e-1, "log": True}},
                        "sgd": {"lr": {"low": 1e-3, "high": 1.0, "log": True},
@@ -148,6 +149,7 @@ def _expected(direction: str) -> dict:
             "ci_level": 1 - level_alpha, "p": p, "p_holm": p}
 
 
+@pytest.mark.slow
 def test_comparison_csv_and_headline_equal_a_hand_computation(reported, capsys):
     from orchestrator.answer.stats import CSV_COLUMNS, level_percent
 
@@ -197,6 +199,7 @@ def test_comparison_csv_and_headline_equal_a_hand_computation(reported, capsys):
     assert md.splitlines()[2] == f"**{headline}**"
 
 
+@pytest.mark.slow
 def test_lr_ranges_are_a_table_and_time_to_target_is_compared_over_the_seeds(reported,
                                                                             capsys):
     direction, stores, out, args, main = reported
@@ -234,6 +237,7 @@ def test_lr_ranges_are_a_table_and_time_to_target_is_compared_over_the_seeds(rep
     assert "sooner" not in said
 
 
+@pytest.mark.slow
 def test_sweep_report_finds_a_sweep_by_name_with_did_you_mean(reported, capsys):
     from orchestrator.commands.cli import main
 
@@ -343,6 +347,7 @@ def test_the_lr_plot_draws_one_trial_per_schedule_shape():
     assert sorted(schedule_shapes(lr).values()) == [[0, 1, 3], [2]]
 
 
+@pytest.mark.slow
 def test_the_html_report_shows_the_headline_and_every_plot_in_chromium(reported, tmp_path):
     import os
 
@@ -383,6 +388,7 @@ def test_the_html_report_shows_the_headline_and_every_plot_in_chromium(reported,
     assert shot.stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
     """A tiny real `compare:` sweep (2 levels x 2 tuning trials, 2 paired seeds, 1 epoch), then
     `sweep report NAME`: the headline first, on the parent run as sweep.verdict, and
@@ -472,6 +478,7 @@ def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
         {p.name for p in (tmp_path / "rep" / "plots").iterdir()}
 
 
+@pytest.mark.slow
 def test_a_level_that_failed_every_tuning_trial_is_said_so_not_called_unfinished(tmp_path):
     """Rerunning cannot change a comparison whose level never completed a trial: the report
     says which level and why there is no verdict, with no raw table printed."""

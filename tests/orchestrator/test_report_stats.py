@@ -1,6 +1,7 @@
 """The report's statistics on a batch-size x lr-scaling grid, checked against pandas/scipy by hand:
 numeric levels in numeric order, every pair of a 3-level setting with Holm and Friedman, and batch
-64 under every scaling rule (reference batch 64: one configuration) counted once."""
+64 under every scaling rule (reference batch 64: one configuration) counted once; a comparison's
+time to target and lr ranges in both directions. Pure functions on hand-made tables: fast tier."""
 import math
 
 import numpy as np
@@ -179,3 +180,111 @@ def test_a_level_without_spread_gets_no_interval():
                            "repeat": [0, 1], "params.opt": "a", "searched": "opt"})
     [row] = factor_table(trials, ["opt"], bounds=(0.0, 1.0)).to_dict("records")
     assert row["std"] == 0 and np.isnan(row["ci_low"]) and np.isnan(row["ci_high"])
+
+
+# ------------------------------------------- a comparison's pure statistics (report/comparison.py)
+
+# epoch at which each confirmation seed first reaches val_acc 0.9 (None: never, in 6 epochs)
+REACH = {"adam": [2, 2, 3, 2, 3, 2], "sgd": [4, 5, 5, 4, 6, None]}
+EPOCHS, TARGET = 6, 0.9
+EPOCH_SECONDS = {"adam": 3.0, "sgd": 1.25}  # adam's epochs are slower, per epoch + 0.5 * epoch
+
+
+def _reach_sweep(direction: str):
+    """A finished comparison's tables as the report reads them (no stores): confirmation trials
+    whose accuracy crosses TARGET at the epochs of REACH; minimizing, the metric is
+    val_loss = 1 - val_acc and the target 1 - TARGET."""
+    from orchestrator.config.spec import validate
+    from orchestrator.report import SweepData
+
+    metric = "val_acc" if direction == "maximize" else "val_loss"
+    as_metric = (lambda v: v) if direction == "maximize" else (lambda v: round(1 - v, 6))
+    block = {"factor": "optimizer", "tune_trials": 1, "seeds": 3, "max_seeds": 6,
+             "target": as_metric(TARGET)}
+    spec = validate({"name": "reach", "objective": {"metric": metric, "direction": direction},
+                     "sampler": {"name": "random", "seed": 0}, "seed": 0, "compare": block,
+                     "train": {"dataset": "digits", "model": "small_cnn", "epochs": EPOCHS},
+                     "space": {"optimizer": ["adam", "sgd"]}}, "test")
+    trials, curves = [], []
+    for level, epochs in REACH.items():
+        for seed, at in enumerate(epochs, start=1):
+            number = len(trials)
+            # below the target by 5 to 15 points before `at`, above it by 2 to 6 from `at` on
+            acc = [TARGET - 0.15 + 0.02 * e if at is None or e < at else
+                   TARGET + 0.02 + 0.01 * (e - at) for e in range(1, EPOCHS + 1)]
+            trials.append({"trial": number, "state": "COMPLETE", "phase": "confirm",
+                           "level": level, "seed": seed, "value": as_metric(acc[-1]),
+                           "searched": "optimizer", "params.optimizer": level})
+            for e, v in enumerate(acc, start=1):
+                curves += [{"trial": number, "metric": metric, "epoch": e,
+                            "value": as_metric(v)},
+                           {"trial": number, "metric": "epoch_seconds", "epoch": e,
+                            "value": EPOCH_SECONDS[level] + 0.5 * e}]
+    return SweepData(spec, "reach", pd.DataFrame(trials), pd.DataFrame(curves),
+                     pd.DataFrame(columns=["trial", "step", "lr"]), None, compare=block)
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_time_to_target_names_the_level_that_reaches_it_in_fewer_epochs_in_both_directions(
+        direction):
+    """Fewer epochs to the target is faster whichever way the objective goes: adam reaches
+    val_acc 0.9 (val_loss 0.1) 2 to 3 epochs before sgd on every seed, and sgd never on one
+    (its worst outcome), so adam is faster, by the paired t interval computed here."""
+    from orchestrator.answer.stats import BETTER
+    from orchestrator.report import compare
+
+    c = compare(_reach_sweep(direction))
+    by_hand = {lv: [math.nan if at is None else float(at) for at in ats]
+               for lv, ats in REACH.items()}
+    got = c.reach.groupby("level")["epochs"].apply(list).to_dict()
+    assert {lv: pytest.approx(v, nan_ok=True) for lv, v in by_hand.items()} == got
+    seconds = [sum(EPOCH_SECONDS[lv] + 0.5 * e for e in range(1, at + 1)) if at else math.nan
+               for lv, ats in REACH.items() for at in ats]
+    assert c.reach["seconds"].tolist() == pytest.approx(seconds, nan_ok=True)
+    # sgd - adam over the seeds both reached it; sgd's sixth seed never did
+    diff = np.array([b - a for a, b in zip(REACH["adam"], REACH["sgd"]) if b is not None], float)
+    low, high = stats.t.interval(0.95, len(diff) - 1, loc=diff.mean(), scale=stats.sem(diff))
+    p = stats.ttest_1samp(diff, 0.0).pvalue
+    assert p < 0.05 and low > 0  # the test's premise: decided for adam
+    [r] = c.reach_results
+    assert (r.a, r.b, r.verdict, r.winner, r.nonfinite_a, r.nonfinite_b) == \
+        ("adam", "sgd", BETTER, "adam", 0, 1)
+    assert (r.diff, r.ci_low, r.ci_high, r.p) == pytest.approx((diff.mean(), low, high, p))
+    [said] = [s for s in c.sentences if s.startswith("Epochs to reach")]
+    metric = "val_acc" if direction == "maximize" else "val_loss"
+    assert said.startswith(f"Epochs to reach {metric} {c.target:g}, compared over the paired "
+                           f"seeds: adam is faster than sgd by {diff.mean():.2g} ")
+    assert f"[{low:.2g}, {high:.2g}] (95% t interval)" in said and "sgd is faster" not in said
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_an_lr_range_is_the_run_of_neighbours_within_the_tolerance_of_the_best(direction):
+    """A level's learning rates in any order: the best in the objective's direction, and the
+    unbroken run of lrs around it whose value is at most the tolerance behind it (1 point of
+    an accuracy, 1% of another metric's best), computed here with pandas."""
+    from orchestrator.report.comparison import lr_sensitivity
+
+    lr = np.array([3e-2, 1e-4, 3e-3, 1e-3, 1e-2, 3e-4, 1e-1, 3e-1])
+    # as val_acc: best 0.96 at 3e-3; 0.953 and 0.951 within a point; 0.955 at 1e-1 is within
+    # too but cut off from the best by 0.93 at 3e-2
+    acc = np.array([0.93, 0.90, 0.96, 0.953, 0.951, 0.945, 0.955, 0.5])
+    for metric, value, tolerance in (("val_acc", acc, 0.01),
+                                     ("val_loss", 0.4 + 0.4 * (0.96 - acc), None)):
+        if direction == "minimize" and metric == "val_acc":
+            value = 1 - value  # an error rate in [0, 1]: lower is better, one point apart
+        if direction == "maximize" and metric == "val_loss":
+            value = -value
+        frame = pd.DataFrame({"lr": lr, "value": value}).sort_values("lr").reset_index(drop=True)
+        behind = frame["value"].max() - frame["value"] if direction == "maximize" else \
+            frame["value"] - frame["value"].min()
+        best = int(behind.idxmin())
+        tol = tolerance if tolerance is not None else 0.01 * abs(frame["value"][best])
+        run = (behind > tol).cumsum()  # runs of good lrs share a count with the bad lr before
+        good = frame[(behind <= tol) & (run == run[best])]
+        s = lr_sensitivity("adam", lr, value, direction, metric)
+        assert (s.best_lr, s.best_value) == pytest.approx((frame["lr"][best],
+                                                           frame["value"][best]))
+        assert (s.low, s.high, s.within, s.trials) == pytest.approx(
+            (good["lr"].min(), good["lr"].max(), len(good), len(lr)))
+        assert s.tolerance == pytest.approx(tol)
+        assert s.best_lr == 3e-3 and 1 < s.within < len(lr) - 2  # the premise: a real range
