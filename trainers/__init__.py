@@ -37,8 +37,9 @@ from .settings import (
     setting_kind,
 )
 
-_LAZY = ("EpochReport", "TrainResult", "evaluate_test", "load_weights", "save_weights", "train",
-         "warm_up")
+_LAZY = ("EpochReport", "TrainResult", "ValidationSplit", "evaluate_test", "load_weights",
+         "save_weights", "train", "validation_split", "warm_up")
+_HOMES = {"ValidationSplit": "datasets", "validation_split": "datasets"}  # else loop/checkpoint
 
 __all__ = ["CUDA_METRICS", "DEFAULT_EXPORT_FORMATS", "DETERMINISTIC_ERRORS", "EPOCH_METRICS",
            "EXPORT_FORMATS", "MAX_SEED", "READ_BY", "CheckpointError", "DataError", "RankCrashed",
@@ -53,6 +54,6 @@ def __getattr__(name):
     if name in _LAZY:
         import importlib
 
-        module = "checkpoint" if name.endswith("_weights") else "loop"
+        module = _HOMES.get(name, "checkpoint" if name.endswith("_weights") else "loop")
         return getattr(importlib.import_module(f".{module}", __name__), name)
     raise AttributeError(f"module 'trainers' has no attribute {name!r}")

@@ -111,10 +111,64 @@ def _digits(s: TrainSettings) -> Data:
     pixels, target = _digits_arrays()
     x = torch.tensor(pixels.reshape(-1, 8, 8) / 16.0, dtype=torch.float32).unsqueeze(1)
     y = torch.tensor(target, dtype=torch.int64)
-    idx = torch.from_numpy(np.random.RandomState(0).permutation(len(y)))
+    idx = torch.from_numpy(_digits_order(len(y)))
     train, val = idx[:DIGITS_TRAIN], idx[DIGITS_TRAIN:]
     return _in_memory(s, (x[train], y[train]), (x[val], y[val]), None,
                       tuple(str(i) for i in range(10)), STATS["digits"])
+
+
+def _digits_order(n: int) -> np.ndarray:
+    """The digits items in split order: the first :data:`DIGITS_TRAIN` train, the rest val."""
+    return np.random.RandomState(0).permutation(n)
+
+
+def _carve_order(n: int) -> torch.Tensor:
+    """A training split's items in carving order: the first ones become validation."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(SPLIT_SEED))
+
+
+@dataclass(frozen=True)
+class ValidationSplit:
+    """Which items a dataset's validation split holds: ``indices`` into ``source`` (the
+    dataset as its library loads it), in the order of the split."""
+
+    dataset: str
+    source: str
+    indices: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "source": self.source, "items": len(self.indices),
+                "indices": list(self.indices)}
+
+
+DIGITS_SIZE = 1797  # scikit-learn's digits
+TRAIN_SIZES = {"mnist": 60000, "fashion_mnist": 60000, "cifar10": 50000, "cifar100": 50000}
+TORCHVISION_NAMES = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST", "cifar10": "CIFAR10",
+                     "cifar100": "CIFAR100"}
+
+
+def validation_split(s: TrainSettings) -> ValidationSplit | None:
+    """The items of the validation split of ``s``'s dataset, rebuilt from the dataset's name
+    and the fixed split seed (the same for every trial), without loading the data.
+
+    ``digits``: indices into ``sklearn.datasets.load_digits()``. MNIST, Fashion-MNIST and
+    CIFAR: indices into torchvision's training split (``train=True``), ``val_fraction`` of it.
+    None for a dataset whose validation split is its own (an image folder's ``val/``, a user's
+    dataset) or random (``fake``).
+    """
+    if s.dataset == "digits":
+        return ValidationSplit("digits", "sklearn.datasets.load_digits()",
+                               tuple(int(i) for i in _digits_order(DIGITS_SIZE)[DIGITS_TRAIN:]))
+    if s.dataset in TRAIN_SIZES:
+        n = TRAIN_SIZES[s.dataset]
+        order = _carve_order(n)[:_validation_count(n, s.val_fraction)]
+        return ValidationSplit(s.dataset, f"torchvision.datasets.{TORCHVISION_NAMES[s.dataset]}"
+                                          f"(root, train=True)", tuple(order.tolist()))
+    return None
+
+
+def _validation_count(n: int, fraction: float) -> int:
+    return max(1, round(n * fraction))
 
 
 def raw_to_tensors(images, labels, norm: Normalization) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,8 +181,8 @@ def raw_to_tensors(images, labels, norm: Normalization) -> tuple[torch.Tensor, t
 
 def carve_validation(x: torch.Tensor, y: torch.Tensor, fraction: float):
     """Split one training split into (train, val) pairs, the same for every trial."""
-    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(SPLIT_SEED))
-    n_val = max(1, round(len(y) * fraction))
+    order = _carve_order(len(y))
+    n_val = _validation_count(len(y), fraction)
     val, train = order[:n_val], order[n_val:]
     return (x[train], y[train]), (x[val], y[val])
 

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .datasets import Data, Normalization, load_data
+from .datasets import Data, Normalization, load_data, validation_split
 from .errors import TrainerWarning
 from .loop import load_trained_model
 from .settings import DEFAULT_EXPORT_FORMATS, EXPORT_FORMATS, TrainSettings
@@ -40,6 +40,7 @@ FORMATS = EXPORT_FORMATS
 DEFAULT_FORMATS = DEFAULT_EXPORT_FORMATS
 FILES = {"torch_export": "model.pt2", "onnx": "model.onnx", "torchscript": "model.ts",
          "int8": "model.int8.onnx"}
+VALIDATION_FILE = "validation.json"  # the validation split's items (trainers.validation_split)
 ONNX_OPSET = 18  # supported by every ONNX Runtime since 1.14 and by torch's dynamo exporter
 PARITY_BATCHES = (1, 4)  # plus the full batch
 SMALL_BATCH_IMAGES = 512  # images checked one by one and four at a time (all of them at full)
@@ -325,7 +326,9 @@ class ExportReport:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"files": {k: str(v) for k, v in self.files.items()}, "formats": self.formats,
+        """The report as ``export.json`` holds it: every file named relative to the export's
+        folder (it moves: a temporary folder, the run's artifacts, ``sweep export --out``)."""
+        return {"files": {k: v.name for k, v in self.files.items()}, "formats": self.formats,
                 "eager_latency": self.eager_latency, "meta": self.meta}
 
 
@@ -334,7 +337,9 @@ def export(settings: TrainSettings, weights: str | os.PathLike | nn.Module,
            torchscript_method: str = "auto") -> ExportReport:
     """Export the model trained with ``settings`` (its saved state dict, or the module) in
     ``formats`` into ``out_dir``, each checked for parity; ``out_dir/export.json`` holds the
-    report. A format that fails to export or to match is reported, not raised.
+    report, ``out_dir/validation.json`` the items of the validation split the checks used
+    (:func:`trainers.validation_split`; none for a dataset whose split is its own). A format
+    that fails to export or to match is reported, not raised.
 
     Raises:
         ValueError: an unknown format.
@@ -368,9 +373,12 @@ def export(settings: TrainSettings, weights: str | os.PathLike | nn.Module,
                                           labels, calibration, onnx_file, formats,
                                           torchscript_method)
         if report.formats[fmt].get("file"):
-            report.files[fmt] = Path(report.formats[fmt]["file"])
+            report.files[fmt] = out_dir / report.formats[fmt]["file"]
     # what MLflow's model signature and a serving client need to see: two images, raw
     np.save(out_dir / "input_example.npy", pixels[:2].numpy())
+    split = validation_split(settings)
+    if split is not None:  # which items the parity checks (and the run's val_acc) used
+        (out_dir / VALIDATION_FILE).write_text(json.dumps(split.to_dict()) + "\n")
     for fmt, result in report.formats.items():  # a small parity file per format
         (out_dir / f"parity_{fmt}.json").write_text(json.dumps(result, indent=2, default=str))
     (out_dir / "export.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
@@ -401,7 +409,7 @@ def _one_format(fmt, wrapper, example, out_dir, meta, eager, pixels, labels, cal
         return {"file": None, "passed": False,
                 "error": f"{type(e).__name__}: {str(e).splitlines()[0][:500]}"}
     check = parity(run, eager, pixels, labels, int8=fmt == "int8")
-    return {"file": str(path), "size_bytes": path.stat().st_size, **details, **check,
+    return {"file": path.name, "size_bytes": path.stat().st_size, **details, **check,
             "latency": latency(run, pixels), "error": None}
 
 

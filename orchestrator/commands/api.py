@@ -9,6 +9,7 @@ line naming the field, the value and the fix, or :class:`~orchestrator.core.erro
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from ..config.spec import (
     load_spec,
     validate,
 )
-from ..core import keys, paths
+from ..core import keys, outputs, paths
 from ..core.errors import SpecError, SweepError
 from ..report.display import Progress, config_name
 from ..stores import reach
@@ -306,20 +307,23 @@ def report(spec_or_name: str | Path, *, out: str | Path | None = None, by: str |
            tracking_uri: str | None = None, storage: str | None = None,
            console: Console | None = None) -> Report:
     """Write a sweep's report (HTML, Markdown, ``trials.csv``, plots) into ``out`` (default
-    ``report-NAME`` here) and log it on the parent run, as ``sweep report`` does.
+    ``report-NAME`` here) and log it on the parent run, as ``sweep report`` does. It replaces
+    only what sweep wrote there (:mod:`orchestrator.core.outputs`); other files stay.
 
     Args:
         by: the searched setting whose levels colour the curves (default: optimizer).
         console: shows what it is doing while it works, when given.
 
     Raises:
-        SweepError: no such sweep, ``by`` is not one of its searched settings, or a store or
-            ``out`` cannot be used (checked before any work).
+        SweepError: no such sweep, ``by`` is not one of its searched settings, a store or
+            ``out`` cannot be used (checked before any work), or the folder holds a file of a
+            name the report writes that sweep did not write.
     """
     from ..report import build_report, load_sweep, log_report
 
     if out is not None:  # checked before any work, as the stores are
         reach.check_out(out, folder=True)
+        outputs.check(out, REPORT_NAMES)
     check_stores(tracking_uri, storage, create=False)
     status = console.status if console is not None else (lambda _: contextlib.nullcontext())
     with status("reading the study and its runs..."):
@@ -328,10 +332,18 @@ def report(spec_or_name: str | Path, *, out: str | Path | None = None, by: str |
     if by and by not in data.factors:
         raise SweepError(f"--by {by}: not a searched setting of this sweep; searched: "
                          f"{', '.join(data.factors) or 'none'}")
+    folder = Path(out or f"report-{data.study_name}")
     with status("building the report..."):
-        built = build_report(data, Path(out or f"report-{data.study_name}"), by)
-        log_report(data, built)
-    return built
+        with outputs.writing(folder, "sweep report", "--out" if out else "report folder",
+                             REPORT_NAMES) as staging:
+            built = build_report(data, staging, by)
+            log_report(data, built)  # the report's files alone, not what else the folder holds
+    return dataclasses.replace(built, out_dir=folder,
+                               files=[folder / f.relative_to(staging) for f in built.files])
+
+
+# what a report holds whatever the sweep: checked before any work (the rest when written)
+REPORT_NAMES = ("report.md", "report.html", "trials.csv", "trials.parquet", "plots")
 
 
 def reproduce(run_id: str, *, tracking_uri: str | None = None,
@@ -377,19 +389,20 @@ def export(run_id: str, *, formats: Iterable[str] | None = None, out: str | Path
         console: says what it exports while it works, when given.
 
     Raises:
-        SweepError: no such run, its weights cannot be exported, or the store or ``out``
-            cannot be used (checked before any work).
+        SweepError: no such run, its weights cannot be exported, the store or ``out``
+            cannot be used, or ``out`` holds a file of a name the export writes that sweep
+            did not write (checked before any work; other files stay).
     """
-    import shutil
-
     from trainers import DEFAULT_EXPORT_FORMATS, TrainSettings
     from trainers.export import summary_metrics
 
-    from ..stores.tracking import Tracker
+    from ..stores.tracking import Tracker, export_figures, parity_csv
     from ..stores.tracking_reads import TrackingReader
 
     formats = tuple(formats or DEFAULT_EXPORT_FORMATS)
+    option = "--out" if out else "export folder"
     out = reach.check_out(out or f"export-{run_id}", folder=True)  # before any work
+    outputs.check(out, export_names(formats), option)
     check_stores(tracking_uri, False, create=False)  # a missing store is not made
     tracker = Tracker(tracking_uri or paths.default_tracking_uri())
     with tempfile.TemporaryDirectory(prefix="sweep-export-") as tmp:
@@ -403,10 +416,26 @@ def export(run_id: str, *, formats: Iterable[str] | None = None, out: str | Path
             parity = _export(run_id, TrainSettings.from_dict(settings_dict), weights,
                              Path(tmp) / "export", formats)
         metrics = summary_metrics(parity)
-        tracker.log_export(run_id, {"report": parity, "metrics": metrics, "error": None,
-                                    "dir": str(Path(tmp) / "export")})
-        shutil.copytree(Path(tmp) / "export", out, dirs_exist_ok=True)
+        result = {"report": parity, "metrics": metrics, "error": None,
+                  "dir": str(Path(tmp) / "export")}
+        # the figures' table, as on the run (export/parity.csv), beside the files in --out
+        (Path(tmp) / "export" / PARITY_CSV).write_text(parity_csv(export_figures(result)))
+        tracker.log_export(run_id, result)
+        outputs.publish(Path(tmp) / "export", out, "sweep export", option)
     return Exported(out, parity, metrics)
+
+
+PARITY_CSV = Path(keys.PARITY_FILE).name
+
+
+def export_names(formats: Iterable[str]) -> list[str]:
+    """What ``sweep export`` writes into its folder for ``formats`` (checked before any
+    work): the files, ``export.json``, ``parity.csv``, a parity file per format, the input
+    example and the validation split's items."""
+    from trainers.export import FILES, VALIDATION_FILE
+
+    return [*(FILES[f] for f in formats if f in FILES), *(f"parity_{f}.json" for f in formats),
+            "export.json", "input_example.npy", VALIDATION_FILE, PARITY_CSV]
 
 
 def _export(run_id: str, settings, weights: str, out: Path, formats: tuple[str, ...]) -> dict:

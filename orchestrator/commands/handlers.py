@@ -16,7 +16,7 @@ from ..answer.objectives import values_text
 from ..config.reading import tag_overrides
 from ..config.space import grid_size
 from ..config.spec import data_downloads, data_problems, load_spec
-from ..core import paths, urls
+from ..core import outputs, paths, urls
 from ..core.errors import ExitCode, SweepError
 from ..report.display import command_line, params_text
 from ..running.server import (
@@ -181,9 +181,12 @@ def cmd_schema(args, console: Console) -> ExitCode:
 
     from ..config.schema import json_schema
 
-    if args.out:  # before any work
+    schema = json_schema()
+    if args.out:  # before any work; a file of the user's of that name is never replaced
         reach.check_out(args.out, folder=False)
-    text = json.dumps(json_schema(), indent=2) + "\n"
+        outputs.check_own_file(args.out, lambda text: json.loads(text).get("description") ==
+                               schema["description"])
+    text = json.dumps(schema, indent=2) + "\n"
     if not args.out:
         sys.stdout.write(text)
         return ExitCode.OK
@@ -235,8 +238,10 @@ def cmd_doctor(args, console: Console) -> ExitCode:
 
     if args.out:  # before any work
         reach.check_out(args.out, folder=True)
-        pf.check_own_out(args.out)
+        outputs.check(args.out, pf.REPORT_FILES)
     spec = load_spec(args.spec, args.overrides, args.max_grid)
+    if args.out:  # and the configurations' folders, once known
+        outputs.check(args.out, [*pf.REPORT_FILES, *pf.folders(spec)])
     missing = data_problems(spec)
     if missing:
         raise SweepError(*missing)
@@ -244,9 +249,8 @@ def cmd_doctor(args, console: Console) -> ExitCode:
     if args.lr_range_test:
         options = options.model_copy(update={"lr_range_test": True})
     spec = spec.model_copy(update={"preflight": options})
-    if args.out:  # the user's folder: only doctor's own earlier files go
-        out = Path(args.out)
-        pf.replace_own_out(out, spec)
+    if args.out:  # the user's folder: only sweep's own earlier files of these names go
+        out = outputs.claim(args.out, [*pf.REPORT_FILES, *pf.folders(spec)], "sweep doctor")
     else:  # the sweep's own folder
         out = paths.work_dir(paths.default_tracking_uri(), spec.name) / "preflight"
         shutil.rmtree(out, ignore_errors=True)
@@ -326,14 +330,16 @@ def _report_many(args, console: Console) -> ExitCode:
         raise SweepError("--by colours one sweep's curves; with several sweeps, leave it out")
     if args.out:
         reach.check_out(args.out, folder=True)
+        outputs.check(args.out, MANY_NAMES)
     api.check_stores(args.tracking_uri, args.storage, create=False)
     uri = args.tracking_uri or paths.default_tracking_uri()
     with console.status("reading the studies and their runs..."):
         datas = [load_sweep(s, uri, args.storage, curves=False)  # matched by value alone
                  for s in (args.spec, *args.others)]
     out = Path(args.out or "report-" + "-vs-".join(d.study_name for d in datas))
-    with console.status("building the report..."):
-        report = build_many_report(datas, out)
+    with console.status("building the report..."), outputs.writing(
+            out, "sweep report", "--out" if args.out else "report folder") as staging:
+        report = build_many_report(datas, staging)
     for line in report.many.sentences():
         console.print(line, soft_wrap=True, markup=False, highlight=False)
     if len(report.many.results):  # else no pair had enough matched trials: the lines say why
@@ -345,6 +351,10 @@ def _report_many(args, console: Console) -> ExitCode:
                       f"{out / 'unmatched.csv'}", soft_wrap=True)
     console.print(f"report: {out / 'report.html'}", soft_wrap=True)
     return ExitCode.OK
+
+
+# what a report of several sweeps writes (orchestrator.report.many): checked before any work
+MANY_NAMES = ("report.md", "report.html", "comparison.csv", "pairs.csv", "unmatched.csv", "plots")
 
 
 def cmd_export(args, console: Console) -> ExitCode:

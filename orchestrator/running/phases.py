@@ -487,7 +487,7 @@ def merge_exports(shares: list[tuple[str, ...]], replies: list[Exported | Lost],
             continue
         for path in Path(part.dir).iterdir():  # every share writes the same example input
             shutil.move(str(path), str(folder / path.name))
-        report["files"].update({f: str(folder / Path(p).name)
+        report["files"].update({f: Path(p).name  # relative to the export's folder
                                 for f, p in part.report.get("files", {}).items()})
         report["formats"].update(part.report.get("formats", {}))
         for key in ("eager_latency", "meta"):  # the same model: the first share's figures

@@ -8,9 +8,7 @@ dicts (``PreflightReport.to_dict()``), so this module never imports torch.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,13 +20,10 @@ from trainers.verdicts import ERROR, FAIL, PASS, SKIP, WARN, worst
 
 from ..config import space as sp
 from ..config.spec import SweepSpec, settings_of
-from ..core.errors import SweepError
 from .protocol import Preflight
 
 STYLE = {PASS: "green", WARN: "yellow", FAIL: "bold red", SKIP: "dim", ERROR: "magenta"}
 VARIES = ("dataset", "model")  # a check per distinct pair: that is where the bugs live
-# in a folder `sweep doctor --out` wrote: the names of what it wrote there (its own to replace)
-OUT_MARK = ".sweep-doctor"
 REPORT_FILES = ("preflight.json", "preflight.md")  # what :func:`write` writes
 
 
@@ -131,52 +126,6 @@ def folders(spec: SweepSpec) -> list[str]:
     order (``0-digits-small_cnn``...)."""
     return [f"{i}-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{s['dataset']}-{s['model']}")
             for i, s in enumerate(checked_configurations(spec))]
-
-
-def check_own_out(out: str | Path, option: str = "--out") -> None:
-    """Refuse an existing ``out`` folder holding anything, unless an earlier ``sweep doctor``
-    wrote there (its :data:`OUT_MARK`): doctor replaces its own files, never a user's.
-
-    Raises:
-        SweepError: one line naming the folder as given, some of what it holds, and the fix.
-    """
-    if not Path(out).is_dir():
-        return
-    try:
-        names = sorted(os.listdir(out))
-    except OSError as e:
-        raise SweepError(f"{option} {out}: cannot list the folder ({e.strerror}); give a new "
-                         f"or empty folder you can read") from None
-    if names and OUT_MARK not in names:
-        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-        raise SweepError(f"{option} {out}: the folder holds files sweep doctor did not write "
-                         f"({shown}); give a new or empty folder (doctor replaces only its own "
-                         f"earlier output)")
-
-
-def replace_own_out(out: Path, spec: SweepSpec) -> None:
-    """Remove from ``out`` what an earlier ``sweep doctor`` wrote there (what its mark names,
-    nothing else: a file the user added stays), then mark ``out`` with what this one writes."""
-    mark = out / OUT_MARK
-    for name in _marked(mark):
-        old = out / name
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
-    mark.write_text(json.dumps({"written_by": "sweep doctor",
-                                "names": [*REPORT_FILES, *folders(spec)]}, indent=2) + "\n")
-
-
-def _marked(mark: Path) -> list[str]:
-    """The names an earlier doctor's mark lists, each a plain name inside its folder."""
-    try:
-        names = json.loads(mark.read_text()).get("names", [])
-    except (OSError, ValueError, AttributeError):  # no mark, or not one doctor wrote
-        return []
-    return [n for n in names if isinstance(n, str) and Path(n).name == n
-            and n not in ("", ".", "..", OUT_MARK)]
 
 
 def objectives_logged(spec: SweepSpec, report: dict[str, Any]) -> dict[str, Any]:

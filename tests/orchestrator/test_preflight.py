@@ -42,7 +42,7 @@ def test_doctor_again_into_its_own_out_replaces_what_it_wrote_and_nothing_else(t
         if model == "small_cnn":
             assert (out / "0-digits-small_cnn" / "samples.png").is_file()
             (out / "notes.txt").write_text("mine")
-    assert sorted(p.name for p in out.iterdir()) == [".sweep-doctor", "0-digits-mlp",
+    assert sorted(p.name for p in out.iterdir()) == [".sweep-out", "0-digits-mlp",
                                                      "notes.txt", "preflight.json",
                                                      "preflight.md"]
     assert (out / "notes.txt").read_text() == "mine"

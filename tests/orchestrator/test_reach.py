@@ -142,19 +142,21 @@ def test_a_refused_command_in_an_empty_folder_leaves_it_empty(empty, spec_file, 
 
 
 @pytest.mark.parametrize("out", [".", "mine", "mine/", "{abs}/mine"])
-def test_doctor_refuses_an_out_folder_holding_files_it_did_not_write(empty, spec_file, out):
-    """Doctor replaces its earlier output: a folder of the user's (the working folder itself
-    too) is refused before any work, and every file in it stays."""
+def test_doctor_refuses_an_out_folder_holding_a_users_file_of_a_name_it_writes(empty, spec_file,
+                                                                               out):
+    """Doctor replaces only what sweep wrote: a file of the user's named as one of its own
+    (the working folder itself too) is refused before any work, and every file stays."""
+    folder = empty if out == "." else empty / "mine"
     out = out.format(abs=empty)
-    (empty / "mine").mkdir()
-    (empty / "mine" / "notes.txt").write_text("mine")
+    folder.mkdir(exist_ok=True)
+    (folder / "preflight.md").write_text("mine")
     (empty / "plan.md").write_text("mine")
     line = refused(empty, "doctor", str(spec_file), "--out", out)
-    shown = "mine, plan.md" if out == "." else "notes.txt"
-    assert line == (f"sweep: --out {out}: the folder holds files sweep doctor did not write "
-                    f"({shown}); give a new or empty folder (doctor replaces only its own "
-                    f"earlier output)")
-    assert (empty / "mine" / "notes.txt").read_text() == (empty / "plan.md").read_text() == "mine"
+    shown = Path(out) / "preflight.md"
+    assert line == (f"sweep: --out {out}: {shown} is not a file sweep wrote (the folder's "
+                    f".sweep-out does not name it), so it is not replaced; move it away, or "
+                    f"give another folder")
+    assert (folder / "preflight.md").read_text() == (empty / "plan.md").read_text() == "mine"
 
 
 def contents(folder: Path) -> dict[str, bytes]:

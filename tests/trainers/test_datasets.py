@@ -192,3 +192,40 @@ def test_a_truncated_image_is_a_data_error_naming_it_in_training(tmp_path, num_w
     # one line, from a DataLoader worker too: the file and the fix, not the worker's traceback
     assert str(bad) in message and "delete or replace it" in message
     assert len(message.splitlines()) == 1
+
+
+def test_validation_split_names_the_digits_items_the_trainer_validates_on():
+    """trainers.validation_split rebuilds the 360 validation items of digits (indices into
+    sklearn's load_digits) without loading the data: the same pixels and labels, in order."""
+    from sklearn.datasets import load_digits
+
+    import trainers
+    from trainers.datasets import load_data
+
+    s = trainers.TrainSettings(dataset="digits")
+    split = trainers.validation_split(s)
+    items = list(split.indices)
+    assert len(items) == len(set(items)) == 360 and split.to_dict()["items"] == 360
+    digits = load_digits()
+    x, y = load_data(s).val.tensors
+    assert torch.equal(torch.tensor(digits.images[items] / 16.0, dtype=torch.float32), x[:, 0])
+    assert torch.equal(torch.tensor(digits.target[items]), y)
+
+
+@pytest.mark.parametrize("dataset, n", [("mnist", 60000), ("cifar10", 50000)])
+def test_validation_split_of_a_carved_dataset_is_the_carving_of_its_training_split(dataset, n):
+    import trainers
+    from trainers.datasets import carve_validation
+
+    fraction = 0.1
+    split = trainers.validation_split(trainers.TrainSettings(dataset=dataset,
+                                                             val_fraction=fraction))
+    index = torch.arange(n)
+    _, (val_x, _) = carve_validation(index, index, fraction)
+    assert list(split.indices) == val_x.tolist()
+
+
+def test_a_dataset_whose_validation_split_is_its_own_has_none_to_rebuild():
+    import trainers
+
+    assert trainers.validation_split(trainers.TrainSettings(dataset="fake")) is None
