@@ -34,7 +34,7 @@ TRAINERS_LAYERS: list[set[str]] = [
     {"trainers.settings"},
     {"trainers.datafiles", "trainers.seams"},
     {"trainers.runtime", "trainers.augment", "trainers.checkpoint", "trainers.models",
-     "trainers.optim", "trainers.activations"},
+     "trainers.optim", "trainers.activations", "trainers.noise"},
     {"trainers.datasets", "trainers.batches", "trainers.distributed"},
     {"trainers.loop"},
     {"trainers.checks", "trainers.data_checks", "trainers.model_checks", "trainers.fit_checks"},

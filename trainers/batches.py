@@ -43,9 +43,10 @@ class EpochOrder:
     """
 
     def __init__(self, n: int, batch_size: int, micro_batches: int, seed: int,
-                 rank: int = 0, world: int = 1):
+                 rank: int = 0, world: int = 1, steps_batch_size: int | None = None):
         self.n, self.batch_size, self.micro_batches = n, batch_size, micro_batches
         self.seed, self.rank, self.world = seed, rank, world
+        self.steps_batch_size = steps_batch_size  # equal_steps_batch_size
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -53,11 +54,21 @@ class EpochOrder:
 
     @property
     def steps_per_epoch(self) -> int:
-        return math.ceil(self.n / self.batch_size)
+        return math.ceil(self.n / (self.steps_batch_size or self.batch_size))
 
-    def permutation(self) -> torch.Tensor:
-        """The epoch's order of the whole training split (the same on every rank)."""
-        g = torch.Generator().manual_seed(derived_seed(self.seed, 1000 + self.epoch))
+    @property
+    def samples(self) -> int:
+        """The samples of an epoch: the split once, or with ``steps_batch_size`` its steps'
+        full batches (passes over the split follow one another, each its own permutation)."""
+        if self.steps_batch_size in (None, self.batch_size):  # the split once, as without
+            return self.n
+        return self.steps_per_epoch * self.batch_size
+
+    def permutation(self, part: int = 0) -> torch.Tensor:
+        """The epoch's order of the whole training split (the same on every rank); ``part``
+        numbers the further passes an epoch of ``steps_batch_size`` steps may need."""
+        seed = derived_seed(self.seed, 1000 + self.epoch)
+        g = torch.Generator().manual_seed(seed if part == 0 else derived_seed(seed, part))
         return torch.randperm(self.n, generator=g)
 
     def steps(self, device: torch.device | None = None
@@ -65,8 +76,10 @@ class EpochOrder:
         """Per optimizer step: (this rank's micro-batch indices, on ``device``; samples in the
         step over all ranks; padding). The permutation is drawn on the CPU, where it is the same
         for every device, and copied once per epoch."""
-        order = self.permutation().to(device or "cpu")
-        for start in range(0, self.n, self.batch_size):
+        parts = math.ceil(self.samples / self.n)
+        order = torch.cat([self.permutation(k) for k in range(parts)])[:self.samples]
+        order = order.to(device or "cpu")
+        for start in range(0, self.samples, self.batch_size):
             step = order[start:start + self.batch_size]
             mine = step.tensor_split(self.world)[self.rank]
             padding = len(mine) == 0
@@ -197,7 +210,10 @@ def make_batches(data: Data, split: str, s: TrainSettings, device: torch.device,
     dataset = getattr(data, split)
     order = None
     if split == "train":
-        order = EpochOrder(len(dataset), s.batch_size, s.grad_accum_steps, s.seed, rank, world)
+        # noise_scale needs two micro-batches a step: their gradients sum to the step's
+        micro = 2 if s.noise_scale and s.grad_accum_steps == 1 else s.grad_accum_steps
+        order = EpochOrder(len(dataset), s.batch_size, micro, s.seed, rank, world,
+                           s.equal_steps_batch_size)
     else:
         dataset = shard(dataset, rank, world)
     use_tensors = s.loader == "tensors" or (s.loader == "auto" and data.in_memory)

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from . import activations, checkpoint, distributed, seams
+from . import activations, checkpoint, distributed, noise, seams
 from .augment import AUGMENTATIONS
 from .batches import make_batches
 from .datasets import Data, load_data
@@ -151,6 +151,10 @@ def _warn_about_batchnorm(settings: TrainSettings, module: nn.Module) -> None:
         warnings.warn(f"grad_accum_steps {settings.grad_accum_steps}: BatchNorm statistics see "
                       f"micro-batches of {share} samples, not batch_size "
                       f"{settings.batch_size}", TrainerWarning, stacklevel=3)
+    elif settings.noise_scale:
+        warnings.warn(f"noise_scale cuts each step into two micro-batches: BatchNorm "
+                      f"statistics see {share // 2} samples, not batch_size "
+                      f"{settings.batch_size}", TrainerWarning, stacklevel=3)
     elif settings.devices_per_trial > 1:
         warnings.warn(f"devices_per_trial {settings.devices_per_trial}: BatchNorm statistics "
                       f"see each device's {share} samples, not batch_size "
@@ -279,6 +283,9 @@ def train_one_epoch(run: Run, epoch: int, first_step: int) -> tuple[dict[str, fl
     seen, scored, norms, lr_steps = 0, 0, [], []  # scored: samples with logits (a user step
     if run.device.type == "cuda":                 # may return none)
         torch.cuda.reset_peak_memory_stats(run.device)
+    # noise_scale, per step: (step, |first micro-batch's gradient|^2, what divides it, the
+    # micro-batch's samples, the step's samples)
+    small = []
     t0 = time.perf_counter()
     for i, step in enumerate(run.train_batches.epoch(epoch)):
         optimizer.zero_grad(set_to_none=True)
@@ -289,6 +296,10 @@ def train_one_epoch(run: Run, epoch: int, first_step: int) -> tuple[dict[str, fl
             sync = model.no_sync() if ranks.distributed and j < last else contextlib.nullcontext()
             with sync:
                 loss, logits = _forward_backward(run, x, y, weight, first_step + i)
+            if run.settings.noise_scale and j == 0 and last > 0 and not step.padding:
+                scale = run.scaler.get_scale() if run.scaler.is_enabled() else 1.0
+                small.append((i, noise.grad_square(params), weight * scale, len(y),
+                              step.samples))
             if not step.padding:
                 loss_sum += loss * len(y)
                 seen += len(y)
@@ -310,9 +321,21 @@ def train_one_epoch(run: Run, epoch: int, first_step: int) -> tuple[dict[str, fl
     if not math.isfinite(train_loss):
         raise TrainingDiverged(f"training loss is {train_loss} in the epoch ending at step "
                                f"{lr_steps[-1][0]}")
-    return _epoch_metrics(run, train_loss, correct_total / scored if scored else math.nan,
-                          seen / train_seconds,
-                          torch.stack(norms)), lr_steps
+    metrics = _epoch_metrics(run, train_loss, correct_total / scored if scored else math.nan,
+                             seen / train_seconds, torch.stack(norms))
+    if run.settings.noise_scale:
+        metrics[noise.METRIC] = _noise_scale(small, norms)
+    return metrics, lr_steps
+
+
+def _noise_scale(small: list, norms: list[torch.Tensor]) -> float:
+    """The epoch's noise scale (:mod:`trainers.noise`): each step's first micro-batch against
+    the whole step (its global norm before clipping, unscaled). The first micro-batch's
+    gradient is its loss's times its weight in the step and, under fp16, the scaler's scale."""
+    meter = noise.NoiseScale()
+    for i, sq, factor, b_small, b_big in small:
+        meter.add(float(sq) / factor ** 2, b_small, float(norms[i]) ** 2, b_big)
+    return meter.value
 
 
 def _forward_backward(run: Run, x, y, weight: float, step: int):

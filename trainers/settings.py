@@ -31,7 +31,9 @@ EPOCH_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "grad_norm",
 CUDA_METRICS = ("peak_memory_mb",)  # reported after every epoch on CUDA devices only
 # the names of a run's other metrics (logged by the trainer or the tool that runs it), which a
 # user's metric function may not return: its value would be mixed into their curves
-TAKEN_METRICS = (*CUDA_METRICS, "lr", "train_seconds", "export_seconds", "val_items")
+NOISE_METRICS = ("noise_scale",)  # reported after every epoch with noise_scale: true
+TAKEN_METRICS = (*CUDA_METRICS, *NOISE_METRICS, "lr", "train_seconds", "export_seconds",
+                 "val_items")
 TAKEN_PREFIXES = ("test_", "export_", "system/")
 # settings that only some values of a seam read: setting -> (the seam, the built-in values that
 # read it). A user module:function optimizer or loss is given the settings whole and may read any;
@@ -153,6 +155,16 @@ class TrainSettings:
                             choices=LR_SCALINGS)
     reference_batch_size: int | None = _knob(None, "batch size at which lr is used as given",
                                              unit="samples")
+    equal_steps_batch_size: int | None = _knob(
+        None, "null: an epoch is one pass over the training set; N: every epoch takes the "
+        "optimizer steps an epoch at batch size N takes (ceil(train items / N)), each of "
+        "batch_size samples, so batch sizes compare at equal steps, not equal epochs (a larger "
+        "batch then sees more samples)", unit="samples")
+    noise_scale: bool = _knob(False, "measure the gradient noise scale B_simple = "
+                                     "tr(Sigma) / |G|^2 (McCandlish et al. 2018) from each "
+                                     "step's first micro-batch and the whole step, logged per "
+                                     "epoch as noise_scale; with grad_accum_steps 1 a step is "
+                                     "cut into two micro-batches (the same gradient)")
     amp: str = _knob("none", "automatic mixed precision: bf16, or fp16 with a gradient scaler",
                      choices=AMPS)
     seed: int = _knob(0, "seeds python, numpy, torch and the data shuffling")
@@ -201,6 +213,10 @@ class TrainSettings:
         if self.lr_scaling != "none" and self.reference_batch_size is None:
             raise SettingsError("reference_batch_size", None,
                                 f"is needed when lr_scaling is {self.lr_scaling} (e.g. 64)")
+        if self.equal_steps_batch_size is not None and self.equal_steps_batch_size < 1:
+            raise SettingsError("equal_steps_batch_size", self.equal_steps_batch_size,
+                                "must be >= 1 (the batch size whose steps per epoch every "
+                                "batch size takes), or null")
         self._check_data_values()
         if self.min_lr >= self.lr_effective:
             raise SettingsError("min_lr", self.min_lr,
@@ -243,6 +259,10 @@ class TrainSettings:
             raise SettingsError("grad_accum_steps", self.grad_accum_steps,
                                 f"must divide batch_size ({self.batch_size}): each forward pass "
                                 f"sees batch_size / grad_accum_steps samples")
+        if self.noise_scale and self.batch_size < 2 * self.devices_per_trial:
+            raise SettingsError("batch_size", self.batch_size,
+                                f"must be at least {2 * self.devices_per_trial} with noise_scale "
+                                f"true: its gradient norms need two micro-batches per device")
         if not 0 < self.val_fraction < 1:
             raise SettingsError("val_fraction", self.val_fraction, "must be in (0, 1), e.g. 0.1")
         if self.image_size is not None and self.image_size < 4:
