@@ -37,7 +37,7 @@ import pandas as pd
 
 from ..answer import compare as plan
 from ..answer import objectives, stats
-from ..answer.summary import Summary, of_comparison
+from ..answer.summary import Summary, Words, of_comparison
 from ..core import keys
 from .load import SECONDS, SweepData
 
@@ -402,10 +402,11 @@ def _resolution_sentence(c: Comparison) -> str | None:
 def _resolution_notes(c: Comparison, step: float) -> list[str]:
     """The differences smaller than one item ``step``, and the levels whose confirmed mean is
     within one item of the best value the metric can take."""
-    notes = []
+    notes, name = [], Words.of(c.factor.split(","), c.metric).name
     small = [r for r in c.results if not math.isnan(r.diff) and abs(r.diff) < step]
     if small:
-        notes.append("the difference" + (" of " + ", ".join(f"{r.b} - {r.a}" for r in small)
+        notes.append("the difference" + (" of " + ", ".join(f"{name(r.b)} - {name(r.a)}"
+                                                            for r in small)
                                          if len(c.results) > 1 else "")
                      + " is smaller than one item")
     means = {lv: np.mean([v for v in vals.values() if math.isfinite(v)])
@@ -413,7 +414,8 @@ def _resolution_notes(c: Comparison, step: float) -> list[str]:
     ceiling = (1.0 - step) if c.direction == "maximize" else step  # the best value's side
     at = [lv for lv, m in means.items() if objectives.reaches(m, ceiling, c.direction)]
     if at:
-        notes.append(f"{' and '.join(at)} {'are' if len(at) > 1 else 'is'} within one item of "
+        notes.append(f"{' and '.join(map(name, at))} {'are' if len(at) > 1 else 'is'} within "
+                     f"one item of "
                      f"the {'ceiling' if c.direction == 'maximize' else 'floor'}")
     return notes
 
