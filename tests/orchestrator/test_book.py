@@ -464,3 +464,98 @@ def test_reading_a_sweeps_runs_leaves_the_processs_mlflow_setting_as_it_was(stor
         assert os.environ.get("MLFLOW_TRACKING_URI") == users
     finally:
         mlflow.set_tracking_uri(before)
+
+
+# ------------------------------------------- the study's rules as a trial's run is tagged with them
+
+def _stops_at(curve: list[float], patience: int, epochs: int, maximize: bool) -> int | None:
+    """By hand: the first epoch before the last at which the best value so far (strictly
+    improved on in the direction; equal is no improvement) lies ``patience`` epochs back."""
+    best, best_at = None, 0
+    for e, v in enumerate(curve, start=1):
+        if best is None or (v > best if maximize else v < best):
+            best, best_at = v, e
+        if e < epochs and e - best_at >= patience:
+            return e
+    return None
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_patience_tags_a_trial_it_stopped_and_never_one_that_ran_every_epoch(
+        stores, open_book, direction):
+    """epochs 5, patience 2: a trial whose last two epochs do not improve at its last epoch ran
+    them all (no tag, not "stopped early"); one whose best lies two epochs back before its last
+    epoch is stopped there, tagged on its run and in the study, and completes."""
+    metric = "val_acc" if direction == "maximize" else "val_loss"  # val_loss = 1 - val_acc
+    lines: list[str] = []
+    book = open_book(say=lines.append, trials=3, patience=2, train={"epochs": 5},
+                     objective={"metric": metric, "direction": direction})
+    curves = [[0.5, 0.6, 0.7, 0.65, 0.68],  # best at epoch 3: spent at epoch 5, the last
+              [0.5, 0.7, 0.6, 0.65, 0.9],  # best at 2: stopped at 4, before its 0.9
+              [0.5, 0.7, 0.6, 0.7, 0.6]]  # equal is no improvement: stopped at 4
+    for acc in curves:
+        objective = acc if direction == "maximize" else [1 - v for v in acc]
+        stop = _stops_at(objective, 2, 5, direction == "maximize")
+        pending = book.study.next_trial()
+        book.runs.open_run(book.start(0, pending, FAKE_WORKER))
+        said = [book.report_epoch(0, epoch(n, v)) for n, v in enumerate(acc, start=1)
+                if stop is None or n <= stop]
+        assert said == [n == stop for n in range(1, len(said) + 1)]
+        book.finish(0, Done(state="pruned" if stop else "complete", epochs=len(said),
+                            train_seconds=1.0, device="cpu", resumed_from=0, weights=""))
+        t, run = trial(stores, pending.number), run_of(stores, pending.number)
+        assert t.state == TrialState.COMPLETE and len(t.intermediate_values) == len(said)
+        tag, line = run.data.tags.get(keys.STOPPED_EARLY), lines[-1]
+        if stop is None:
+            assert tag is None and keys.STOPPED_EARLY not in t.user_attrs
+            assert "stopped early" not in line and len(said) == 5
+        else:
+            best = max(objective[:stop]) if direction == "maximize" else min(objective[:stop])
+            assert tag == t.user_attrs[keys.STOPPED_EARLY] == (
+                f"patience: {metric} did not improve on {best:.4g} (epoch "
+                f"{objective.index(best) + 1}) for 2 epochs")
+            assert f"stopped early: {tag}" in line
+    assert [bool(trial(stores, n).user_attrs.get(keys.STOPPED_EARLY)) for n in range(3)] == \
+        [False, True, True]
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_a_value_on_either_bound_of_a_constraint_is_feasible_alike_on_the_run_and_in_the_study(
+        stores, open_book, direction):
+    """0.5 <= grad_norm <= 2: on each bound exactly it is met, one float past it not, in the
+    run's tag, in Optuna's constraint values (feasible when all <= 0) and so in the best trial
+    Optuna and the parent run name, as by hand; each violation is the distance outside the
+    band (negative inside: the distance to the nearer bound), whichever bound it passes."""
+    import math
+
+    from orchestrator.answer import objectives
+
+    low, high = 0.5, 2.0
+    grad = [low, high, math.nextafter(low, 0.0), math.nextafter(high, 3.0), 1.0, 0.1, 5.0]
+    acc = [0.90, 0.95, 0.99, 0.98, 0.50, 0.97, 0.96]  # the best feasible: on the high bound
+    metric = "val_acc" if direction == "maximize" else "val_loss"
+    lines: list[str] = []
+    book = open_book(say=lines.append, trials=len(grad), train={"epochs": 1},
+                     objective={"metric": metric, "direction": direction},
+                     constraints=[{"metric": "grad_norm", "min": low, "max": high}])
+    for g, a in zip(grad, acc):
+        pending = book.study.next_trial()
+        book.runs.open_run(book.start(0, pending, FAKE_WORKER))
+        e = Epoch(epoch=1, metrics={"val_acc": a, "val_loss": 1 - a, "grad_norm": g},
+                  lr_steps=[(1, 0.01)], resumed=False)
+        assert not book.report_epoch(0, e)
+        book.log_epoch(0, e)
+        book.finish(0, done())
+        t, run = trial(stores, pending.number), run_of(stores, pending.number)
+        feasible = low <= g <= high
+        outside = low - g if g < low else g - high if g > high else -min(g - low, high - g)
+        [(name, value)] = t.constraints.items()
+        assert name == "0.5<=grad_norm<=2" and value == pytest.approx(outside, abs=1e-300)
+        assert (value <= 0) == objectives.is_feasible(t) == feasible, (g, value)
+        assert run.data.tags[keys.FEASIBLE] == str(feasible).lower(), g
+        assert ("infeasible" in lines[-1]) == (not feasible)
+    study = stores.study("tiny")
+    on_high = grad.index(high)
+    assert study.best_trial.number == on_high  # Optuna: the best of its feasible trials
+    parent = stores.client().get_run(book.parent_id)
+    assert parent.data.tags[keys.BEST_RUN_ID] == run_of(stores, on_high).info.run_id

@@ -493,3 +493,28 @@ def test_a_retried_failure_is_one_rule_for_the_counts_the_comparison_budget_and_
     assert [t.number for t in compare.counted(trials)] == [3, 4, 5]
     counts = state_counts(trials)
     assert (counts["retried"], counts["fail"], counts["finished"]) == (3, 1, 2)
+
+
+@pytest.mark.parametrize("bounds", [(0.2, 0.6), (None, 0.6), (0.2, None), (0.4, 0.4)])
+def test_a_constraint_is_violated_by_its_distance_outside_its_bounds_on_either_side(bounds):
+    """Optuna's constraint value (<= 0 met) for values below, on, inside, on and above the
+    bounds: the distance past the bound it passes, whichever (the larger of the two
+    violations, never the smaller), else minus the distance to the nearer bound; computed
+    here with numpy from the distances to each bound."""
+    import numpy as np
+
+    from orchestrator.answer.objectives import constraint_name, violations
+    from orchestrator.config.spec import Constraint
+
+    low, high = bounds
+    c = Constraint(metric="clipped_fraction", min=low, max=high)
+    x = np.array([-3.0, -1.0, 0.0, 0.2, 0.3, 0.4, 0.59, 0.6, 0.61, 1.0, 7.0])
+    below = low - x if low is not None else np.full_like(x, -np.inf)  # > 0: past low
+    above = x - high if high is not None else np.full_like(x, -np.inf)  # > 0: past high
+    expected = np.where(below > 0, below, np.where(above > 0, above, np.maximum(below, above)))
+    got = [violations([c], {"clipped_fraction": v})[constraint_name(c)] for v in x]
+    assert got == pytest.approx(expected.tolist())
+    inside = (low is None or low <= x) & (high is None or x <= high)
+    assert [v <= 0 for v in got] == inside.tolist()
+    assert violations([c], {"clipped_fraction": math.nan}) == {constraint_name(c): math.inf}
+    assert violations([c], {}) == {constraint_name(c): math.inf}
