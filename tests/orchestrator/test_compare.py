@@ -320,7 +320,8 @@ def test_identical_levels_run_to_max_seeds_with_no_clear_difference(cli, stores,
     assert list(table.verdict) == ["undecided"] and table.pairs[0] == 4
     assert verdict.startswith("decay_bias_and_norm: no level shown better than another after 4 "
                               "seeds; best mean ")
-    assert verdict.endswith("; no interval for its pairs: no spread (every pair differs by 0).")
+    assert verdict.endswith("; no interval for its pairs: no spread (every seed gave the same "
+                            "difference).")
 
 
 def test_an_interrupted_comparison_resumes_with_equal_tuning_budgets(cli, stores, write_spec,
