@@ -1,8 +1,11 @@
 """MkDocs hooks of the docs site: the map page (``map.md``) is written at build time from the
 code itself (each layer package's docstring, what its ``MAY_IMPORT`` allows, what its modules
-import, and each module's first docstring line), so it cannot drift from the code."""
+import, and each module's first docstring line), so it cannot drift from the code; and every
+page's marked figures are written from the code by ``docs/figures.py`` (which any other build
+runs first as a script)."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -74,7 +77,17 @@ def map_markdown() -> str:
     return "\n".join(out) + "\n"
 
 
+@functools.lru_cache(maxsize=1)
+def _figures():
+    """``docs/figures.py``, loaded from its file (this folder is not a package)."""
+    path = Path(__file__).resolve().parent / "figures.py"
+    spec = importlib.util.spec_from_file_location("sweep_doc_figures", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if page.file.src_path == "map.md":
-        return markdown.replace(MARKER, map_markdown())
-    return markdown
+        markdown = markdown.replace(MARKER, map_markdown())
+    return _figures().fill(markdown) if "<!-- figure: " in markdown else markdown

@@ -66,6 +66,19 @@ def test_the_site_builds_strict_without_a_warning(site):
     assert "Every pair of levels compared over their paired seeds" in api
 
 
+def test_the_built_pages_show_the_figures_the_code_gives(site):
+    """docs/figures.py's figures, as the built compare page shows them (the hook writes them)."""
+    from orchestrator.answer.stats import boundary_alpha, level_percent
+
+    html = built_page(site, "compare.md").read_text()
+    level = boundary_alpha(0.05, 6, 3)  # seeds 3 to 8: 6 looks
+    assert f"alpha' = <!-- figure: boundary_seeds_3_to_8 -->{level:.3g}<!-- /figure -->" in html
+    assert f"{level_percent(1 - level)}<!-- /figure --> t interval" in html
+    report = built_page(site, "report.md").read_text()
+    assert f"{boundary_alpha(0.05, 4, 3):.3g}<!-- /figure -->" in report  # seeds 3 to 6
+    assert "0.05/4" not in report
+
+
 def test_a_broken_link_fails_the_strict_build(tmp_path):
     """The build above would pass a broken anchor unless the config asks MkDocs to check them."""
     shutil.copytree(DOCS, tmp_path / "docs")

@@ -1,0 +1,244 @@
+"""The command blocks of the docs pages run as written, and the figures the pages quote are the
+code's, so that docs and code cannot drift.
+
+Every fenced command block (```bash, ```console, ```sh, ```shell) of a page of docs/ carries, on
+the line above it, one of:
+
+- ``<!-- docs-test: run -->``: run here as written (``bash -e``), in a folder holding a copy of
+  ``sweeps/``, ``.venv`` (a link to this checkout's), a small quickstart sweep made once, and a
+  home folder of its own; the word ``RUN_ID`` stands for a trial run of that sweep;
+- ``<!-- docs-test: as readme-test NAME -->``: the same commands as README's block marked NAME,
+  which tests/test_readme.py runs;
+- ``<!-- readme-test: NAME -->``: run by tests/test_readme.py;
+- ``<!-- docs-test: skip (WHY) -->``: why it cannot run here (a cluster, the network, a server
+  that runs until stopped).
+"""
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, SWEEPS, Stores
+from tests.test_readme import marked_blocks
+
+DOCS = ROOT / "docs"
+FENCE = re.compile(r"^( *)```(bash|console|sh|shell)\s*$")
+MARKER = re.compile(r"^\s*<!-- (?:docs-test: (run|skip \((?P<why>.*\S.*)\)|as readme-test "
+                    r"(?P<same>\w+))|readme-test: (?P<readme>\w+)) -->\s*$")
+PLACEHOLDERS = ("RUN_ID",)
+
+
+@dataclass(frozen=True)
+class Block:
+    page: str
+    line: int  # of the opening fence, from 1
+    marker: str  # the line above the fence
+    text: str  # the block's lines, its fence's indentation removed
+
+    @property
+    def where(self) -> str:
+        return f"docs/{self.page}:{self.line}"
+
+
+def command_blocks(pages=None) -> list[Block]:
+    """Every fenced command block of ``pages`` (default: docs/*.md), in page order."""
+    out = []
+    for path in pages or sorted(DOCS.glob("*.md")):
+        lines = path.read_text().splitlines()
+        i = 0
+        while i < len(lines):
+            fence = FENCE.match(lines[i])
+            if not fence:
+                i += 1
+                continue
+            indent, start = len(fence.group(1)), i
+            i += 1
+            body = []
+            while i < len(lines) and lines[i].strip() != "```":
+                body.append(lines[i][indent:])
+                i += 1
+            out.append(Block(path.name, start + 1, lines[start - 1] if start else "",
+                             "\n".join(body) + "\n"))
+            i += 1
+    return out
+
+
+def commands(text: str) -> list[str]:
+    """A block's commands, continued lines joined, comments left out."""
+    joined = text.replace("\\\n", " ")
+    return [" ".join(line.split()) for line in joined.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def marker_problem(block: Block, readme: dict[str, list[str]]) -> str | None:
+    m = MARKER.match(block.marker)
+    if m is None:
+        return (f"{block.where}: a command block without a marker on the line above it: "
+                f"<!-- docs-test: run --> or <!-- docs-test: skip (why) -->")
+    same = m.group("same") or m.group("readme")
+    if same and same not in readme:
+        return f"{block.where}: README has no block marked readme-test {same}"
+    if m.group("same"):
+        steps = [s.strip() for line in readme[same] for s in line.split("&&")]
+        missing = [c for c in commands(block.text) if c not in steps]
+        if missing:
+            return f"{block.where}: {missing} are not commands of README's block {same}"
+    return None
+
+
+def test_every_command_block_of_the_docs_is_run_or_says_why_not():
+    blocks = command_blocks()
+    assert len(blocks) >= 20, [b.where for b in blocks]  # the parser finds them, indented too
+    readme = marked_blocks()
+    assert [p for b in blocks if (p := marker_problem(b, readme))] == []
+    runs = [b for b in blocks if "docs-test: run" in b.marker]
+    assert len(runs) >= 8, [b.where for b in runs]
+
+
+@pytest.mark.parametrize("marker, problem", [
+    ("", "without a marker"),
+    ("<!-- docs-test: skip -->", "without a marker"),  # a skip says why
+    ("<!-- docs-test: skip ( ) -->", "without a marker"),
+    ("<!-- docs-test: runs -->", "without a marker"),
+    ("<!-- docs-test: as readme-test nosuch -->", "README has no block marked readme-test nosuch"),
+    ("<!-- docs-test: as readme-test status -->", "are not commands of README's block status"),
+])
+def test_a_block_without_a_runner_or_a_reason_is_named(tmp_path, marker, problem):
+    page = tmp_path / "page.md"
+    page.write_text(f"Text.\n\n{marker}\n```bash\n.venv/bin/sweep report quickstart\n```\n"
+                    f"\n<!-- docs-test: run -->\n```console\n.venv/bin/sweep status\n```\n")
+    first, second = command_blocks([page])
+    assert (first.line, second.line) == (4, 9)
+    assert problem in marker_problem(first, marked_blocks())
+    assert marker_problem(second, marked_blocks()) is None
+
+
+def test_the_compare_pages_python_block_runs_with_the_documented_import():
+    """docs/compare.md's rerun of a row of comparison.csv, as written."""
+    (block,) = re.findall(r"```python\n(.*?)```", (DOCS / "compare.md").read_text(), re.S)
+    assert block.startswith("from orchestrator.stats import compare_paired\n")
+    scope: dict = {}
+    exec(compile(block, "docs/compare.md", "exec"), scope)  # noqa: S102 (the page's own code)
+    r = scope["r"]
+    assert (r.a, r.b, r.pairs, r.look, r.looks) == ("adam", "sgd", 3, 1, 6)
+    assert r.diff == pytest.approx((0.93 + 0.931 + 0.94 - 0.912 - 0.905 - 0.915) / 3)
+
+
+def test_compare_paired_is_named_by_one_import_path_in_the_readme_and_the_docs():
+    """The public path, ``orchestrator.stats``; the API reference's own anchor aside."""
+    paths = set()
+    for page in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for line in page.read_text().splitlines():
+            if line.startswith(":::"):
+                continue  # mkdocstrings: where the reference is generated from
+            line = re.sub(r"\(api\.md#[\w.]+\)", "", line)  # its anchor
+            paths |= set(re.findall(r"from ([\w.]+) import compare_paired", line))
+            paths |= set(re.findall(r"([\w.]+)\.compare_paired", line))
+    assert paths == {"orchestrator.stats"}
+
+
+# ------------------------------------------------------------------------------------ figures
+
+def _figures():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("doc_figures", DOCS / "figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_figure_the_docs_quote_is_the_codes_and_each_is_quoted():
+    from orchestrator.answer.stats import BOUNDARY_DRAWS, boundary_alpha
+    from orchestrator.config.rules import MAX_GRID
+
+    figures = _figures()
+    pages = sorted(DOCS.glob("*.md"))
+    assert figures.stale(pages) == [], "run: .venv/bin/python docs/figures.py"
+    used = {m.group(1) for page in pages for m in figures.MARKED.finditer(page.read_text())}
+    assert used == set(figures.FIGURES)
+    known = figures.values()  # against the code, computed here
+    assert known["boundary_seeds_3_to_8"] == f"{boundary_alpha(0.05, 6, 3):.3g}" == "0.0142"
+    assert known["level_seeds_3_to_8"] == f"{100 * (1 - boundary_alpha(0.05, 6, 3)):.1f}%"
+    assert known["boundary_seeds_3_to_6"] == f"{boundary_alpha(0.05, 4, 3):.3g}"
+    assert (known["alpha"], known["confidence"]) == ("0.05", "95%")
+    assert known["boundary_draws"] == f"{BOUNDARY_DRAWS:,}" and known["max_grid"] == str(MAX_GRID)
+
+
+def test_a_stale_figure_is_named_and_rewritten_from_the_code(tmp_path):
+    figures = _figures()
+    page = tmp_path / "p.md"
+    page.write_text("alpha' = <!-- figure: boundary_seeds_3_to_8 -->0.0125<!-- /figure -->, a "
+                    "<!-- figure: confidence -->95%<!-- /figure --> interval\n")
+    (line,) = figures.stale([page])
+    assert line == "p.md: figure boundary_seeds_3_to_8 shows '0.0125', the code gives '0.0142'"
+    assert figures.fill(page.read_text()) == (
+        "alpha' = <!-- figure: boundary_seeds_3_to_8 -->0.0142<!-- /figure -->, a "
+        "<!-- figure: confidence -->95%<!-- /figure --> interval\n")
+    page.write_text("<!-- figure: nosuch -->1<!-- /figure -->")
+    assert "no figure named 'nosuch'" in figures.stale([page])[0]
+
+
+def test_the_mkdocs_hook_writes_the_figures_of_a_stale_page():
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("doc_hooks", DOCS / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = SimpleNamespace(file=SimpleNamespace(src_path="compare.md"))
+    stale = (DOCS / "compare.md").read_text().replace(
+        "<!-- figure: boundary_seeds_3_to_8 -->0.0142", "<!-- figure: boundary_seeds_3_to_8 -->0.0083")
+    assert "0.0083" in stale
+    built = hooks.on_page_markdown(stale, page, None, None)
+    assert "0.0083" not in built and "<!-- figure: boundary_seeds_3_to_8 -->0.0142" in built
+
+
+# ------------------------------------------------------------------------- run, as written
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """sweeps/, .venv, a home, and a quickstart of 2 trials of 1 epoch, made once."""
+    folder = tmp_path_factory.mktemp("docs-blocks")
+    shutil.copytree(SWEEPS, folder / "sweeps")
+    (folder / ".venv").symlink_to(ROOT / ".venv")
+    (folder / "home").mkdir()
+    out = run("sweep run sweeps/quickstart.yaml --set train.epochs=1 --trials 2", folder)
+    assert out.returncode == 0, out.stderr
+    return folder
+
+
+def run(text: str, folder: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env.update(HOME=str(folder / "home"), PATH=f"{folder / '.venv' / 'bin'}:{env['PATH']}")
+    return subprocess.run(["bash", "-e", "-c", text], cwd=folder, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.slow  # runs the docs' commands: sweeps, a preflight, reports
+def test_the_runnable_command_blocks_of_the_docs_run_as_written(folder):
+    stores = Stores(folder)
+    run_id = stores.runs("quickstart", "trial")[0].info.run_id
+    blocks = [b for b in command_blocks() if "docs-test: run" in b.marker]
+    failed = []
+    for block in blocks:
+        text = re.sub(r"\bRUN_ID\b", run_id, block.text)
+        out = run(text, folder)
+        if out.returncode != 0 or "Traceback" in out.stderr:
+            failed.append(f"{block.where} exited {out.returncode}: {out.stderr[-2000:]}")
+            continue
+        for command in commands(text):  # what it says it writes is there
+            words = shlex.split(command)
+            for flag in ("--out", ">"):
+                if flag in words:
+                    target = Path(os.path.expanduser(words[words.index(flag) + 1]).replace(
+                        str(Path.home()), str(folder / "home")))
+                    if not (folder / target).exists():
+                        failed.append(f"{block.where}: {target} was not written")
+    assert failed == []
+    assert any("reproduce RUN_ID" in b.text for b in blocks)
