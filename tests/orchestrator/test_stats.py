@@ -137,6 +137,28 @@ def test_every_pair_of_three_levels_is_corrected_by_holm():
         assert (r.verdict == BETTER) == (r.p_holm < 0.05 and (r.ci_low > 0 or r.ci_high < 0))
 
 
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_a_pair_whose_own_t_test_rejects_is_not_better_unless_holms_correction_does(direction):
+    """y - z: paired t-test p = 0.026, its 95% interval excludes 0, but Holm's correction over
+    the three pairs makes it 0.051: undecided, and said why; x - y (p = 0.011, Holm 0.034)
+    is decided for the level the direction prefers. Checked against scipy and Holm by hand."""
+    x = np.array([0.50, 0.52, 0.49, 0.51, 0.50, 0.53])
+    columns = {"x": x, "y": x + [0.010, 0.001, 0.008, 0.003, 0.009, 0.004],
+               "z": x + [0.004, -0.006, 0.010, -0.003, 0.002, 0.001]}
+    pairs = [("x", "y"), ("x", "z"), ("y", "z")]
+    raw = [stats.ttest_rel(columns[b], columns[a]).pvalue for a, b in pairs]
+    # ranked xy, yz, xz: each p times the pairs left, never below the one before it
+    by_hand = [3 * raw[0], max(3 * raw[0], 2 * raw[2], raw[1]), max(3 * raw[0], 2 * raw[2])]
+    assert raw[2] < 0.05 < by_hand[2] and by_hand[0] < 0.05  # the premise
+    results = compare_paired(_levels(**columns), direction=direction)
+    assert [r.p_holm for r in results] == pytest.approx(by_hand)
+    xy, _, yz = results
+    assert (xy.verdict, xy.winner) == (BETTER, "y" if direction == "maximize" else "x")
+    assert yz.ci_high < 0 and (yz.verdict, yz.winner) == (UNDECIDED, None)  # z below y
+    assert "excludes 0, but not after Holm's correction" in describe(
+        yz, metric="m", direction=direction)
+
+
 @pytest.mark.parametrize("direction,winner", [("maximize", "a"), ("minimize", "b")])
 def test_the_verdict_follows_the_objective_direction(direction, winner):
     a = np.array([0.62, 0.60, 0.65, 0.61, 0.63])
@@ -311,7 +333,8 @@ def test_bounds_must_be_finite_with_low_below_high(bounds, error):
 @pytest.mark.parametrize("values,bounds,where", [
     ({"a": {1: 2.0, 2: 3.0, 3: 4.0}, "b": {1: 5.0, 2: 8.0, 3: 6.0}}, (0.0, 1.0),
      "values['a'][1] = 2.0"),  # the issue's values 2 to 8 against an accuracy's range
-    ({"a": {1: 0.5, 2: 0.6}, "b": {1: 0.7, 2: 1.0000001}}, (0.0, 1.0), "values['b'][2] = 1.0000001"),
+    ({"a": {1: 0.5, 2: 0.6}, "b": {1: 0.7, 2: 1.0000001}}, (0.0, 1.0),
+     "values['b'][2] = 1.0000001"),
     ({"a": {1: 0.5, 2: -0.01}, "b": {1: 0.7, 2: 0.8}}, (0.0, 1.0), "values['a'][2] = -0.01"),
     ({"a": {1: 0.5, 2: -3.0}, "b": {1: 0.7, 2: 0.8}}, (0.0, None), "values['a'][2] = -3.0"),
     ({32: {"s1": 12.0, "s2": 7.0}, 64: {"s1": 6.0, "s2": 5.0}}, (None, 10.0),
@@ -412,6 +435,19 @@ def test_the_limits_the_statistics_take_are_the_limits_a_sweep_is_validated_agai
     assert spec.compare.most_seeds - spec.compare.seeds + 1 == MAX_LOOKS
     with pytest.raises(ValueError, match="looks"):
         boundary_alpha(0.05, MAX_LOOKS + 1, 3)
+
+
+def test_a_sweeps_comparison_clips_to_a_two_sided_range_and_takes_a_users_negative_loss():
+    """The bounds a sweep passes (difference_bounds): an accuracy's [0, 1], which clips; none
+    for a one-sided range, which would clip nothing and only refuse a user's loss below 0."""
+    from orchestrator.answer.stats import difference_bounds
+
+    assert difference_bounds("val_acc") == (0.0, 1.0) == METRIC_BOUNDS["val_acc"]
+    assert difference_bounds("val_loss") is None and difference_bounds("my_metric") is None
+    losses = _levels(a=[-0.31, -0.35, -0.30], b=[-0.20, -0.26, -0.22])  # a user's loss
+    [r] = compare_paired(losses, bounds=difference_bounds("val_loss"), direction="minimize")
+    assert r.diff == pytest.approx(np.mean([0.11, 0.09, 0.08])) and r.ci_method == "t"
+    _refused(ValueError, "values['a'][0] = -0.31", values=losses, bounds=METRIC_BOUNDS["val_loss"])
 
 
 def test_the_boundarys_simulation_runs_in_bounded_memory():
