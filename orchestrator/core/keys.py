@@ -122,7 +122,12 @@ PARENT_NOTE = NOTE  # the parent run's description: the same MLflow tag, on the 
 RUNS_VIEW_ID = "sweep"  # the view's key in its tag's name, and in the URL that opens it
 RUNS_VIEW = _key(f"mlflow.sharedViewState.{RUNS_VIEW_ID}", EXPERIMENT_TAG,
                  "the runs table's saved view `sweep ui` opens: best objective first, the "
-                 "objective's metric and the searched settings as columns")
+                 "objective's metric and the searched settings as columns; a comparison's: "
+                 "its confirmation runs grouped by level, the objective's mean a row")
+TUNING_VIEW_ID = "sweep-tuning"  # a comparison's second view: its tuning runs
+TUNING_VIEW = _key(f"mlflow.sharedViewState.{TUNING_VIEW_ID}", EXPERIMENT_TAG,
+                   "a comparison's saved view of its tuning runs, best objective first; "
+                   "`sweep ui` prints its link under the first")
 
 # --- every run -------------------------------------------------------------------------------
 ROLE = _key("sweep.role", RUN_TAG + (REPRODUCTION_TAG,), "parent, trial or reproduction")

@@ -19,7 +19,7 @@ from ..config.spec import SweepSpec
 from ..core import keys, paths
 from ..core.errors import CouldNotFinish, SweepError, SweepFailure, disk_full
 from ..core.urls import mask
-from ..stores.study import PendingTrial, SweepStudy, fresh
+from ..stores.study import PendingTrial, SweepStudy, TrialLost, fresh
 from .protocol import Done, Epoch, Failed
 
 # a run to close: (trial number, the run id recorded on the trial or None, the reason)
@@ -43,6 +43,7 @@ class Active:
     unlogged: list[tuple] = field(default_factory=list)  # (epoch, metrics, lr_steps, samples)
     flushed: float = 0.0
     warnings: list[str] = field(default_factory=list)  # from the trainer, shown on the run
+    lost: str | None = None  # why another process ended it while it ran here (TrialLost)
 
     def warning_tags(self) -> dict[str, str]:
         return {keys.WARNINGS: "\n".join(self.warnings)} if self.warnings else {}
@@ -75,11 +76,16 @@ def open_tracking(tracker, spec: SweepSpec, study: SweepStudy, spec_text: str,
     others read it from there (waiting for it when they join at the same moment).
     """
     from ..stores.tracking import environment_tags, installed_packages
-    from .server import runs_view
+    from .server import runs_view, tuning_view
 
     tracking_uri = tracker.uri
     experiment_id = tracker.experiment(spec.name, spec.description)
-    tracker.client.set_experiment_tag(experiment_id, keys.RUNS_VIEW, runs_view(spec))
+    client = tracker.client
+    client.set_experiment_tag(experiment_id, keys.RUNS_VIEW, runs_view(spec, study.name))
+    if spec.compare is not None:
+        client.set_experiment_tag(experiment_id, keys.TUNING_VIEW, tuning_view(spec, study.name))
+    elif keys.TUNING_VIEW in client.get_experiment(experiment_id).tags:  # an earlier study's
+        client.delete_experiment_tag(experiment_id, keys.TUNING_VIEW)
     env_tags = environment_tags()
     packages = installed_packages()
     shared, study_id = study.shared_parent(), study.study.user_attrs.get(keys.STUDY_ID)
@@ -340,7 +346,11 @@ class Runs:
             t.experiment_id, t.parent_id, active.pending.number, active.settings, active.params,
             {**t.env_tags, **active.tags}, start_time=active.started_ms, packages=t.packages,
             run_name=f"{active.tags[keys.CONFIG]} s{active.pending.seed}")
-        self.study.set_attr(active.pending, keys.RUN_ID, active.run_id)
+        try:
+            with self.study.writes_to(active.pending):
+                self.study.set_attr(active.pending, keys.RUN_ID, active.run_id)
+        except TrialLost:  # the book learns it at the trial's next epoch or end, and ends the run
+            pass
 
     def flush(self, active: Active) -> None:
         """Log the trial's epochs not logged yet (they wait in memory until attached)."""

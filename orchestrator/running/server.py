@@ -37,12 +37,13 @@ def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
             "--host", host, "--port", str(port), "--workers", "1"]
 
 
-def sweep_table(base: str, name: str, store: str) -> str:
+def sweep_table(base: str, name: str, store: str) -> str | tuple[str, str]:
     """The path of sweep ``name``'s runs in the MLflow UI that answers at ``base`` (its
     experiment looked up there): the runs table of its "Model training" view in the sweep's own
     view (:func:`runs_view`): best objective first, its metric and the searched settings as
     columns. A sweep run before it had its view: sorted by run name (the trials of one
-    configuration next to each other).
+    configuration next to each other). A comparison's: its confirmation runs by level, and a
+    line under it with the link to its tuning runs (:func:`tuning_view`).
 
     The URL carries the view's key alone: MLflow ignores a saved view when the URL also sorts
     or filters. MLflow keeps which parent rows are expanded in the browser, not in the URL,
@@ -64,7 +65,12 @@ def sweep_table(base: str, name: str, store: str) -> str:
         if experiment is None:
             raise SweepError(f"no sweep named {name!r} in {store}; run it first, or pass "
                              f"--tracking-uri") from None
-    if any(t["key"] == keys.RUNS_VIEW for t in experiment.get("tags", [])):
+    tags = {t["key"] for t in experiment.get("tags", [])}
+    if keys.TUNING_VIEW in tags:  # a comparison: its tuning runs a second link away
+        tuning = f"{paths.runs_table(experiment['experiment_id'])}&{VIEW_PARAM}=" \
+            f"{keys.TUNING_VIEW_ID}"
+        return sweep_view(experiment["experiment_id"]), f"tuning runs: {base}{tuning}"
+    if keys.RUNS_VIEW in tags:
         return sweep_view(experiment["experiment_id"])
     table = paths.runs_table(experiment["experiment_id"])
     order = urllib.parse.urlencode({"orderByKey": BY_RUN_NAME, "orderByAsc": "true"},
@@ -122,28 +128,82 @@ MODELS_COLUMN = "attributes.`Models`"
 STATE_COLUMN = f"tags.`{keys.STATE}`"
 
 
-def runs_view(spec) -> str:
+def runs_view(spec, study: str | None = None) -> str:
     """The value of the experiment tag :data:`keys.RUNS_VIEW`: a saved view of MLflow's runs
     table sorted by the (first) objective's metric, best first, with each objective's metric
     and every searched setting as columns, then each trial's end (:data:`keys.STATE`: pruned
     or complete, which the run's status no longer tells); ``sweep ui`` links to it. MLflow
-    sorts by a metric's last value, whatever the objective's ``reduce``."""
+    sorts by a metric's last value, whatever the objective's ``reduce``.
+
+    A comparison's (``compare:``) shows its confirmation runs alone (of study ``study``, when
+    given: ``sweep run --new`` adds a study to the experiment), grouped by level: a row per
+    level with the mean of each metric over its seeds (MLflow's *Group by* a tag, aggregate
+    *average*), phase, level and seed as columns; its tuning runs are :func:`tuning_view`'s.
+    A lucky seed no longer tops the table, and a tuning run's value (the winner of a search,
+    biased up) is no level's figure."""
+    first = spec.objectives[0]
+    if spec.compare is None:
+        return _view(f"sweep: best {first.metric} first", spec, [], {})
+    from ..answer.compare import CONFIRM, Comparison
+
+    levels = [level.label for level in Comparison.of(spec).levels]
+    # the confirmation runs of a level start in YAML order, the levels' runs side by side:
+    # sorted by start time, oldest first, the groups come in the YAML's order (not by a
+    # lucky seed, as when sorted by the metric: MLflow orders groups by their first run)
+    return _view(f"sweep: confirmation runs, mean {first.metric} by level", spec,
+                 COMPARISON_COLUMNS,
+                 {"searchFilter": phase_filter(CONFIRM, study),
+                  "orderByKey": START_TIME, "orderByAsc": True,
+                  "groupBy": {"aggregateFunction": "average",
+                              "groupByKeys": [{"mode": "tag", "groupByData": keys.LEVEL}]},
+                  # a row a level, its seeds folded under it (MLflow's group id: mode.key.value)
+                  "groupsExpanded": {f"tag.{keys.LEVEL}.{label}": False for label in levels},
+                  # the mean's digits and "(average)" readable
+                  "columnWidths": {f"metrics.`{o.metric}`": 240 for o in spec.objectives}})
+
+
+def tuning_view(spec, study: str | None = None) -> str:
+    """The value of the experiment tag :data:`keys.TUNING_VIEW`: a comparison's tuning runs
+    (of study ``study``, when given), best objective first, with the columns of
+    :func:`runs_view`; ``sweep ui`` prints its link under the first."""
+    from ..answer.compare import TUNE
+
+    return _view(f"sweep: tuning runs, best {spec.objectives[0].metric} first", spec,
+                 COMPARISON_COLUMNS, {"searchFilter": phase_filter(TUNE, study)})
+
+
+def phase_filter(phase: str, study: str | None = None) -> str:
+    """MLflow's search filter of a comparison's runs of one phase (:data:`keys.PHASE`), of one
+    study when given (a sweep's name holds no quote: spec.py)."""
+    text = f"tags.`{keys.PHASE}` = '{phase}'"
+    return text if study is None else f"{text} and tags.`{keys.STUDY}` = '{study}'"
+
+
+# a comparison's runs table: which phase a run is of, which level, which seed (MLflow's ids)
+COMPARISON_COLUMNS = [f"tags.`{k}`" for k in (keys.PHASE, keys.LEVEL, keys.SEED)]
+START_TIME = "attributes.start_time"  # the runs table's sort by start time
+
+
+def _view(name: str, spec, extra: list[str], more: dict) -> str:
+    """A saved view of the runs table named ``name``: sorted by the (first) objective's metric,
+    best first, with each objective's metric, the columns ``extra``, every searched setting
+    and each trial's end as columns next to the run's name; ``more`` (a filter, a grouping, a
+    sort) added. The value of an experiment tag ``mlflow.sharedViewState.<key>``."""
     from ..config import space as sp
 
     metrics = list(dict.fromkeys(o.metric for o in spec.objectives))
     settings = list(dict.fromkeys(node.setting for _, node in sp.walk(spec.space)
                                   if not isinstance(node, sp.Fixed)))
-    first = spec.objectives[0]
-    columns = [f"metrics.`{m}`" for m in metrics] + [f"params.`{s}`" for s in settings] \
-        + [STATE_COLUMN]
-    state = {"orderByKey": f"metrics.`{first.metric}`",
-             "orderByAsc": first.direction == "minimize",
+    columns = [f"metrics.`{m}`" for m in metrics] + extra \
+        + [f"params.`{s}`" for s in settings] + [STATE_COLUMN]
+    state = {"orderByKey": f"metrics.`{metrics[0]}`",
+             "orderByAsc": spec.objectives[0].direction == "minimize",
              "selectedColumns": columns + [MODELS_COLUMN],
              # next to the run's name, not past the screen's right edge
-             "columnOrder": [NAME_COLUMN, *columns, *LAST_COLUMNS, MODELS_COLUMN]}
+             "columnOrder": [NAME_COLUMN, *columns, *LAST_COLUMNS, MODELS_COLUMN], **more}
     stamp = int(time.time() * 1000)
-    return json.dumps({"name": f"sweep: best {first.metric} first", "createdAt": stamp,
-                       "updatedAt": stamp, "state": json.dumps(state)})
+    return json.dumps({"name": name, "createdAt": stamp, "updatedAt": stamp,
+                       "state": json.dumps(state)})
 
 
 def artifacts_destination(text: str) -> str:
@@ -248,8 +308,8 @@ class Sidecar:
 
 
 def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str,
-          path: str | Callable[[str], str], hint: str = "", sidecar: Sidecar | None = None
-          ) -> ExitCode:
+          path: str | Callable[[str], str | tuple[str, ...]], hint: str = "",
+          sidecar: Sidecar | None = None) -> ExitCode:
     """Start an MLflow server, print its URL once it answers, and stop it with its helper
     processes on Ctrl-C, SIGTERM or SIGHUP (or when it exits).
 
@@ -260,7 +320,8 @@ def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str
         what: its name in messages, e.g. ``MLflow UI``.
         base: its URL, e.g. ``http://127.0.0.1:5000``; ``path`` is appended to the URL printed,
             or asked of the server once it answers (a function of ``base``, which may raise
-            :class:`SweepError`: the server is stopped, the error passed on).
+            :class:`SweepError`: the server is stopped, the error passed on); that function
+            may also give lines said under the URL (a second link).
         hint: said after the URL.
         sidecar: a process started with the server, its URL printed once it listens, stopped
             with the server; the server stops when it ends.
@@ -287,10 +348,12 @@ def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str
         _wait_until_it_answers(proc, what, base, log_path)
         if sidecar is not None:
             _wait_until_it_listens(procs[0], sidecar)
-        if callable(path):
-            path = path(base)
+        found = path(base) if callable(path) else path
+        path, *under = (found,) if isinstance(found, str) else found
         console.print(f"{what}: {base}{path}{hint}   (Ctrl-C stops it; server log: {log_path})",
                       soft_wrap=True)
+        for line in under:
+            console.print(f"  {line}", soft_wrap=True)
         if sidecar is not None:
             console.print(f"{sidecar.what}: {sidecar.url}{sidecar.hint}   (log: "
                           f"{sidecar.log_path})", soft_wrap=True)

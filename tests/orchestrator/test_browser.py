@@ -8,13 +8,17 @@ import json
 import os
 import re
 import shutil
+import threading
 
+import numpy as np
 import pytest
+import yaml
 from playwright.sync_api import expect, sync_playwright
 
+from orchestrator.answer.compare import CONFIRM, TUNE
 from orchestrator.core import keys
-from tests.conftest import ROOT, serve
-from tests.helpers import CHROMIUM, CHROMIUM_ARGS
+from tests.conftest import ROOT, Stores, run_cli, serve
+from tests.helpers import CHROMIUM, CHROMIUM_ARGS, compare_spec
 
 pytestmark = pytest.mark.slow  # end to end: a real browser on a real sweep
 
@@ -60,8 +64,9 @@ def test_a_fresh_browser_browses_the_sweep_from_the_url_sweep_ui_prints(quicksta
                 if r.data.tags.get("sweep.exported") == "true"]
     assert len(exported) == 1, [r.info.run_name for r in exported]
     best_name, best_id = exported[0].info.run_name, exported[0].info.run_id
-    shutil.rmtree(SHOTS, ignore_errors=True)
-    SHOTS.mkdir(parents=True)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for old in SHOTS.glob("*.*"):  # this test's screenshots of an earlier run
+        old.unlink()
 
     with serve("ui", "quickstart", cwd=stores.dir, prefix="MLflow UI:") as ui, \
             sync_playwright() as playwright:
@@ -222,3 +227,172 @@ def val_acc_chart(page):
         has_text=re.compile(r"^val_acc"))
     expect(card).to_have_count(1)
     return card
+
+
+# a comparison of 3 batch sizes, each tuned by 1 trial, then 3 paired confirmation seeds
+LEVELS = ["32", "64", "128"]
+COMPARISON = compare_spec(space={"batch_size": [int(b) for b in LEVELS],
+                                 "lr": {"low": 1e-3, "high": 1e-2, "log": True}},
+                          compare={"factor": "batch_size", "tune_trials": 1, "seeds": 3,
+                                   "max_seeds": 3})
+PHASE, LEVEL, SEED = (f"tags.`{k}`" for k in (keys.PHASE, keys.LEVEL, keys.SEED))
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory) -> Stores:
+    """The comparison COMPARISON, run once (12 trials of 1 epoch)."""
+    d = tmp_path_factory.mktemp("comparison")
+    (d / "cmp.yaml").write_text(yaml.safe_dump(COMPARISON))
+    out = run_cli("run", "cmp.yaml", cwd=d)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return Stores(d)
+
+
+def test_a_comparison_opens_on_the_mean_of_its_confirmation_runs_a_row_a_level(comparison,
+                                                                                 tmp_path):
+    stores = comparison
+    exp_id = stores.client().get_experiment_by_name("cmp").experiment_id
+    runs = stores.runs("cmp", "trial")
+    phase = {r.info.run_name: r.data.tags[keys.PHASE] for r in runs}
+    confirm = [r for r in runs if phase[r.info.run_name] == CONFIRM]
+    tune = [r for r in runs if phase[r.info.run_name] == TUNE]
+    assert len(confirm) == 9 and len(tune) == 3, phase
+    # the mean of each level's confirmation runs, from MLflow's client and numpy
+    values: dict[str, list[float]] = {}
+    for r in confirm:
+        values.setdefault(r.data.tags[keys.LEVEL], []).append(r.data.metrics["val_acc"])
+    assert sorted(values, key=int) == LEVELS and all(len(v) == 3 for v in values.values())
+    means = {level: float(np.mean(v)) for level, v in values.items()}
+    answer = stores.study("cmp").user_attrs[keys.ANSWER]
+    assert answer["mean"] == pytest.approx(means[answer["level"]], abs=1e-12)
+    shots = SHOTS / "comparison"
+    shutil.rmtree(shots, ignore_errors=True)
+    shots.mkdir(parents=True)
+
+    with serve("ui", "cmp", cwd=stores.dir, prefix="MLflow UI:") as ui, \
+            sync_playwright() as playwright:
+        # the line under the link: the tuning runs' view
+        tuning = next_line(ui.proc, timeout=30).split()
+        assert tuning[:2] == ["tuning", "runs:"], tuning
+        assert tuning[2] == ui.url.replace("viewStateShareKey=sweep",
+                                           f"viewStateShareKey={keys.TUNING_VIEW_ID}")
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                             args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1600, "height": 1000})
+        context.route(re.compile(r"^(?!http://127\.0\.0\.1:)"), lambda route: route.abort())
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        expect.set_options(timeout=WAIT_MS)
+
+        def shot(name: str) -> None:
+            page.screenshot(path=tmp_path / f"{name}.png")
+            shutil.copy(tmp_path / f"{name}.png", shots / f"{name}.png")
+
+        try:
+            # 1. the printed link: a row a level, the mean of its confirmation seeds; the parent
+            # run (MLflow fetches the parent of the runs it lists) in "Additional runs"
+            page.goto(ui.url)
+            groups = page.locator(".ag-row").filter(has_text="Group: ")
+            expect(groups).to_have_count(len(LEVELS))
+            expect(page.get_by_text(f"{len(confirm) + 1} matching runs")).to_be_visible()
+            for column in (OBJECTIVE, PHASE, LEVEL, SEED):
+                expect(page.locator(f'.ag-header-cell[col-id="{column}"]')).to_be_in_viewport()
+            expect(page.get_by_role("button", name=f"Group by: {keys.LEVEL}")).to_be_visible()
+            rows = sorted(page.evaluate(CELLS).values(), key=lambda row: int(row["row"]))
+            shown = {}
+            for row in rows[:-1]:  # the levels' rows, folded: no run row among them
+                level, count = re.fullmatch(r"#\w+\nGroup: (\S+)\n(\d+)",
+                                            row[RUN_NAME]).groups()
+                mean = re.fullmatch(r"(\S+) \(average\)", row[OBJECTIVE]).group(1)
+                shown[level] = (int(count), float(mean))
+            assert shown.keys() == means.keys(), rows
+            for level, (count, mean) in shown.items():
+                assert count == 3 and mean == pytest.approx(means[level], abs=1e-9), shown
+            assert rows[-1][RUN_NAME] == "Additional runs\n1", rows[-1]
+            shot("1-levels")
+
+            # 2. each level unfolded: its confirmation runs, their phase, level and seed; no
+            # tuning run
+            for level in LEVELS:
+                group = page.locator(".ag-row").filter(has_text=f"Group: {level}")
+                group.locator(f'[col-id="{RUN_NAME}"] span[role="button"]').first.click()
+            expect(page.locator(".ag-row").filter(
+                has=page.locator(f'[col-id="{PHASE}"]', has_text=CONFIRM))
+            ).to_have_count(len(confirm))
+            listed = {row[RUN_NAME]: (row[PHASE], row[LEVEL], row[SEED])
+                      for row in page.evaluate(CELLS).values() if row.get(PHASE)}
+            assert listed == {r.info.run_name: (CONFIRM, r.data.tags[keys.LEVEL],
+                                                r.data.tags[keys.SEED]) for r in confirm}
+            shot("2-seeds")
+
+            # 3. the tuning runs, a click away: the saved views' menu, or the printed link
+            page.get_by_role("button", name=re.compile(r"^sweep: confirmation runs")).click()
+            page.get_by_text(re.compile(r"^sweep: tuning runs, best val_acc first$")).click()
+            expect(page).to_have_url(re.compile(rf"viewStateShareKey={keys.TUNING_VIEW_ID}"))
+            page.goto(tuning[2])
+            expect(page.get_by_text(f"{len(tune)} matching runs")).to_be_visible()
+            expect(page.locator(".ag-row").filter(
+                has=page.locator(f'[col-id="{PHASE}"]', has_text=TUNE))).to_have_count(len(tune))
+            rows = sorted(page.evaluate(CELLS).values(), key=lambda row: int(row["row"]))
+            best_first = sorted(tune, key=lambda r: r.data.metrics["val_acc"], reverse=True)
+            assert [(row[RUN_NAME].split("\n")[-1], row[PHASE]) for row in rows] == [
+                (r.info.run_name, TUNE) for r in best_first], rows
+            shot("3-tuning-runs")
+
+            # 4. the parent run's page, from its row: the answer in its description
+            page.goto(ui.url)
+            extra = page.locator(".ag-row").filter(has_text="Additional runs")
+            extra.locator(f'[col-id="{RUN_NAME}"] span[role="button"]').first.click()
+            parent_id = stores.runs("cmp", "parent")[0].info.run_id
+            link = page.locator(".ag-row").get_by_role("link", name="cmp", exact=True)
+            expect(link).to_have_attribute("href", f"#/experiments/{exp_id}/runs/{parent_id}")
+            link.click()
+            expect(page).to_have_url(re.compile(rf"/runs/{parent_id}"))
+            note = page.locator(".note-editor-preview-content")
+            table = note.locator("table")
+            expect(table).to_be_attached()
+            more = page.get_by_text("Show more", exact=True)
+            try:  # MLflow folds a long description (measured once it rendered)
+                expect(more).to_be_visible(timeout=5_000)
+                more.click()
+            except AssertionError:
+                pass  # a short one: shown whole
+            table.scroll_into_view_if_needed()
+            expect(table).to_be_visible()
+            for level in LEVELS:  # the Markdown table, rendered, names every level
+                expect(table.get_by_text(level, exact=True).first).to_be_visible()
+            page.get_by_text("Description", exact=True).evaluate(
+                "e => e.scrollIntoView({block: 'start'})")  # for the screenshot
+            # a sentence or a row names the answer's level with its confirmed mean
+            parts = note.locator("p, li, tr, strong, h1, h2, h3, h4").all_inner_texts()
+            assert any(says(part, answer["level"], answer["mean"]) for part in parts), parts
+            shot("4-parent-description")
+        except Exception:
+            shot("failed")
+            (shots / "failed.html").write_text(page.content())
+            raise
+        finally:
+            browser.close()
+        ui.stop()
+
+
+def next_line(proc, timeout: float) -> str:
+    """The next line ``proc`` prints; "" when none comes within ``timeout`` seconds (a thread
+    reads it: a pipe's read does not time out)."""
+    line: list[str] = []
+    reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return line[0] if line else ""
+
+
+def says(text: str, level: str, mean: float) -> bool:
+    """Whether ``text`` names ``level`` (a word of its own) and a number that is ``mean``
+    rounded as written (at least 2 digits after the point as a fraction, or 1 in points)."""
+    if not re.search(rf"(?<![\w.]){re.escape(level)}(?![\w.])", text):
+        return False
+    for whole, digits in re.findall(r"(\d+)\.(\d+)", text):
+        x, half = float(f"{whole}.{digits}"), 0.5 * 10 ** -len(digits) + 1e-12
+        if (len(digits) >= 2 and abs(x - mean) <= half) or abs(x - 100 * mean) <= half:
+            return True
+    return False
