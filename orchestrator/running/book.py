@@ -20,7 +20,7 @@ from ..config.spec import SweepSpec
 from ..core import keys, paths
 from ..report.display import config_name
 from ..stores.retries import will_retry
-from ..stores.study import PendingTrial, SweepStudy, abandon
+from ..stores.study import PendingTrial, SweepStudy, TrialLost, abandon
 from .protocol import Done, Epoch, Failed, Ready
 from .runs import Active, Closing, Runs, check_store_present
 
@@ -67,7 +67,7 @@ class Heartbeat:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            for a in list(self.active.values()):
+            for a in [a for a in list(self.active.values()) if a.lost is None]:
                 try:
                     self.study.beat(a.pending)
                 except Exception:  # noqa: BLE001 - finished meanwhile, or the database blinked
@@ -222,10 +222,17 @@ class TrialBook:
         value = epoch.metrics.get(self.spec.objective.metric, math.nan)
         active.curve.append(value)
         active.history.append(dict(epoch.metrics))
+        if active.lost is not None:
+            return True  # stop it: the study takes no more of its epochs
         if not math.isfinite(value):
             return False
-        # an epoch restored from a checkpoint already passed the pruner: report it only
-        if self.study.report(active.pending, epoch.epoch, value, ask_pruner=not epoch.resumed):
+        try:  # an epoch restored from a checkpoint already passed the pruner: report it only
+            with self.study.writes_to(active.pending):
+                if self.study.report(active.pending, epoch.epoch, value,
+                                     ask_pruner=not epoch.resumed):
+                    return True
+        except TrialLost as e:
+            lose_trial(self, active, e)
             return True
         active.stopped_early = patience_stop(self.spec, active.curve)
         return active.stopped_early is not None
@@ -246,6 +253,18 @@ class TrialBook:
             end = replace(end, state="complete")  # stopped by patience: done, not pruned
         self.runs.complete(active, end)
         shutil.rmtree(self.folders.output(active.pending), ignore_errors=True)
+        if active.lost is not None:  # known since an epoch
+            drop_lost_trial(self, active)
+        else:
+            try:
+                with self.study.writes_to(active.pending):
+                    self._close(active, end)
+            except TrialLost as e:  # its run may have ended FINISHED already: FAILED now
+                lose_trial(self, active, e)
+                drop_lost_trial(self, active)
+        self.active.pop(slot, None)
+
+    def _close(self, active: Active, end: Done | Failed) -> None:
         if isinstance(end, Failed):
             self._fail(active, end.reason, "crash" if end.retryable else "deterministic")
         elif end.state == "complete" and not all(
@@ -254,7 +273,7 @@ class TrialBook:
         else:
             self._end(active, end)
             self.folders.drop_checkpoint(active.pending.root)
-        self.active.pop(slot, None)
+
 
     def _end(self, active: Active, done: Done) -> None:
         metrics, tags = end_records(self.spec, active, done)
@@ -284,7 +303,10 @@ class TrialBook:
         self.runs.complete(active)
         retry = self.will_retry(kind, pending.root)
         self.runs.end_failed(active, reason, kind, retry)
-        self.study.fail(pending, reason, kind, retry)
+        if not self.study.fail(pending, reason, kind, retry):  # another process ended it
+            lose_trial(self, active, TrialLost(pending.number, self.study.state_now(pending).name))
+            drop_lost_trial(self, active)
+            return
         if not retry:
             self.folders.drop_checkpoint(pending.root)
         then = ", will be retried" if retry else ""
@@ -461,6 +483,7 @@ def fail_stale_trials(book: TrialBook) -> None:
     reason = (f"no heartbeat for {2 * book.spec.heartbeat_seconds} s: the machine or "
               f"process running it is gone")
     closing: list[Closing] = []
+    beat_own_trials(book)
     for t in book.study.fail_stale():
         root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
         retry = book.will_retry("crash", root, recorded=True)  # failed by fail_stale
@@ -469,3 +492,35 @@ def fail_stale_trials(book: TrialBook) -> None:
         book.say(f"trial {t.number} failed: {reason}{' (queued for retry)' if retry else ''}")
         closing.append((t.number, t.user_attrs.get(keys.RUN_ID), reason))
     book.runs.fail_runs(closing)
+
+
+def beat_own_trials(book: TrialBook) -> None:
+    """Beat every trial this process runs, right before it looks for stale trials: they are
+    alive, whenever its heartbeat thread last beat (a loaded machine can hold that thread past
+    the grace period), so a process never fails one of its own trials as stale."""
+    for active in list(book.active.values()):
+        if active.lost is None:
+            try:
+                with book.study.writes_to(active.pending):
+                    book.study.beat(active.pending)
+            except TrialLost as e:
+                lose_trial(book, active, e)
+
+
+def lose_trial(book: TrialBook, active: Active, lost: TrialLost) -> None:
+    """Mark a trial this process runs as ended by another process (:class:`TrialLost`): its
+    worker is told to stop, its result is not told to the study."""
+    if active.lost is None:
+        active.lost = f"{lost}; its result here was dropped"
+        book.say(active.lost)
+
+
+def drop_lost_trial(book: TrialBook, active: Active) -> None:
+    """End the run of a lost trial FAILED, as the study holds it: with why, and whether its
+    retry is queued (the process that failed it queues one by the rule of every crash); its
+    checkpoint is kept for that retry."""
+    root = active.pending.root
+    retry = book.will_retry("crash", root, recorded=True)
+    book.runs.end_failed(active, active.lost, "crash", retry)
+    if not retry:
+        book.folders.drop_checkpoint(root)

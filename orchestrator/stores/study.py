@@ -53,6 +53,19 @@ def make_pruner(spec: SweepSpec):
     return compare.LevelPruner(pruner) if spec.compare is not None else pruner
 
 
+class TrialLost(RuntimeError):
+    """A write to a trial this process runs was refused because another ``sweep run`` process of
+    the study ended the trial meanwhile: it saw no heartbeat from this process for two
+    intervals (a loaded or stalled machine), failed the trial and queued its retry. Optuna then
+    refuses every write to it (``UpdateFinishedTrialError``, or ``ValueError`` from ``tell``)."""
+
+    def __init__(self, number: int, state: str):
+        self.number, self.state = number, state
+        super().__init__(f"trial {number} was ended ({state}) by another sweep run process "
+                         f"while it ran here: that process saw no heartbeat from this one for "
+                         f"two intervals")
+
+
 @dataclass
 class PendingTrial:
     """A trial asked from the study, with the settings the trainer will get."""
@@ -213,6 +226,23 @@ class SweepStudy:
 
     def set_attr(self, pending: PendingTrial, key: str, value: Any) -> None:
         pending.trial.set_user_attr(key, value)
+
+    @contextlib.contextmanager
+    def writes_to(self, pending: PendingTrial):
+        """Around this process's writes to a trial it runs: a write refused because the trial
+        is no longer RUNNING in the storage (another process failed it as stale) raises
+        :class:`TrialLost`; any other error passes unchanged."""
+        try:
+            yield
+        except (RuntimeError, ValueError) as e:
+            state = self.state_now(pending)
+            if state == TrialState.RUNNING:
+                raise
+            raise TrialLost(pending.number, state.name) from e
+
+    def state_now(self, pending: PendingTrial) -> TrialState:
+        """The state of ``pending`` in the storage as it is now (not a cached read)."""
+        return compat.storage_of(self.study).get_trial(compat.trial_id(pending.trial)).state
 
     def values(self, history: list[dict[str, float]]) -> list[float]:
         """Each objective's value of a trial whose epochs logged ``history``."""
