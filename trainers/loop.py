@@ -324,18 +324,18 @@ def train_one_epoch(run: Run, epoch: int, first_step: int) -> tuple[dict[str, fl
     metrics = _epoch_metrics(run, train_loss, correct_total / scored if scored else math.nan,
                              seen / train_seconds, torch.stack(norms))
     if run.settings.noise_scale:
-        metrics[noise.METRIC] = _noise_scale(small, norms)
+        metrics.update(_noise_scale(small, norms))
     return metrics, lr_steps
 
 
-def _noise_scale(small: list, norms: list[torch.Tensor]) -> float:
+def _noise_scale(small: list, norms: list[torch.Tensor]) -> dict[str, float]:
     """The epoch's noise scale (:mod:`trainers.noise`): each step's first micro-batch against
     the whole step (its global norm before clipping, unscaled). The first micro-batch's
     gradient is its loss's times its weight in the step and, under fp16, the scaler's scale."""
     meter = noise.NoiseScale()
     for i, sq, factor, b_small, b_big in small:
         meter.add(float(sq) / factor ** 2, b_small, float(norms[i]) ** 2, b_big)
-    return meter.value
+    return meter.metrics()
 
 
 def _forward_backward(run: Run, x, y, weight: float, step: int):

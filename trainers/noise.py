@@ -22,7 +22,10 @@ from collections.abc import Iterable
 
 import torch
 
-METRIC = "noise_scale"  # the epoch metric train() logs when settings.noise_scale is on
+# the epoch metrics train() logs when settings.noise_scale is on: B_simple, and the means over
+# the epoch's steps of the tr(Sigma) and |G|^2 estimates (to pool epochs and runs: sum each,
+# then divide)
+METRIC, TRACE, GRAD_SQ = "noise_scale", "noise_trace", "noise_grad_sq"
 
 
 def grad_square(params: Iterable[torch.Tensor]) -> torch.Tensor:
@@ -60,3 +63,8 @@ class NoiseScale:
         if not self.steps or self.grad_sq <= 0:
             return math.nan
         return self.trace / self.grad_sq
+
+    def metrics(self) -> dict[str, float]:
+        """The epoch's metrics: the noise scale and the mean estimates it divides."""
+        n = self.steps or math.nan
+        return {METRIC: self.value, TRACE: self.trace / n, GRAD_SQ: self.grad_sq / n}

@@ -31,7 +31,8 @@ EPOCH_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "grad_norm",
 CUDA_METRICS = ("peak_memory_mb",)  # reported after every epoch on CUDA devices only
 # the names of a run's other metrics (logged by the trainer or the tool that runs it), which a
 # user's metric function may not return: its value would be mixed into their curves
-NOISE_METRICS = ("noise_scale",)  # reported after every epoch with noise_scale: true
+# reported after every epoch with noise_scale: true (trainers.noise)
+NOISE_METRICS = ("noise_scale", "noise_trace", "noise_grad_sq")
 TAKEN_METRICS = (*CUDA_METRICS, *NOISE_METRICS, "lr", "train_seconds", "export_seconds",
                  "val_items")
 TAKEN_PREFIXES = ("test_", "export_", "system/")

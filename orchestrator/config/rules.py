@@ -39,6 +39,7 @@ from .samplers import (
     pruner_class,
     sampler_class,
 )
+from .scaling_rules import check_scaling
 from .slots import plan_slots
 from .space_reading import check_values, parse_space, unused_problem
 
@@ -68,6 +69,8 @@ def check_rules(top, max_grid: int | None, problems: list[str],
         _check_pruner(top, problems, warnings)
         _check_objective(top, problems, warnings)
         _check_study_rules(top, space, problems, warnings)
+    if not problems and top.scaling is not None:
+        check_scaling(top, space, problems)
     if not problems and top.compare is None:
         trials = _count_trials(top, n_configs, problems)
     last_seed = top.seed + (top.compare.most_seeds if top.compare else top.repeats - 1)

@@ -151,6 +151,19 @@ class CompareSpec(_Strict):
         return self.seeds if self.max_seeds is None else self.max_seeds
 
 
+class ScalingSpec(_Strict):
+    """``scaling:``: a grid of batch sizes x learning rates x seeds read as lr-sensitivity
+    curves (see :mod:`orchestrator.report.scaling`; its rules: :mod:`.scaling_rules`)."""
+
+    metric: str | None = Field(None, description="the epoch metric each curve is read from, at "
+                               "a run's last epoch (default: the objective's)")
+    direction: Literal["maximize", "minimize"] | None = Field(
+        None, description="which way the metric is better (default: the objective's direction "
+        "for its metric, else minimize for a *loss, maximize otherwise)")
+    bootstrap: int = Field(2000, ge=200, le=100_000, description="resamples of the seeds "
+                           "behind the exponent's interval")
+
+
 class SweepSpec(_Strict):
     """A validated sweep, frozen: build it with :func:`load_spec` or :func:`validate`.
 
@@ -226,6 +239,10 @@ class SweepSpec(_Strict):
     compare: CompareSpec | None = Field(None, description="compare the levels of a searched "
                                         "setting: each level tuned with tune_trials, its best "
                                         "confirmed on fresh paired seeds")
+    scaling: ScalingSpec | None = Field(None, description="read a grid of batch_size x lr "
+                                        "x repeats as lr-sensitivity curves: the best lr per "
+                                        "batch size, its exponent, the linear and square-root "
+                                        "rules compared, the gradient noise scale")
 
     # not YAML keys: where the spec came from, and what validating it found worth saying
     _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
@@ -473,6 +490,7 @@ def _one_branch(errors: list[dict], raw: dict) -> list[dict]:
 def _known_keys(parent: tuple) -> tuple[str, ...]:
     parent = tuple(p for p in parent if not isinstance(p, int))  # an entry of a list
     models = {(): SweepSpec, ("objective",): Objective, ("compare",): CompareSpec,
+              ("scaling",): ScalingSpec,
               ("constraints",): Constraint, ("stop_when",): StopWhen}
     model = models.get(tuple(parent))
     return tuple(model.model_fields) if model else ()

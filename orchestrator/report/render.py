@@ -16,6 +16,7 @@ from ..answer import objectives
 from ..core import keys
 from .comparison import Comparison, compare, settings_text, tolerance_words
 from .comparison_plots import comparison_plots
+from .scaling import scaling
 from .front import best_rows, value_columns
 from .load import SweepData
 from .plots import Figure, plots
@@ -190,6 +191,8 @@ def headline(data: SweepData) -> str:
     """The report's first line: a comparison's verdict, else its best complete trial. It reads
     the trials alone, so ``load_sweep(..., curves=False)`` gives it all it needs."""
     comparison = compare(data)
+    if comparison is None and (found := scaling(data)) is not None:
+        return found.headline
     return comparison.headline if comparison is not None else _best_line(data)
 
 
@@ -198,6 +201,8 @@ def answer_lines(data: SweepData) -> list[str]:
     :meth:`orchestrator.answer.summary.Summary.lines`), else the headline; from the trials
     alone, as :func:`headline`."""
     comparison = compare(data)
+    if comparison is None and (found := scaling(data)) is not None:
+        return found.sentences
     if comparison is None:
         return [_best_line(data)]
     return comparison.summary.lines() if comparison.summary is not None else \
@@ -268,7 +273,11 @@ def _front_section(doc: Document, data: SweepData) -> None:
 
 def _document(data, ftable, paired, gaps, exports, comparison, trends=None) -> Document:
     headline = [comparison.headline] if comparison is not None else [_best_line(data)]
+    found = scaling(data) if comparison is None else None
+    headline = [found.headline] if found is not None else headline
     doc = Document(f"Sweep report: {data.study_name}", headline)
+    if found is not None:  # a scaling grid: its other sentences and a row per batch size
+        doc.blocks += [("p", line) for line in found.sentences[1:]] + [Table(*found.shown())]
     if comparison is not None:
         doc.blocks += summary_blocks(comparison)
     for line in _summary_lines(data):

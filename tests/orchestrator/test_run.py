@@ -392,7 +392,9 @@ COMPARISON = [*DIGITS, "compare.tune_trials=1", "compare.seeds=2", "compare.max_
 DRY_RUN = {
     "quickstart.yaml": ["train.epochs=3", "trials=4"],  # what quickstart_once runs
     "adam_vs_sgd.yaml": COMPARISON,
-    "batch_lr_scaling.yaml": COMPARISON,
+    "batch_lr_scaling.yaml": [*DIGITS, "repeats=3", "space.lr=[0.025, 0.05, 0.1, 0.2, 0.4]"],
+    "clipping.yaml": COMPARISON,
+    "schedules.yaml": COMPARISON,
     "warmup_clipping.yaml": COMPARISON,
     "cifar10_resnet18.yaml": ["trials=1", "repeats=1", "train.dataset=fake", "train.image_size=8",
                               "train.epochs=1", "train.batch_size=128", "train.amp=none",

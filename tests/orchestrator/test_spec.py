@@ -15,9 +15,12 @@ def test_every_example_sweep_validates(path):
 
 def test_the_comparison_examples_count_their_most_trials():
     # levels x (tune_trials + max_seeds)
-    assert load_spec(SWEEPS / "adam_vs_sgd.yaml").trials == 2 * (10 + 8)
-    assert load_spec(SWEEPS / "batch_lr_scaling.yaml").trials == 4 * (8 + 3)
+    assert load_spec(SWEEPS / "adam_vs_sgd.yaml").trials == 2 * (8 + 30)
+    assert load_spec(SWEEPS / "schedules.yaml").trials == 3 * (8 + 60)
+    assert load_spec(SWEEPS / "clipping.yaml").trials == 2 * (8 + 20)
     assert load_spec(SWEEPS / "warmup_clipping.yaml").trials == 4 * (6 + 6)
+    # the scaling grid: 2 batch sizes x 11 learning rates x 5 seeds
+    assert load_spec(SWEEPS / "batch_lr_scaling.yaml").trials == 2 * 11 * 5
 
 
 def test_options_qualify_optuna_names_but_not_settings():

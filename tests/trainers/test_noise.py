@@ -63,6 +63,9 @@ def test_the_meter_averages_before_dividing_and_skips_what_tells_nothing():
     g2 = [(bb * big - bs * sm) / (bb - bs) for sm, bs, big, bb in steps]
     tr = [(sm - big) / (1 / bs - 1 / bb) for sm, bs, big, bb in steps]
     assert meter.value == pytest.approx(np.mean(tr) / np.mean(g2))
+    assert meter.metrics() == pytest.approx({"noise_scale": meter.value,
+                                             "noise_trace": np.mean(tr),
+                                             "noise_grad_sq": np.mean(g2)})
     assert meter.value != pytest.approx(np.mean(np.array(tr) / np.array(g2)))
 
 
@@ -118,3 +121,4 @@ def test_the_loop_logs_the_noise_scale_each_epoch_without_changing_the_training(
         assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-4)
         assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-3)
         assert 0 < b["noise_scale"] < math.inf
+        assert b["noise_scale"] == pytest.approx(b["noise_trace"] / b["noise_grad_sq"])

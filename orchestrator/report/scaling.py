@@ -1,0 +1,323 @@
+"""A ``scaling:`` sweep's answer: from a grid of batch sizes x learning rates x seeds, which
+learning-rate rule holds between its batch sizes.
+
+Rules the numbers follow (each function says its own):
+
+- *curve*: per batch size, the metric at each run's last epoch against the lr the run used
+  (``lr_effective``: after ``lr_scaling``), averaged over the seeds; a run that diverged or
+  failed counts as the worst value the grid holds for that metric (never left out: leaving it
+  out would flatter its lr).
+- *optimum*: the best grid lr of the mean curve, refined by the vertex of the parabola through
+  it and its two neighbours in log lr, kept within one grid step of it; an optimum on the
+  grid's edge is not located (said so; the exponent is then not given).
+- *exponent*: the least-squares slope of log(optimum) against log(batch size); its interval is
+  the 2.5 and 97.5 percentiles of the slope over ``bootstrap`` resamples of the seeds (the same
+  resampled seeds for every batch size: a seed is one run per cell).
+- *rules compared*: the reference lr is the best grid lr at the smallest batch size; at the
+  largest, the cells whose lr used is that lr times (B / b) (linear) and times sqrt(B / b)
+  (square root), or the grid lr within 2% of it, are compared over their paired seeds by
+  :func:`orchestrator.answer.stats.compare_paired` (95% t interval, paired t-test).
+- *steps*: the optimizer steps a run took (its last logged lr step); at equal epochs a larger
+  batch takes fewer, a confound the answer names.
+- *noise scale*: per batch size, over the runs at its best grid lr, the sums of
+  ``noise_trace`` and of ``noise_grad_sq`` (each a mean over an epoch's steps; the last epoch's
+  as logged) divided: a batch size below it is where linear scaling is expected to hold.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..answer import objectives
+from ..answer.stats import METRIC_BOUNDS, PairResult, compare_paired
+from ..config.scaling_rules import scaling_metric
+from ..core import keys
+from .load import SweepData
+
+LINEAR, SQUARE_ROOT = 1.0, 0.5
+RULE_MATCH = 0.02  # a grid lr within 2% of a rule's lr stands for it (grid steps are far wider)
+CONFOUND = "Shallue et al. 2019"
+
+
+@dataclass(frozen=True)
+class Exponent:
+    """The exponent k of best lr ~ batch_size ** k in ``metric``, with its bootstrap interval;
+    NaN where an optimum lies on the grid's edge."""
+
+    metric: str
+    direction: str
+    optimum: dict[int, float]  # batch size -> located best lr (of the mean over seeds)
+    edge: list[int]  # batch sizes whose best grid lr is the grid's first or last
+    value: float
+    ci_low: float
+    ci_high: float
+    resamples: int
+    seeds: int
+
+    def rules(self) -> str:
+        """Which of linear (1) and square-root (0.5) lie inside the interval."""
+        if math.isnan(self.ci_low):
+            return "no interval"
+        inside = [name for name, k in (("linear (1)", LINEAR), ("square root (0.5)", SQUARE_ROOT))
+                  if self.ci_low <= k <= self.ci_high]
+        outside = [name for name, k in (("linear (1)", LINEAR), ("square root (0.5)", SQUARE_ROOT))
+                   if not self.ci_low <= k <= self.ci_high]
+        parts = ([f"{' and '.join(inside)} inside it"] if inside else []) + \
+                ([f"{' and '.join(outside)} outside"] if outside else [])
+        return ", ".join(parts)
+
+
+@dataclass
+class ScalingAnswer:
+    """Everything the report says about a scaling grid; ``sentences[0]`` is the headline."""
+
+    exponents: list[Exponent]
+    reference_batch: int
+    reference_lr: float
+    large_batch: int
+    rule: PairResult | None
+    rule_lrs: dict[str, float]
+    steps: dict[int, int]
+    epochs: int
+    noise: dict[int, float]
+    equal_steps: int | None = None  # train.equal_steps_batch_size
+    sentences: list[str] = field(default_factory=list)
+
+    @property
+    def headline(self) -> str:
+        return self.sentences[0]
+
+    def table(self) -> pd.DataFrame:
+        """A row per batch size: its located best lr per metric, steps and noise scale."""
+        rows = []
+        for b in sorted(self.steps):
+            row = {"batch_size": b, "optimizer steps": self.steps[b]}
+            for e in self.exponents:
+                row[f"best lr ({e.metric})"] = e.optimum.get(b, math.nan)
+            row["noise scale"] = self.noise.get(b, math.nan)
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def shown(self) -> tuple[str, list[str], list[list[str]]]:
+        """:meth:`table` as the report shows it: (caption, header, rows of text)."""
+        table = self.table()
+        rows = [[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row]
+                for row in table.itertuples(index=False)]
+        return ("Per batch size: the optimizer steps a run took, the best lr located on the "
+                "mean curve over seeds in each metric (the lr used, after lr_scaling), the "
+                "gradient noise scale at its best grid lr.", list(table.columns), rows)
+
+
+def cells(trials: pd.DataFrame, metric: str, direction: str) -> pd.DataFrame:
+    """A row per grid run: batch, lr used, seed (the repeat index), value of ``metric`` at its
+    last epoch; a failed or non-finite run gets the worst finite value of the grid."""
+    lr_col = f"params.{keys.LR_EFFECTIVE}"
+    lr = trials[lr_col] if lr_col in trials else trials["params.lr"]
+    col = f"metrics.{metric}"
+    value = pd.to_numeric(trials[col], errors="coerce") if col in trials else \
+        pd.Series(math.nan, index=trials.index)
+    value = value.where(trials["state"] == "COMPLETE")
+    out = pd.DataFrame({"batch": pd.to_numeric(trials["params.batch_size"]).astype(int),
+                        "lr": pd.to_numeric(lr).astype(float),
+                        "seed": pd.to_numeric(trials["repeat"]).astype(int),
+                        "value": value.astype(float)})
+    finite = out["value"][np.isfinite(out["value"])]
+    worst = (finite.min() if direction == "maximize" else finite.max()) if len(finite) else 0.0
+    out["value"] = out["value"].where(np.isfinite(out["value"]), worst)
+    return out.drop_duplicates(["batch", "lr", "seed"])
+
+
+def optimum(lrs: np.ndarray, values: np.ndarray, direction: str) -> tuple[float, bool]:
+    """(located best lr, on the edge): the best of ``values`` (a mean curve over ``lrs``),
+    refined by the parabola's vertex in log lr through it and its neighbours (see the
+    module); on the edge, the edge's lr."""
+    order = np.argsort(lrs)
+    x, y = np.log(np.asarray(lrs, float)[order]), np.asarray(values, float)[order]
+    y = objectives.sign(direction) * y  # lower is better from here
+    i = int(np.argmin(y))
+    if i == 0 or i == len(y) - 1:
+        return float(np.exp(x[i])), True
+    (x0, x1, x2), (y0, y1, y2) = x[i - 1:i + 2], y[i - 1:i + 2]
+    curvature = (y2 - y1) / (x2 - x1) - (y1 - y0) / (x1 - x0)
+    if not curvature > 0:  # flat: the best grid point
+        return float(np.exp(x1)), False
+    # vertex of the parabola through the three points
+    num = (x1 - x0) ** 2 * (y1 - y2) - (x1 - x2) ** 2 * (y1 - y0)
+    den = (x1 - x0) * (y1 - y2) - (x1 - x2) * (y1 - y0)
+    vertex = x1 - 0.5 * num / den
+    return float(np.exp(min(max(vertex, x0), x2))), False
+
+
+def _optima(table: pd.DataFrame, seeds: list[int], direction: str) -> dict[int, tuple]:
+    """batch -> (located best lr, on the edge) of the mean curve over ``seeds`` (repeats
+    counted as often as drawn)."""
+    out = {}
+    for b, group in table.groupby("batch"):
+        by_seed = group.pivot_table(index="seed", columns="lr", values="value")
+        mean = by_seed.loc[seeds].mean(axis=0)
+        out[int(b)] = optimum(mean.index.to_numpy(float), mean.to_numpy(float), direction)
+    return out
+
+
+def _slope(batches: list[int], lrs: list[float]) -> float:
+    return float(np.polyfit(np.log(batches), np.log(lrs), 1)[0])
+
+
+def exponent(table: pd.DataFrame, metric: str, direction: str, resamples: int = 2000,
+             seed: int = 0) -> Exponent:
+    """The exponent and its bootstrap interval over seeds (see the module); NaN when an
+    optimum is on the edge of the grid (a resample on the edge counts as drawn: the interval
+    is not narrowed by dropping it)."""
+    seeds = sorted(table["seed"].unique())
+    found = _optima(table, seeds, direction)
+    batches = sorted(found)
+    edge = [b for b in batches if found[b][1]]
+    if edge or len(batches) < 2:
+        return Exponent(metric, direction, {b: found[b][0] for b in batches}, edge, math.nan,
+                        math.nan, math.nan, 0, len(seeds))
+    value = _slope(batches, [found[b][0] for b in batches])
+    rng = np.random.default_rng(seed)
+    slopes = []
+    for _ in range(resamples):
+        drawn = list(rng.choice(seeds, size=len(seeds), replace=True))
+        again = _optima(table, drawn, direction)
+        slopes.append(_slope(batches, [again[b][0] for b in batches]))
+    low, high = np.percentile(slopes, [2.5, 97.5])
+    return Exponent(metric, direction, {b: found[b][0] for b in batches}, edge, value,
+                    float(low), float(high), resamples, len(seeds))
+
+
+def compare_rules(table: pd.DataFrame, direction: str, bounds) -> tuple:
+    """(reference batch, reference lr, largest batch, the rules' lrs there, PairResult or
+    None): the square-root rule against the linear one at the largest batch from the best grid
+    lr at the smallest (see the module)."""
+    batches = sorted(table["batch"].unique())
+    small, large = int(batches[0]), int(batches[-1])
+    ref = table[table["batch"] == small].groupby("lr")["value"].mean()
+    ref_lr = float(ref.idxmax() if direction == "maximize" else ref.idxmin())
+    ratio = large / small
+    lrs = {"square root": ref_lr * math.sqrt(ratio), "linear": ref_lr * ratio}
+    at = table[table["batch"] == large]
+    grid = np.array(sorted(at["lr"].unique()))
+    values = {}
+    for rule, lr in lrs.items():
+        # the grid's lr nearest the rule's, if within RULE_MATCH (a YAML's lrs are rounded)
+        near = grid[np.argmin(np.abs(np.log(grid / lr)))] if len(grid) else math.nan
+        if not abs(math.log(near / lr)) <= math.log1p(RULE_MATCH):
+            return small, ref_lr, large, lrs, None
+        lrs[rule] = float(near)
+        cell = at[at["lr"] == near]
+        values[rule] = dict(zip(cell["seed"], cell["value"]))
+    [result] = compare_paired(values, factor="lr rule", direction=direction, bounds=bounds)
+    return small, ref_lr, large, lrs, result
+
+
+def optimizer_steps(data: SweepData) -> dict[int, int]:
+    """batch -> the optimizer steps its complete runs took (the most of them)."""
+    if data.lr.empty:
+        return {}
+    last = data.lr.groupby("trial")["step"].max()
+    done = data.trials.set_index("trial")
+    out: dict[int, int] = {}
+    for trial, steps in last.items():
+        if trial in done.index:
+            b = int(done.loc[trial, "params.batch_size"])
+            out[b] = max(out.get(b, 0), int(steps))
+    return out
+
+
+def noise_scales(trials: pd.DataFrame, table: pd.DataFrame, direction: str) -> dict[int, float]:
+    """batch -> the noise scale pooled over the runs at its best grid lr (see the module)."""
+    cols = ("metrics.noise_trace", "metrics.noise_grad_sq")
+    if not all(c in trials for c in cols):
+        return {}
+    lr_col = f"params.{keys.LR_EFFECTIVE}"
+    lr = pd.to_numeric(trials[lr_col] if lr_col in trials else trials["params.lr"])
+    out = {}
+    for b, group in table.groupby("batch"):
+        mean = group.groupby("lr")["value"].mean()
+        best = float(mean.idxmax() if direction == "maximize" else mean.idxmin())
+        mine = trials[(pd.to_numeric(trials["params.batch_size"]) == b)
+                      & np.isclose(lr, best, rtol=1e-6, atol=0)]
+        trace, g2 = (pd.to_numeric(mine[c], errors="coerce") for c in cols)
+        ok = np.isfinite(trace) & np.isfinite(g2)
+        if ok.any() and g2[ok].sum() > 0:
+            out[int(b)] = float(trace[ok].sum() / g2[ok].sum())
+    return out
+
+
+def scaling(data: SweepData) -> ScalingAnswer | None:
+    """The answer of a ``scaling:`` sweep (None for any other sweep, or before any run)."""
+    spec = data.spec
+    if spec.scaling is None or data.trials.empty or "params.batch_size" not in data.trials:
+        return None
+    metric, direction = scaling_metric(spec)
+    metrics = [(metric, direction)]
+    if spec.objective.metric != metric:
+        metrics.append((spec.objective.metric, spec.objective.direction))
+    exps = [exponent(cells(data.trials, m, d), m, d, spec.scaling.bootstrap) for m, d in metrics]
+    table = cells(data.trials, metric, direction)
+    small, ref_lr, large, lrs, rule = compare_rules(
+        cells(data.trials, spec.objective.metric, spec.objective.direction),
+        spec.objective.direction, METRIC_BOUNDS.get(spec.objective.metric))
+    out = ScalingAnswer(exps, small, ref_lr, large, rule, lrs, optimizer_steps(data),
+                        spec.epochs, noise_scales(data.trials, table, direction),
+                        spec.train.get("equal_steps_batch_size"))
+    out.sentences = sentences(out, spec.objective.metric)
+    return out
+
+
+def sentences(a: ScalingAnswer, objective: str) -> list[str]:
+    """The exponent (the headline), the other metric's, the rules compared directly, the step
+    confound and the noise scale, each with what its interval is."""
+    out = [_exponent_sentence(e) for e in a.exponents]
+    if a.rule is not None:
+        r = a.rule
+        said = f"{r.winner} better" if r.winner else r.verdict
+        out.append(f"The rules compared directly at batch {a.large_batch} from the best grid lr "
+                   f"at batch {a.reference_batch} ({a.reference_lr:.4g}): square root "
+                   f"(lr {a.rule_lrs['square root']:.4g}) against linear (lr "
+                   f"{a.rule_lrs['linear']:.4g}), {r.b} - {r.a} = {r.diff:+.3g} {objective} "
+                   f"[{r.ci_low:+.3g}, {r.ci_high:+.3g}] ({r.ci_level:.0%} t interval over "
+                   f"{r.pairs} paired seeds, p = {r.p:.2g}): {said}.")
+    else:
+        out.append(f"The rules' lrs at batch {a.large_batch} from the best grid lr at batch "
+                   f"{a.reference_batch} ({a.reference_lr:.4g}) are not both on the grid "
+                   f"(square root {a.rule_lrs['square root']:.4g}, linear "
+                   f"{a.rule_lrs['linear']:.4g}): no direct comparison.")
+    ratio = a.large_batch // a.reference_batch
+    steps = (" (" + ", ".join(f"batch {b}: {s}" for b, s in sorted(a.steps.items())) + ")"
+             if len(a.steps) >= 2 else "")
+    if not a.equal_steps:
+        out.append(f"At equal epochs ({a.epochs}) batch {a.large_batch} takes {ratio}x fewer "
+                   f"optimizer steps than batch {a.reference_batch}{steps}: a larger batch's "
+                   f"lower curve is partly fewer steps, not its lr rule ({CONFOUND}); "
+                   f"train.equal_steps_batch_size: {a.reference_batch} gives every batch size "
+                   f"the steps of batch {a.reference_batch}.")
+    else:
+        out.append(f"At equal steps (equal_steps_batch_size: {a.equal_steps}){steps}: batch "
+                   f"{a.large_batch} saw {ratio}x the samples of batch {a.reference_batch}.")
+    if a.noise:
+        parts = []
+        for b, n in sorted(a.noise.items()):
+            where = "below it: linear scaling expected to hold" if b < n else \
+                "above it: diminishing returns expected from a larger batch"
+            parts.append(f"batch {b}: {n:.0f} ({where})")
+        out.append("The gradient noise scale B_simple measured at each batch size's best grid lr "
+                   "(last epoch, pooled over seeds): " + "; ".join(parts) + ".")
+    return out
+
+
+def _exponent_sentence(e: Exponent) -> str:
+    what = (f"the optimum of the mean {e.metric} over {e.seeds} seeds located by a parabola in "
+            f"log lr")
+    if e.edge:
+        return (f"The best learning rate of {e.metric} is not located at batch "
+                f"{', '.join(map(str, e.edge))}: it lies on the edge of the lr grid; widen the "
+                f"grid there.")
+    return (f"{e.metric}: the best learning rate grows as batch_size^{e.value:.2f} "
+            f"[{e.ci_low:.2f}, {e.ci_high:.2f}] ({what}; 95% bootstrap interval over seeds, "
+            f"{e.resamples} resamples): {e.rules()}.")

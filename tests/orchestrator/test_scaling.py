@@ -1,0 +1,241 @@
+"""A scaling grid (``scaling:``): its YAML rules, and its answer recomputed by hand from
+hand-built trial tables (the optimum, the exponent and its interval, the rules compared on
+paired seeds, the pooled noise scale, the step confound), in both directions."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sst
+
+from orchestrator import SpecError
+from orchestrator.config.spec import validate
+from orchestrator.report import scaling as sc
+
+LRS = [0.0125 * 2 ** (k / 2) for k in range(11)]
+
+
+def _spec(**change) -> dict:
+    spec = {"name": "s", "sampler": {"name": "grid"}, "repeats": 3,
+            "train": {"dataset": "digits", "epochs": 1, "optimizer": "sgd"},
+            "space": {"batch_size": [32, 256], "lr": LRS[:5]},
+            "scaling": {"metric": "val_loss"}}
+    for key, value in change.items():
+        if value is None:
+            spec.pop(key)
+        else:
+            spec[key] = value
+    return spec
+
+
+def test_a_scaling_grid_validates_and_counts_every_cell_times_its_seeds():
+    spec = validate(_spec())
+    assert spec.trials == 2 * 5 * 3
+    assert spec.scaling.metric == "val_loss" and spec.scaling.bootstrap == 2000
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"sampler": {"name": "tpe"}, "trials": 30},
+     "scaling: needs sampler.name: grid (every batch size x lr x seed trained), got tpe; set "
+     "sampler: {name: grid}"),
+    ({"space": {"batch_size": [32], "lr": LRS[:5]}},
+     "scaling: space.batch_size lists 1 distinct values, [32]; list at least 2"),
+    ({"space": {"batch_size": [32, 256], "lr": LRS[:4]}},
+     "scaling: space.lr lists 4 distinct values"),
+    ({"space": {"batch_size": [32, 256], "lr": {"low": 0.01, "high": 0.1, "log": True}}},
+     "space.lr: the grid sampler needs lists or options, not ranges"),  # the grid's own rule
+    ({"space": {"lr": LRS[:5]}},
+     "scaling: space.batch_size must be a list of values at the top of space, got nothing; "
+     "e.g. space.batch_size: [32, 256]"),
+    ({"space": {"batch_size": [32, 256], "lr": LRS[:5], "momentum": [0.8, 0.9]}},
+     "scaling: space searches momentum besides batch_size and lr; fix it under train"),
+    ({"repeats": 2}, "scaling: repeats must be at least 3 (the seeds the exponent's bootstrap "
+                     "interval resamples), got 2"),
+    ({"scaling": {"metric": "val_los"}}, "scaling.metric: the trainer logs no metric 'val_los'"),
+    ({"scaling": {"bootstrap": 10}}, "scaling.bootstrap"),
+    ({"scaling": {"metrc": "val_loss"}}, "scaling.metrc is not a known key (did you mean "
+                                         "`metric`?)"),
+])
+def test_a_bad_scaling_grid_is_one_line_naming_the_field_the_value_and_the_fix(change,
+                                                                              expected):
+    with pytest.raises(SpecError) as e:
+        validate(_spec(**change), source="s.yaml")
+    assert len(e.value.lines) == 1, e.value.lines
+    assert e.value.lines[0].startswith("s.yaml: ") and expected in e.value.lines[0]
+
+
+def test_the_direction_follows_the_metric_unless_given():
+    spec = validate(_spec())
+    assert sc.scaling_metric(spec) == ("val_loss", "minimize")
+    spec = validate(_spec(scaling={"metric": "train_acc"}))
+    assert sc.scaling_metric(spec) == ("train_acc", "maximize")
+    spec = validate(_spec(scaling={"metric": "val_acc", "direction": "minimize"}))
+    assert sc.scaling_metric(spec) == ("val_acc", "minimize")
+
+
+# ----------------------------------------------------------------------- the answer by hand
+
+def _vertex_by_hand(lrs, values, direction):
+    """numpy's parabola through the best grid point and its neighbours, in log lr."""
+    x, y = np.log(lrs), np.asarray(values, float)
+    i = int(np.argmax(y) if direction == "maximize" else np.argmin(y))
+    a, b, _ = np.polyfit(x[i - 1:i + 2], y[i - 1:i + 2], 2)
+    return float(np.exp(np.clip(-b / (2 * a), x[i - 1], x[i + 1])))
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_the_optimum_is_the_vertex_of_the_parabola_through_the_best_and_its_neighbours(
+        direction):
+    sign = 1 if direction == "maximize" else -1
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        peak = rng.uniform(np.log(LRS[2]), np.log(LRS[8]))
+        values = sign * (1 - 0.3 * (np.log(LRS) - peak) ** 2) + rng.normal(0, 0.02, len(LRS))
+        found, edge = sc.optimum(np.array(LRS), values, direction)
+        assert not edge
+        assert found == pytest.approx(_vertex_by_hand(LRS, values, direction), rel=1e-9)
+    # a noiseless parabola: its vertex exactly, wherever between grid points
+    values = sign * -(np.log(LRS) - np.log(0.06)) ** 2
+    assert sc.optimum(np.array(LRS), values, direction)[0] == pytest.approx(0.06)
+    # the best at the grid's edge is not located
+    assert sc.optimum(np.array(LRS), sign * np.arange(11.0), direction) == (LRS[-1], True)
+
+
+def _grid_table(exponent: float, seeds: int, noise: float, direction: str,
+                rng) -> pd.DataFrame:
+    """A trial table of curves peaking at 0.05 (batch 32) x (b / 32) ** exponent, each seed's
+    peak moved by noise (in log lr)."""
+    sign = 1 if direction == "maximize" else -1
+    rows, trial = [], 0
+    for b in (32, 128, 256):
+        for s in range(seeds):
+            peak = np.log(0.05 * (b / 32) ** exponent) + rng.normal(0, noise)
+            for lr in LRS:
+                used = lr * math.sqrt(b / 32)  # lr_scaling sqrt from 32
+                rows.append({"trial": trial, "state": "COMPLETE", "repeat": s,
+                             "params.batch_size": b, "params.lr": lr,
+                             "params.lr_effective": used,
+                             "metrics.val_loss": 0.1 + 0.05 * (np.log(used) - peak) ** 2,
+                             "metrics.val_acc": 0.9 - sign * 0.0 - 0.02 * (np.log(used) - peak)
+                             ** 2})
+                trial += 1
+    return pd.DataFrame(rows)
+
+
+def test_the_exponent_is_the_slope_through_the_located_optima_with_a_bootstrap_interval():
+    rng = np.random.default_rng(2)
+    trials = _grid_table(0.75, seeds=5, noise=0.15, direction="minimize", rng=rng)
+    table = sc.cells(trials, "val_loss", "minimize")
+    e = sc.exponent(table, "val_loss", "minimize", resamples=400)
+    # by hand: each batch's mean curve over the seeds, numpy's parabola, scipy's line
+    optima = []
+    for b in (32, 128, 256):
+        mine = trials[trials["params.batch_size"] == b]
+        mean = mine.groupby("params.lr_effective")["metrics.val_loss"].mean()
+        optima.append(_vertex_by_hand(mean.index.to_numpy(), mean.to_numpy(), "minimize"))
+    slope = sst.linregress(np.log([32, 128, 256]), np.log(optima)).slope
+    assert e.value == pytest.approx(slope, rel=1e-9)
+    assert e.optimum == pytest.approx(dict(zip((32, 128, 256), optima)))
+    assert e.ci_low < e.value < e.ci_high and e.ci_high - e.ci_low < 0.5
+    assert e.ci_low < 0.75 < e.ci_high and e.seeds == 5 and e.resamples == 400
+    # no seed-to-seed spread: the interval collapses onto the exponent
+    still = sc.exponent(sc.cells(_grid_table(0.6, 3, 0.0, "minimize", rng), "val_loss",
+                                 "minimize"), "val_loss", "minimize", resamples=200)
+    assert still.value == pytest.approx(0.6)
+    assert still.ci_low == pytest.approx(still.value) == pytest.approx(still.ci_high)
+    assert still.rules() == "linear (1) and square root (0.5) outside"
+
+
+@pytest.mark.parametrize("metric, direction", [("val_acc", "maximize"),
+                                               ("val_loss", "minimize")])
+def test_a_diverged_run_counts_as_the_worst_value_of_the_grid(metric, direction):
+    trials = _grid_table(1.0, 3, 0.1, direction, np.random.default_rng(3))
+    trials.loc[5, "state"] = "FAIL"
+    trials.loc[5, f"metrics.{metric}"] = math.nan
+    trials.loc[7, f"metrics.{metric}"] = math.inf
+    table = sc.cells(trials, metric, direction)
+    finite = trials[f"metrics.{metric}"].drop([5, 7])
+    worst = finite.min() if direction == "maximize" else finite.max()
+    assert table.loc[5, "value"] == worst == table.loc[7, "value"]
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_the_rules_are_compared_on_paired_seeds_at_the_largest_batch(direction):
+    sign = 1 if direction == "maximize" else -1
+    rng = np.random.default_rng(4)
+    rows = []
+    for b in (32, 256):
+        for s in range(4):
+            for lr in LRS:
+                used = lr * math.sqrt(b / 32)
+                good = -abs(np.log(used) - np.log(0.05 * (b / 32) ** 0.5))  # sqrt wins
+                rows.append({"trial": len(rows), "state": "COMPLETE", "repeat": s,
+                             "params.batch_size": b, "params.lr": lr,
+                             "params.lr_effective": used,
+                             "metrics.m": sign * (good + rng.normal(0, 0.05))})
+    trials = pd.DataFrame(rows)
+    table = sc.cells(trials, "m", direction)
+    small, ref, large, lrs, r = sc.compare_rules(table, direction, None)
+    at32 = trials[trials["params.batch_size"] == 32].groupby("params.lr")["metrics.m"].mean()
+    expected_ref = at32.idxmax() if direction == "maximize" else at32.idxmin()
+    assert (small, large) == (32, 256) and ref == expected_ref
+    assert lrs == pytest.approx({"square root": ref * math.sqrt(8), "linear": ref * 8})
+
+    def at(lr):
+        cell = trials[(trials["params.batch_size"] == 256)
+                      & np.isclose(trials["params.lr_effective"], lr)]
+        return cell.set_index("repeat")["metrics.m"].sort_index().to_numpy()
+
+    diff = at(lrs["linear"]) - at(lrs["square root"])  # b - a, levels in order
+    assert (r.a, r.b) == ("linear", "square root") or (r.a, r.b) == ("square root", "linear")
+    d = diff if (r.a, r.b) == ("square root", "linear") else -diff
+    half = sst.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
+    assert r.diff == pytest.approx(d.mean()) and r.pairs == 4
+    assert (r.ci_low, r.ci_high) == pytest.approx((d.mean() - half, d.mean() + half))
+    assert r.p == pytest.approx(sst.ttest_rel(at(lrs["square root"]), at(lrs["linear"])).pvalue
+                                if (r.a, r.b) == ("linear", "square root") else
+                                sst.ttest_rel(at(lrs["linear"]), at(lrs["square root"])).pvalue)
+    assert r.winner == "square root"
+    # a grid written rounded (0.0707 for 0.0125 x 2^2.5) still finds the rules' cells
+    rounded = trials.assign(**{"params.lr_effective": trials["params.lr_effective"].round(4)})
+    again = sc.compare_rules(sc.cells(rounded, "m", direction), direction, None)[-1]
+    assert again is not None and again.pairs == 4
+    # a rule's lr farther than 2% from every grid lr: no comparison
+    off = trials.assign(**{"params.lr_effective": np.where(
+        trials["params.batch_size"] == 256, trials["params.lr_effective"] * 1.05,
+        trials["params.lr_effective"])})
+    assert sc.compare_rules(sc.cells(off, "m", direction), direction, None)[-1] is None
+
+
+def test_the_noise_scale_pools_its_runs_before_dividing():
+    trials = _grid_table(0.5, 3, 0.1, "minimize", np.random.default_rng(5))
+    rng = np.random.default_rng(6)
+    trials["metrics.noise_trace"] = rng.uniform(50, 150, len(trials))
+    trials["metrics.noise_grad_sq"] = rng.uniform(0.2, 1.0, len(trials))
+    table = sc.cells(trials, "val_loss", "minimize")
+    found = sc.noise_scales(trials, table, "minimize")
+    for b in (32, 128, 256):
+        mine = trials[trials["params.batch_size"] == b]
+        best = mine.groupby("params.lr_effective")["metrics.val_loss"].mean().idxmin()
+        cell = mine[np.isclose(mine["params.lr_effective"], best)]
+        by_hand = cell["metrics.noise_trace"].sum() / cell["metrics.noise_grad_sq"].sum()
+        assert found[b] == pytest.approx(by_hand)
+        assert found[b] != pytest.approx((cell["metrics.noise_trace"]
+                                          / cell["metrics.noise_grad_sq"]).mean())
+
+
+def test_the_sentences_say_the_step_confound_and_where_each_batch_lies_against_the_noise():
+    e = sc.Exponent("val_loss", "minimize", {32: 0.05, 256: 0.2}, [], 0.667, 0.45, 0.88,
+                    2000, 5)
+    a = sc.ScalingAnswer([e], 32, 0.05, 256, None, {"square root": 0.141, "linear": 0.4},
+                         {32: 270, 256: 36}, 6, {32: 180.0, 256: 150.0})
+    text = " ".join(sc.sentences(a, "val_acc"))
+    assert "batch_size^0.67 [0.45, 0.88]" in text
+    assert "square root (0.5) inside it, linear (1) outside" in text
+    assert "batch 256 takes 8x fewer optimizer steps than batch 32 (batch 32: 270, batch " \
+           "256: 36)" in text and "equal_steps_batch_size: 32" in text
+    assert "batch 32: 180 (below it: linear scaling expected to hold)" in text
+    assert "batch 256: 150 (above it: diminishing returns" in text
+    edge = sc.Exponent("val_loss", "minimize", {32: 0.4, 256: 0.2}, [32], math.nan, math.nan,
+                       math.nan, 0, 5)
+    assert "not located at batch 32: it lies on the edge" in sc._exponent_sentence(edge)
