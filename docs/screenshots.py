@@ -7,12 +7,16 @@ Runs a small sweep with repeats (4 configurations x 3 seeds on the digits images
   with ``tmux capture-pane -e`` (its colours kept) and drawn by Chromium in a monospace font;
 - ``mlflow-grouped.png``: the MLflow UI that ``sweep ui`` serves, its runs table grouped by the
   tag ``sweep.config`` and its val_acc chart: one line per configuration, its band over seeds;
-- ``report.png``: the top of the HTML report ``sweep report`` writes (its headline first).
+- ``report.png``: the top of the HTML report ``sweep report`` writes (its headline first);
+- ``mlflow-comparison.png``: the link ``sweep ui`` prints for a comparison (a second, smaller
+  sweep: 2 optimizers x clipping on or off, each level tuned by 2 trials, 3 confirmation seeds):
+  a row per level with the mean of its confirmation runs.
 
 Needs tmux and Debian's chromium (the README's test command installs both); offline: the
 browser is refused anything but the local MLflow UI. Each image is a PNG under 300 KB.
 
-Usage: .venv/bin/python docs/screenshots.py [--keep DIR]   (DIR: keep the sweep's folder)
+Usage: .venv/bin/python docs/screenshots.py [--keep DIR] [--only NAME.png]
+(DIR: keep the sweeps' folder; --only: make that image alone, and run only its sweep)
 """
 from __future__ import annotations
 
@@ -63,24 +67,50 @@ ROW = re.compile(r"^\s*\d+\s+\S.*\s(\d+)/(\d+)\s")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # one colour per configuration's group (MLflow's own may repeat one for two groups)
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
+COMPARISON = {
+    "name": "clipping",
+    "description": "Adam against SGD, with and without gradient clipping, each level tuned",
+    "objective": {"metric": "val_acc", "direction": "maximize"},
+    "sampler": {"name": "tpe", "seed": 0},
+    "workers": 2,
+    "export_for": "none",
+    "preflight": False,
+    "train": {"dataset": "digits", "model": "small_cnn", "epochs": 3, "batch_size": 64},
+    "space": {"optimizer": {"adam": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}},
+                            "sgd": {"lr": {"low": 1e-2, "high": 0.3, "log": True},
+                                    "momentum": 0.9}},
+              "clip_grad_norm": [None, 1.0]},
+    "compare": {"factor": ["optimizer", "clip_grad_norm"], "tune_trials": 2, "seeds": 3,
+                "max_seeds": 3},
+}
+IMAGES = ("live-view.png", "mlflow-grouped.png", "report.png", "mlflow-comparison.png")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", metavar="DIR", help="run the sweep in DIR and keep it")
+    parser.add_argument("--only", choices=IMAGES, help="make this image alone")
     args = parser.parse_args(argv)
+    images = [args.only] if args.only else list(IMAGES)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.keep or tmp)
         work.mkdir(parents=True, exist_ok=True)
         (work / f"{NAME}.yaml").write_text(yaml.safe_dump(SPEC, sort_keys=False))
-        screen = live_view(work)
+        screen = live_view(work) if set(images) - {"mlflow-comparison.png"} else ""
+        if "mlflow-comparison.png" in images:
+            run_comparison(work)
         with browser() as context:
             page = context.new_page()
             page.set_default_timeout(WAIT_MS)
-            terminal_png(page, screen, DOCS / "live-view.png")
-            grouped_chart_png(page, work, DOCS / "mlflow-grouped.png")
-            report_png(page, work, DOCS / "report.png")
-    for name in ("live-view.png", "mlflow-grouped.png", "report.png"):
+            if "live-view.png" in images:
+                terminal_png(page, screen, DOCS / "live-view.png")
+            if "mlflow-grouped.png" in images:
+                grouped_chart_png(page, work, DOCS / "mlflow-grouped.png")
+            if "report.png" in images:
+                report_png(page, work, DOCS / "report.png")
+            if "mlflow-comparison.png" in images:
+                comparison_png(page, work, DOCS / "mlflow-comparison.png")
+    for name in images:
         size = (DOCS / name).stat().st_size
         print(f"docs/{name}: {size / 1000:.0f} KB")
         if size > MAX_BYTES:
@@ -210,13 +240,41 @@ def grouped_chart_png(page, work: Path, out: Path) -> None:
     shrink(out)
 
 
+def run_comparison(work: Path) -> None:
+    """``sweep run`` of :data:`COMPARISON` in ``work``, to its end."""
+    (work / "clipping.yaml").write_text(yaml.safe_dump(COMPARISON, sort_keys=False))
+    done = subprocess.run(sweep_command("run", "clipping.yaml"), cwd=work, env=sweep_env(),
+                          capture_output=True, text=True, timeout=SWEEP_S)
+    if done.returncode != 0:
+        raise SystemExit(f"sweep run clipping.yaml failed:\n{done.stdout}{done.stderr}")
+
+
+def comparison_png(page, work: Path, out: Path) -> None:
+    """The link `sweep ui` prints for the comparison: a row per level, the mean of its
+    confirmation runs, MLflow's assistant panel closed."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=WAIT_MS)
+    levels = len(COMPARISON["space"]["optimizer"]) * len(COMPARISON["space"]["clip_grad_norm"])
+    with sweep_ui(work, COMPARISON["name"]) as url:
+        page.set_viewport_size({"width": 1400, "height": 560})
+        page.goto(url)
+        expect(page.locator(".ag-row").filter(has_text="Group: ")).to_have_count(levels)
+        close = page.locator('[data-component-id="mlflow.assistant.chat_panel.close"]')
+        if close.count():
+            close.click()
+        page.wait_for_timeout(1000)  # the table widened into the panel's place
+        page.screenshot(path=str(out))
+    shrink(out)
+
+
 @contextlib.contextmanager
-def sweep_ui(work: Path):
+def sweep_ui(work: Path, name: str = NAME):
     """``sweep ui NAME`` on a free port; yields the link it prints; stops it and its server."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(sweep_command("ui", NAME, "--port", str(port)), cwd=work,
+    proc = subprocess.Popen(sweep_command("ui", name, "--port", str(port)), cwd=work,
                             env=sweep_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     try:

@@ -158,8 +158,10 @@ def runs_view(spec, study: str | None = None) -> str:
                               "groupByKeys": [{"mode": "tag", "groupByData": keys.LEVEL}]},
                   # a row a level, its seeds folded under it (MLflow's group id: mode.key.value)
                   "groupsExpanded": {f"tag.{keys.LEVEL}.{label}": False for label in levels},
-                  # the mean's digits and "(average)" readable
-                  "columnWidths": {f"metrics.`{o.metric}`": 240 for o in spec.objectives}})
+                  # the levels' names ("Group: " and the label, by ~8 px a letter after the
+                  # arrow, swatch and count), the mean's digits and "(average)" readable
+                  "columnWidths": {NAME_COLUMN: min(480, 110 + 8 * max(map(len, levels))),
+                                   **{f"metrics.`{o.metric}`": 240 for o in spec.objectives}}})
 
 
 def tuning_view(spec, study: str | None = None) -> str:
