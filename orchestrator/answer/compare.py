@@ -267,6 +267,35 @@ def final_answer(c: Comparison | None, trials: Sequence[FrozenTrial]) -> Answer 
     return answer(c, counted(trials), step.action)
 
 
+@dataclass(frozen=True)
+class Standing:
+    """What the parent run of a single-objective sweep records of its trials at one moment
+    (``best_value``, ``sweep.best_run_id``, ``sweep.best_trial``, ``sweep.answer``): a decided
+    comparison's ``answer`` (``value`` its level's confirmed mean, ``trial`` the run standing for
+    it), else the best ``trial`` so far and its ``value``."""
+
+    trial: FrozenTrial = field(hash=False)
+    value: float
+    answer: Answer | None = None
+
+    @property
+    def key(self) -> tuple[int, float, bool]:
+        """What tells two standings apart: the trial, the value, and whether it is the answer."""
+        return self.trial.number, self.value, self.answer is not None
+
+
+def standing(c: Comparison | None, trials: Sequence[FrozenTrial],
+             directions: Sequence[str]) -> Standing | None:
+    """What a sweep's ``trials`` (any order, any states) stand for: once comparison ``c`` is
+    decided, its answer (:func:`final_answer`); before, or without a comparison, the best trial
+    (:func:`objectives.best_trials` in ``directions``); None with no complete trial."""
+    found = final_answer(c, trials)
+    if found is not None:
+        return Standing(found.trial, found.mean, found)
+    best = objectives.best_trials(trials, list(directions))
+    return Standing(best[0], best[0].value) if best else None
+
+
 # ------------------------------------------------------------------ Optuna's view of one level
 
 class LevelView:

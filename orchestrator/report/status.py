@@ -160,13 +160,21 @@ def summary_line(study: optuna.Study) -> str:
     front = best_trials(study, trials) if len(study.directions) > 1 else []
     feasible = " feasible" if objectives.is_constrained(trials) else ""
     found = study.user_attrs.get(keys.ANSWER)
-    tail = (f"; the comparison names {found['text']}" if found else
+    tail = (f"; the comparison names {answer_text(study, found)}" if found else
             f"; best{feasible} {_metric(study)} {best.value:.4f} ({_direction(study)}) at trial "
             f"{best.number}" if best else
             f"; Pareto front ({_objectives_text(study)}): {len(front)} trials: "
             f"{', '.join(f'#{t.number}' for t in sorted(front, key=lambda t: t.number))}"
             if front else f"; no complete{feasible} trial yet")
     return f"sweep {study.study_name!r}: {len(trials)} trials: {', '.join(parts)}{tail}"
+
+
+def answer_text(study: optuna.Study, found: dict) -> str:
+    """A decided comparison's answer (:data:`keys.ANSWER`): ``adamw: val_loss 0.4722, the mean
+    of 2 confirmation seeds (its weights: trial 4)``."""
+    n = found["seeds"]
+    return (f"{found['level']}: {_metric(study)} {found['mean']:.4g}, the mean of {n} "
+            f"confirmation seed{'s' if n != 1 else ''} (its weights: trial {found['trial']})")
 
 
 def best_trials(study: optuna.Study, trials: list[FrozenTrial]) -> list[FrozenTrial]:

@@ -20,7 +20,7 @@ from ..config.spec import SweepSpec
 from ..core import keys, paths
 from ..report.display import config_name
 from ..stores.retries import will_retry
-from ..stores.study import PendingTrial, SweepStudy, TrialLost, abandon
+from ..stores.study import PendingTrial, SweepStudy, TrialLost, abandon, fresh, state_counts
 from .protocol import Done, Epoch, Failed, Ready
 from .runs import Active, Closing, Runs, check_store_present
 
@@ -141,7 +141,7 @@ class TrialBook:
         self.active: dict[int, Active] = {}  # by worker slot index
         self.runs = Runs(tracker, spec, study, spec_text, storage, self.active)
         self.folders = Folders(paths.work_dir(tracker.uri, study.name), spec.keep_checkpoints)
-        self.best_value: int | str | None = None  # the best trial, or the Pareto front, logged
+        self.best_value = None  # what record() recorded last: the best, or the Pareto front
         self.heartbeat = Heartbeat(study, self.active, spec.heartbeat_seconds) \
             if study.heartbeat else None
 
@@ -309,6 +309,8 @@ class TrialBook:
             return
         if not retry:
             self.folders.drop_checkpoint(pending.root)
+            if self.study.comparison is not None:  # a failed confirmation may decide it
+                record_best(self)
         then = ", will be retried" if retry else ""
         self.say(f"trial {pending.number} failed{then}: {reason.splitlines()[0]}")
 
@@ -424,31 +426,52 @@ def stop_sweep(book: TrialBook, reason: str) -> None:
     book.tracker.log_final(book.parent_id, {}, tags={keys.STOP_REASON: reason})
 
 
-def record_best(book: TrialBook) -> None:
-    """After a trial completed (its run exists): the parent run's best so far, when it
-    changed: a single objective's best value, trial and run; several objectives' Pareto front
-    as the numbers of its trials."""
-    best = book.study.best(1 if not book.spec.is_multi_objective else 10_000)
-    if not best:
-        return
-    if book.spec.is_multi_objective:
+def record_best(book: TrialBook, trials: list | None = None, again: bool = False) -> None:
+    """The parent run's best, recorded as :func:`record` says (what this process recorded last
+    is ``book.best_value``)."""
+    book.best_value = record(book.study, book.tracker, book.parent_id, book.best_value,
+                             trials=trials, again=again)
+
+
+def record(study: SweepStudy, tracker, parent_id: str, last=None, *, trials: list | None = None,
+           again: bool = False):
+    """Record on the parent run what ``trials`` (default: the study's, read now) stand for,
+    when it is not ``last`` (what this process recorded before; ``again``: whatever it was).
+    Returns what is recorded now.
+
+    Several objectives: the Pareto front's trial numbers. One (:func:`compare.standing`): the
+    best trial so far, its value, run and number; once a comparison is decided, its answer:
+    the study's attribute first, then the parent run's best (the confirmed mean, the answer's
+    run) and ``sweep.answer``, whichever trial ended last. Several processes: a best that is no
+    answer is never written once the study holds the answer, and when the answer came while
+    it was written, the answer is written again from the storage as it is (its writer wrote
+    the study first: so the answer's write comes last either way).
+    """
+    trials = study.trials() if trials is None else trials
+    if study.spec.is_multi_objective:
+        best = objectives.best_trials(trials, study.spec.directions)
         front = ",".join(str(t.number) for t in sorted(best, key=lambda t: t.number))
-        if front != book.best_value:
-            book.best_value = front
-            book.tracker.log_final(book.parent_id, {}, tags={keys.PARETO_FRONT: front})
-        return
-    if best[0].number != book.best_value:
-        book.best_value = best[0].number
-        # a finished comparison: its level's confirmed mean
-        found = compare.final_answer(book.study.comparison, book.study.trials())
-        book.tracker.record_best(book.parent_id, found.mean if found else best[0].value,
-                                 best[0].user_attrs.get(keys.RUN_ID, ""), best[0].number,
-                                 book.study.counts()["finished"])
-        if found is not None:
-            book.tracker.log_final(book.parent_id, {}, tags={keys.ANSWER: found.why})
-            book.study.study.set_user_attr(keys.ANSWER, {
-                "level": found.level, "mean": found.mean, "seeds": found.seeds,
-                "trial": found.trial.number, "text": found.why})
+        if best and (front != last or again):
+            tracker.log_final(parent_id, {}, tags={keys.PARETO_FRONT: front})
+            return front
+        return last
+    now = compare.standing(study.comparison, trials, study.spec.directions)
+    if now is None or (now.key == last and not again):
+        return last
+    found, finished = now.answer, state_counts(trials)["finished"]
+    if found is None and keys.ANSWER in study.study.user_attrs:
+        return last  # decided, in a read newer than ``trials``
+    if found is not None:
+        study.study.set_user_attr(keys.ANSWER, {
+            "level": found.level, "mean": found.mean, "seeds": found.seeds,
+            "trial": found.trial.number, "text": found.why})
+    tracker.record_best(parent_id, now.value, now.trial.user_attrs.get(keys.RUN_ID, ""),
+                        now.trial.number, finished,
+                        tags={keys.ANSWER: found.why} if found is not None else None)
+    if found is None and keys.ANSWER in study.study.user_attrs:  # decided meanwhile
+        fresh(study)
+        return record(study, tracker, parent_id, again=True)
+    return now.key
 
 
 def others_running(study: SweepStudy) -> bool:

@@ -12,7 +12,8 @@ from ..answer import compare, stats, summary
 from ..core import keys
 from ..core.errors import SweepError
 from ..stores.machines import claim_end, end_done
-from .book import TrialBook
+from ..stores.study import fresh
+from .book import TrialBook, record_best
 
 
 def claim_sweep_end(book: TrialBook, ran_trials: bool) -> bool:
@@ -40,9 +41,13 @@ def claim_sweep_end(book: TrialBook, ran_trials: bool) -> bool:
 
 
 def close_sweep(book: TrialBook) -> None:
-    """Once the held-out test and the export are done: a decided comparison's pairs and
-    verdict, the parent run's description, the parent run FINISHED, and this process's claim
-    of the end marked done."""
+    """Once the held-out test and the export are done: the parent run's best recorded once
+    more from the storage as it is, after every trial ended (a comparison's answer, whatever
+    trial ended last and whichever process recorded before: :func:`record_best`), a decided
+    comparison's pairs and verdict, the parent run's description, the parent run FINISHED,
+    and this process's claim of the end marked done."""
+    fresh(book.study)
+    record_best(book, again=True)
     log_comparison(book)
     note_parent(book)
     book.runs.end_parent("FINISHED")

@@ -358,11 +358,12 @@ class Tracker:
                               tags=[RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items()])
 
     def record_best(self, parent_id: str, value: float, run_id: str, number: int,
-                    finished: int) -> None:
-        self.client.log_batch(parent_id,
+                    finished: int, tags: dict[str, str] | None = None) -> None:
+        self.client.log_batch(parent_id,  # one batch: the best, its run, ``tags`` (the answer)
                               metrics=[Metric(keys.BEST_VALUE, value, _now_ms(), finished)],
                               tags=[RunTag(keys.BEST_RUN_ID, run_id),
-                                    RunTag(keys.BEST_TRIAL, str(number))])
+                                    RunTag(keys.BEST_TRIAL, str(number)),
+                                    *(RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items())])
 
     def end_run(self, run_id: str, status: str = "FINISHED") -> None:
         """End a run (the parent run, a reproduction) with MLflow status ``status``."""

@@ -1,0 +1,315 @@
+"""One answer, recorded once it is decided, whatever order trials end in, on one machine or
+several: the parent run's ``best_value``, ``sweep.best_run_id``, ``sweep.best_trial`` and
+``sweep.answer``, the study's attribute, ``sweep status``, the end table of ``sweep run`` and the
+export all name the same level and value.
+
+The recording logic (:func:`orchestrator.running.book.record_best`) is driven here on real
+stores (an Optuna journal, an MLflow SQLite store) by trials asked from the real plan and told in
+random orders, by one process or by two whose writes may come from a stale read."""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orchestrator.answer import compare
+from orchestrator.config.spec import SweepSpec, validate
+from orchestrator.core import keys
+from orchestrator.report import status
+from orchestrator.running.book import record_best
+from orchestrator.running.runner import configuration_means
+from orchestrator.stores.study import PendingTrial, SweepStudy, fresh
+from orchestrator.stores.tracking import Tracker
+from tests.conftest import Stores
+from tests.helpers import compare_spec
+
+BATCH_SIZES = [16, 32, 64, 128]
+
+
+def level_spec(levels: int, direction: str) -> SweepSpec:
+    """A comparison of ``levels`` batch sizes (lr tuned), val_loss or val_acc as the objective,
+    1 tuning trial a level, 2 paired seeds and up to 3."""
+    metric = "val_loss" if direction == "minimize" else "val_acc"
+    return validate(compare_spec(
+        space={"batch_size": BATCH_SIZES[:levels], "lr": {"low": 1e-3, "high": 1e-1, "log": True}},
+        compare={"factor": "batch_size", "tune_trials": 1, "seeds": 2, "max_seeds": 3},
+        objective={"metric": metric, "direction": direction}))
+
+
+class Interleaved(Tracker):
+    """A process's own real Tracker that lets another process record between this one's read
+    of the study and its write to MLflow (``meanwhile``, run once): the race of a slow write."""
+
+    meanwhile = None
+
+    def record_best(self, *args, **kwargs) -> None:
+        if self.meanwhile is not None:
+            then, self.meanwhile = self.meanwhile, None
+            then()
+        super().record_best(*args, **kwargs)
+
+
+@dataclass
+class Process:
+    """One ``sweep run`` process's share of the recording: what record_best reads of its trial
+    book (its own study handle, with its own cached reads; the shared MLflow store)."""
+
+    spec: SweepSpec
+    study: SweepStudy
+    tracker: Interleaved
+    parent_id: str
+    workers: int
+    best_value: object = None  # what this process recorded last
+    stale: list | None = None  # a read of the trials whose write has not happened yet
+    running: int = 0
+
+    def write_late(self) -> None:
+        """The write of a record computed from an earlier read (a slow process)."""
+        if self.stale is not None:
+            trials, self.stale = self.stale, None
+            record_best(self, trials=trials)
+        then, self.tracker.meanwhile = self.tracker.meanwhile, None
+        if then is not None:  # it did not come during a write: it comes after
+            then()
+
+
+def parent_says(tracker: Tracker, parent_id: str) -> tuple[float, dict]:
+    run = tracker.client.get_run(parent_id)
+    return run.data.metrics.get(keys.BEST_VALUE), run.data.tags
+
+
+def run_order(stores, name: str, spec: SweepSpec, processes: int, rng: random.Random,
+              values: dict) -> tuple[list[Process], list[str]]:
+    """Ask trials from the plan through ``processes`` processes and end them in a random order
+    (a confirmation trial sometimes fails for good: its level's worst outcome), each process
+    recording after each of its trials ends (with two processes, sometimes from a read that is
+    stale by the time it writes); then the end of the sweep records once more (``again``, as
+    close_sweep does under the end claim) and the late writes of the others come after it.
+    Returns the processes and the problems seen while the comparison was undecided."""
+    storage = str(stores.dir / f"{name}.journal")
+    tracker = Tracker(stores.tracking_uri)
+    experiment = tracker.experiment("orders")
+    parent = tracker.client.create_run(experiment, run_name=name,
+                                       tags={keys.ROLE: "parent"}).info.run_id
+    procs = [Process(spec, SweepStudy.open(spec, storage, study_name=name),
+                     Interleaved(stores.tracking_uri), parent, rng.choice([1, 2]))
+             for _ in range(processes)]
+    c = compare.Comparison.of(spec)
+    running: list[tuple[PendingTrial, Process]] = []
+    problems = []
+    for _ in range(200):
+        for p in rng.sample(procs, len(procs)):  # each process starts what it may
+            if p.stale is not None and rng.random() < 0.7:
+                continue  # still writing: the others' trials end meanwhile
+            p.write_late()
+            while p.running < p.workers:
+                pending = p.study.next_trial()
+                if not isinstance(pending, PendingTrial):
+                    break
+                pending.trial.set_user_attr(keys.RUN_ID, f"run-of-trial-{pending.number}")
+                running.append((pending, p))
+                p.running += 1
+        if not running and any(p.stale is not None for p in procs):
+            for p in procs:  # nothing runs: each writes what it read, then starts what it may
+                p.write_late()
+            continue
+        if not running:
+            break
+        pending, p = running.pop(rng.randrange(len(running)))
+        p.write_late()
+        p.running -= 1
+        value = values[pending.level, pending.seed if pending.phase == compare.CONFIRM else -1]
+        if math.isnan(value):
+            p.study.fail(pending, "diverged", "deterministic", retry=False)
+        else:
+            p.study.complete(pending, [{spec.objective.metric: value}])
+        if processes > 1 and rng.random() < 0.6:
+            p.stale = p.study.trials()  # read now, written later
+            q = next(q for q in procs if q is not p)
+            if rng.random() < 0.5:  # and the other records again between its check and write
+                p.tracker.meanwhile = lambda q=q: (q.write_late(), record_best(q, again=True))
+        else:
+            record_best(p)
+            problems += recorded_now(p, c, rng, alone=processes == 1)
+    else:
+        raise AssertionError("the plan never ended")
+    end = rng.choice(procs)  # the process that claims the end of the sweep
+    late = [p for p in procs if p is not end and p.stale is not None]
+    if late and rng.random() < 0.8:  # the end's record lands while a slower process writes
+        late[0].tracker.meanwhile = lambda: (end.write_late(), record_best(end, again=True))
+        late[0].write_late()
+    else:
+        end.write_late()
+        record_best(end, again=True)
+    for p in rng.sample(procs, len(procs)):  # slower processes' writes after the end
+        p.write_late()
+    return procs, problems
+
+
+def recorded_now(p: Process, c: compare.Comparison, rng: random.Random,
+                 alone: bool) -> list[str]:
+    """What the parent run says right after ``p`` recorded from a read of the study as it is:
+    once that read decides the comparison, its answer (not only at the sweep's end); before,
+    with one process (and one check in three: each read of the run costs), the best trial so
+    far."""
+    trials = p.study.trials()
+    found = compare.final_answer(c, trials)
+    if found is None and (not alone or rng.random() > 0.3):
+        return []
+    best, tags = parent_says(p.tracker, p.parent_id)
+    if found is not None:
+        return [] if best == found.mean and tags.get(keys.ANSWER) == found.why and \
+            keys.ANSWER in p.study.study.user_attrs else \
+            [f"decided, but the parent says {best} ({tags.get(keys.ANSWER)})"]
+    done = [t.value for t in trials if t.state.name == "COMPLETE"]
+    expected = (min if p.spec.objective.direction == "minimize" else max)(done, default=None)
+    return [] if best == expected else [f"undecided: best_value {best}, best trial {expected}"]
+
+
+def planted_values(rng: random.Random, levels: list[str]) -> dict:
+    """(level, seed) -> objective value (seed -1: tuning), near or far apart, sometimes NaN (a
+    confirmation that diverged)."""
+    spread = rng.choice([0.01, 0.1, 0.3])
+    base = {lv: rng.uniform(0.2, 0.8) for lv in levels}
+    values = {}
+    for lv in levels:
+        values[lv, -1] = base[lv] + rng.gauss(0, spread)
+        for seed in (1, 2, 3):
+            values[lv, seed] = math.nan if rng.random() < 0.08 else \
+                base[lv] + rng.gauss(0, spread)
+    return {k: v if math.isnan(v) else min(max(v, 0.01), 0.99) for k, v in values.items()}
+
+
+ORDERS = itertools.count()
+
+
+@pytest.fixture
+def memory_stores(mlflow_template):
+    """The stores of :func:`tests.conftest.stores` in memory (/dev/shm where there is one):
+    the same SQLite and journal files, without the cost of syncing them to a disk at each
+    write, which would make 200 orders take minutes."""
+    shm = Path("/dev/shm")
+    folder = Path(tempfile.mkdtemp(prefix="answer-orders-", dir=shm if shm.is_dir() else None))
+    shutil.copyfile(mlflow_template, folder / "mlflow.db")
+    yield Stores(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(levels=st.integers(2, 4), direction=st.sampled_from(["minimize", "maximize"]),
+       processes=st.integers(1, 2), seed=st.integers(0, 2**32 - 1))
+def test_every_place_names_one_answer_whatever_order_trials_end_in(memory_stores, levels,
+                                                                   direction, processes, seed):
+    """200 orders (2 to 4 levels, both directions, one process or two)."""
+    rng = random.Random(seed)
+    spec = level_spec(levels, direction)
+    c = compare.Comparison.of(spec)
+    values = planted_values(rng, [lv.label for lv in c.levels])
+    name = f"order-{next(ORDERS)}"
+    procs, problems = run_order(memory_stores, name, spec, processes, rng, values)
+    assert problems == []
+
+    study = procs[0].study
+    trials = study.trials()
+    found = compare.final_answer(c, trials)
+    assert found is not None
+    # the answer recomputed by hand: its level's mean over its finite confirmation values
+    mine = [t.value for t in trials if t.user_attrs.get(keys.PHASE) == compare.CONFIRM
+            and t.user_attrs.get(keys.LEVEL) == found.level and t.state.name == "COMPLETE"]
+    assert found.mean == pytest.approx(np.mean(mine)) and found.seeds == len(mine)
+    done = compare.plan(c, trials).action
+    if not any(r.winner for r in done.results):  # nothing decided: the best confirmed mean
+        means = {lv: np.mean(list(seeds.values())) for lv, seeds in done.values.items()
+                 if all(math.isfinite(v) for v in seeds.values())}
+        if means:
+            best = (min if direction == "minimize" else max)(means, key=means.get)
+            assert found.level == best
+    run_id = found.trial.user_attrs[keys.RUN_ID]
+
+    # the parent run
+    best_value, tags = parent_says(procs[0].tracker, procs[0].parent_id)
+    assert best_value == pytest.approx(found.mean)
+    assert tags[keys.BEST_RUN_ID] == run_id
+    assert tags[keys.BEST_TRIAL] == str(found.trial.number)
+    assert tags[keys.ANSWER] == found.why
+    # the study's attribute, read as sweep status reads it
+    loaded = status.load_named(name, study.storage_url)
+    attr = loaded.user_attrs[keys.ANSWER]
+    assert (attr["level"], attr["trial"], attr["seeds"]) == (found.level, found.trial.number,
+                                                             found.seeds)
+    assert attr["mean"] == pytest.approx(found.mean)
+    # sweep status: the summary line, the sweeps' row and the trials' rows
+    line = status.summary_line(loaded)
+    assert f"the comparison names {found.level}: {spec.objective.metric} {found.mean:.4g}" \
+        in line, line
+    assert status.sweep_row(loaded, datetime.now())["best"].startswith(
+        f"{found.level}: {spec.objective.metric} {found.mean:.4f}")
+    notes = {int(r["#"]): r["note"] for r in status.trial_rows(loaded, datetime.now())}
+    assert [n for n, note in notes.items() if "the answer" in note] == [found.trial.number]
+    # the end table of sweep run: the named configuration first, with that mean
+    first = configuration_means(study)[0]
+    assert found.trial.number in first["trials"]
+    assert first["mean"] == pytest.approx(found.mean)
+    # the export: the answer's run
+    assert [t.number for t in study.best(1)] == [found.trial.number]
+
+
+def end_trial(p: Process, pending: PendingTrial, values: dict) -> None:
+    value = values[pending.level, pending.seed if pending.phase == compare.CONFIRM else -1]
+    p.study.complete(pending, [{p.spec.objective.metric: value}])
+
+
+# two levels, val_loss: 16 the better; the tuning values and each seed's value
+PLANTED = {("16", -1): 0.50, ("32", -1): 0.70, ("16", 1): 0.30, ("16", 2): 0.36,
+           ("16", 3): 0.33, ("32", 1): 0.60, ("32", 2): 0.66, ("32", 3): 0.64}
+
+
+@pytest.mark.parametrize("when", ["during", "after"])
+def test_a_best_read_before_the_last_trial_ended_never_outlasts_the_answer(memory_stores, when):
+    """Process B read the trials before the last one ended, and writes what they say (the best
+    single run, val_loss 0.30) while process A, which ended the last trial, records the answer
+    (16: the mean 0.33): during B's write (B checked the study before A wrote it) or after it.
+    The parent run names the answer at the end, and once it is there B logs nothing."""
+    spec = level_spec(2, "minimize")
+    tracker = Tracker(memory_stores.tracking_uri)
+    parent = tracker.client.create_run(tracker.experiment("race"), run_name=when).info.run_id
+    storage = str(memory_stores.dir / f"{when}.journal")
+    a, b = (Process(spec, SweepStudy.open(spec, storage, study_name=when),
+                    Interleaved(memory_stores.tracking_uri), parent, 1) for _ in range(2))
+    c = compare.Comparison.of(spec)
+    while True:
+        pending = a.study.next_trial()
+        pending.trial.set_user_attr(keys.RUN_ID, f"run-of-trial-{pending.number}")
+        fresh(b.study)
+        stale = b.study.trials()  # B's read: before this trial ends
+        end_trial(a, pending, PLANTED)
+        if compare.final_answer(c, a.study.trials()) is not None:
+            break
+        record_best(a)
+    found = compare.final_answer(c, a.study.trials())
+    mine = [PLANTED["16", s] for s in (1, 2, 3)][:found.seeds]
+    assert found.level == "16" and found.mean == pytest.approx(np.mean(mine))
+    assert compare.standing(c, stale, spec.directions).value == 0.30  # B's: one seed's value
+    if when == "during":
+        b.tracker.meanwhile = lambda: record_best(a)
+        record_best(b, trials=stale)
+    else:
+        record_best(a)
+        logged = len(tracker.client.get_metric_history(parent, keys.BEST_VALUE))
+        record_best(b, trials=stale)
+        assert len(tracker.client.get_metric_history(parent, keys.BEST_VALUE)) == logged
+    best_value, tags = parent_says(tracker, parent)
+    assert best_value == pytest.approx(found.mean)
+    assert tags[keys.BEST_RUN_ID] == found.trial.user_attrs[keys.RUN_ID]
+    assert tags[keys.ANSWER] == found.why
