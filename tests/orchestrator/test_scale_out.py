@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -144,3 +145,90 @@ def test_two_machines_finishing_together_end_the_sweep_once(databases, server, t
     assert client.get_run(best).data.tags["sweep.exported"] == "true"
     models = client.search_logged_models(experiment_ids=[exp.experiment_id])
     assert [m.source_run_id for m in models] == [best]  # the MLflow model logged once
+
+
+def _beating_trial(storage: str, name: str, pid: int) -> int | None:
+    """The number of a RUNNING trial of process ``pid`` that has beaten (a trial that never beat
+    is never judged stale), or None."""
+    import psycopg
+
+    try:
+        owned = {t.number for t in _study(storage, name).trials if t.state.name == "RUNNING"
+                 and t.user_attrs.get("sweep.owner", {}).get("pid") == pid}
+    except KeyError:  # the study is not created yet
+        return None
+    with psycopg.connect(storage) as conn:
+        beaten = {n for (n,) in conn.execute(
+            "SELECT t.number FROM trials t JOIN trial_heartbeats h ON h.trial_id = t.trial_id "
+            "WHERE t.state = 'RUNNING'")}
+    return min(owned & beaten, default=None)
+
+
+def test_a_machine_stalled_past_its_heartbeat_loses_that_trial_and_both_finish(databases,
+                                                                                server, tmp_path):
+    """Each `sweep run` process in turn is held still (SIGSTOP: a machine so loaded or swapping
+    that no heartbeat goes out for two intervals) while it trains a trial, until the other
+    process has failed that trial as stale and queued its retry; then it goes on. It drops the
+    lost trial (its worker stopped, its run FAILED as the study holds it) and both processes
+    finish the sweep. Before, the stalled process exited 3 on the study's refusal of its next
+    write to the trial (UpdateFinishedTrialError, or "Cannot tell a FAIL trial")."""
+    from mlflow.tracking import MlflowClient
+
+    storage = databases()
+    spec = tiny_spec(name="stalled", trials=12, workers=1, heartbeat_seconds=1,
+                     train={"epochs": 2})
+    machines = [_machine(tmp_path, m, spec, storage, server) for m in ("a", "b")]
+    lost = {}  # trial number: the process that ran it
+    try:
+        for victim in machines:
+            deadline, number = time.monotonic() + 300, None
+            while number is None:
+                assert all(m.poll() is None for m in machines), [m.communicate() for m in machines]
+                assert time.monotonic() < deadline, "the process never ran a trial"
+                number = _beating_trial(storage, "stalled", victim.pid)
+                time.sleep(0.05)
+            victim.send_signal(signal.SIGSTOP)
+            try:
+                deadline = time.monotonic() + 300
+                while _study(storage, "stalled").trials[number].state.name == "RUNNING":
+                    for m in machines:  # the other one fails it, unless it is gone
+                        assert m is victim or m.poll() is None, m.communicate()
+                    assert time.monotonic() < deadline, "the stalled trial was never failed"
+                    time.sleep(0.2)
+            finally:
+                victim.send_signal(signal.SIGCONT)
+            lost[number] = victim
+    finally:
+        for m in machines:
+            m.send_signal(signal.SIGCONT)
+    outs = [m.communicate(timeout=600) for m in machines]
+    assert [m.returncode for m in machines] == [0, 0], [o[1] for o in outs]
+
+    trials = _study(storage, "stalled").trials
+    retries = {t.user_attrs["sweep.retry_of"]: t for t in trials
+               if "sweep.retry_of" in t.user_attrs}
+    assert sorted(retries) == sorted(lost)  # one retry of each lost trial, none of another
+    assert all(r.state.name == "COMPLETE" and r.params == trials[n].params
+               for n, r in retries.items())
+    assert len(trials) == 12 + len(lost)
+    assert Counter(t.state.name for t in trials) == {"COMPLETE": 12, "FAIL": len(lost)}
+    assert {t.number for t in trials if t.state.name == "FAIL"} == set(lost)
+    for number, victim in lost.items():
+        out = outs[machines.index(victim)][0]
+        other = outs[1 - machines.index(victim)][0]
+        assert f"trial {number} failed: no heartbeat for 2 s" in other
+        assert f"trial {number} was ended (FAIL) by another sweep run process while it ran " \
+               f"here" in out, out
+        assert f"trial {number} complete" not in out  # its result was dropped
+
+    client = MlflowClient(tracking_uri=server)
+    exp = client.get_experiment_by_name("stalled")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    assert not [r.info.run_id for r in runs if r.info.status == "RUNNING"]
+    (parent,) = [r for r in runs if r.data.tags.get("sweep.role") == "parent"]
+    assert parent.info.status == "FINISHED"
+    children = [r for r in runs if r.data.tags.get("sweep.role") == "trial"]
+    by_number = Counter((r.data.tags["sweep.trial_number"], r.info.status) for r in children)
+    assert by_number == {**{(str(t.number), "FINISHED"): 1 for t in trials
+                            if t.state.name == "COMPLETE"},
+                         **{(str(n), "FAILED"): 1 for n in lost}}
