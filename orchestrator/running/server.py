@@ -158,10 +158,15 @@ def runs_view(spec, study: str | None = None) -> str:
                               "groupByKeys": [{"mode": "tag", "groupByData": keys.LEVEL}]},
                   # a row a level, its seeds folded under it (MLflow's group id: mode.key.value)
                   "groupsExpanded": {f"tag.{keys.LEVEL}.{label}": False for label in levels},
-                  # the levels' names ("Group: " and the label, by ~8 px a letter after the
-                  # arrow, swatch and count), the mean's digits and "(average)" readable
-                  "columnWidths": {NAME_COLUMN: min(480, 110 + 8 * max(map(len, levels))),
+                  # the levels' names, the mean's digits and "(average)" readable
+                  "columnWidths": {NAME_COLUMN: _name_width(levels),
                                    **{f"metrics.`{o.metric}`": 240 for o in spec.objectives}}})
+
+
+def _name_width(levels: list[str]) -> int:
+    """Pixels of the Run Name column for a group row's "Group: <level>" (~6.5 px a letter,
+    after the arrow and swatch, before the count): never below MLflow's 190, at most 480."""
+    return max(190, min(480, 60 + 7 * len(f"Group: {max(levels, key=len)}")))
 
 
 def tuning_view(spec, study: str | None = None) -> str:

@@ -53,6 +53,20 @@ def test_a_comparison_opens_on_its_confirmation_runs_a_row_a_level_with_their_me
     assert tuning["selectedColumns"][:4] == [metric, PHASE, LEVEL, SEED]
 
 
+def test_the_name_column_fits_a_levels_name_in_its_group_row():
+    """MLflow's own width (190 px) cuts a two-factor level ("optimizer=adam,clip_grad_norm=
+    null") after "Group: optimize"."""
+    short = _state(runs_view(_comparison({"metric": "val_acc", "direction": "maximize"})))
+    two = validate(compare_spec(space={**SPACE, "clip_grad_norm": [None, 1.0]}, compare={
+        "factor": ["batch_size", "clip_grad_norm"], "tune_trials": 1, "seeds": 3}))
+    long = _state(runs_view(two))
+    name = "attributes.`Run Name`"
+    assert short["columnWidths"][name] == 190  # MLflow's default: "Group: 128" fits
+    longest = len("Group: batch_size=128,clip_grad_norm=null")
+    # its letters (6.5 px each in MLflow's font), the arrow and swatch before, the count after
+    assert long["columnWidths"][name] >= 6.5 * longest + 60 > 190
+
+
 def test_a_sweep_that_compares_nothing_keeps_its_view_of_every_run_best_first():
     spec = validate(compare_spec(compare=None, trials=2, space=SPACE))
     state = _state(runs_view(spec, "cmp"))
