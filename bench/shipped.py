@@ -1,0 +1,132 @@
+"""Run the shipped sweeps that answer the design card's four questions and copy their answers
+into docs/compare.md: never typed by hand.
+
+Each sweep runs from its YAML in a fresh folder of its own (the embedded default stores:
+``optuna.journal`` and ``mlflow.db`` there), timed: its wall-clock seconds and the CPU seconds
+of ``sweep run`` and its workers. Its answer is what the end of ``sweep run`` prints
+(:func:`orchestrator.report.answer_lines`, read back from the stores), written with the time
+and the machine's load between the markers ``<!-- shipped: NAME -->`` and
+``<!-- /shipped: NAME -->`` of docs/compare.md.
+
+Usage:
+    python bench/shipped.py                      # run all four (about 20 minutes on 2 cores)
+    python bench/shipped.py --only clipping      # one of them
+    python bench/shipped.py --reuse DIR          # DIR/NAME holds a finished run of each: read it
+
+A reused run's time is read from ``timing.json`` (written here) or, for a run made with
+``/usr/bin/time -v sweep run ... 2> time.log``, from ``time.log``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SHIPPED = {  # marker name -> the YAML under sweeps/, in the order docs/compare.md shows them
+    "adam_vs_sgd": "adam_vs_sgd.yaml",
+    "schedules": "schedules.yaml",
+    "clipping": "clipping.yaml",
+    "batch_lr_scaling": "batch_lr_scaling.yaml",
+}
+PAGE = ROOT / "docs" / "compare.md"
+SWEEP = Path(sys.executable).with_name("sweep")
+
+
+def run(name: str, folder: Path) -> dict:
+    """Run sweep ``name`` in ``folder`` (made fresh), and return its timing."""
+    folder.mkdir(parents=True, exist_ok=False)
+    spec = folder / SHIPPED[name]
+    spec.write_bytes((ROOT / "sweeps" / SHIPPED[name]).read_bytes())
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    with open(folder / "run.log", "w") as log:
+        subprocess.run([str(SWEEP), "run", spec.name], cwd=folder, stdout=log,
+                       stderr=subprocess.STDOUT, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    timing = {"wall_s": round(time.perf_counter() - t0, 1),
+              "cpu_s": round(after.ru_utime - before.ru_utime + after.ru_stime
+                             - before.ru_stime, 1),
+              "load_before": round(load, 1), "load_after": round(os.getloadavg()[0], 1),
+              "date": datetime.date.today().isoformat()}
+    (folder / "timing.json").write_text(json.dumps(timing))
+    return timing
+
+
+def timing_of(folder: Path) -> dict:
+    """A reused run's timing: timing.json, else GNU time's log (time.log)."""
+    if (folder / "timing.json").exists():
+        return json.loads((folder / "timing.json").read_text())
+    text = (folder / "time.log").read_text()
+
+    def field(name: str) -> str:
+        return re.search(rf"{re.escape(name)}: (.+)", text).group(1).strip()
+
+    parts = [float(p) for p in field("Elapsed (wall clock) time (h:mm:ss or m:ss)").split(":")]
+    wall = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
+    cpu = float(field("User time (seconds)")) + float(field("System time (seconds)"))
+    date = datetime.date.fromtimestamp((folder / "time.log").stat().st_mtime).isoformat()
+    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "date": date}
+
+
+def answer(name: str, folder: Path) -> list[str]:
+    """The answer the end of ``sweep run`` prints, read back from the run's stores."""
+    from orchestrator.report import answer_lines, load_sweep
+
+    here = os.getcwd()
+    os.chdir(folder)  # the embedded default stores are the folder's own
+    try:
+        return answer_lines(load_sweep(SHIPPED[name]))
+    finally:
+        os.chdir(here)
+
+
+def block(name: str, lines: list[str], timing: dict) -> str:
+    """The text between the markers of ``name``."""
+    load = (f", load average {timing['load_before']} before and {timing['load_after']} after"
+            if "load_before" in timing else "")
+    return (f"`sweeps/{SHIPPED[name]}`, run {timing['date']} from a fresh folder: "
+            f"{timing['wall_s']:.0f} s wall clock on the shared 2-core machine{load}, "
+            f"{timing['cpu_s']:.0f} CPU seconds (sweep run and its workers together):"
+            f"\n\n```text\n" + "\n".join(lines) + "\n```\n")
+
+
+def write(page: Path, name: str, text: str) -> None:
+    """Replace what lies between the markers of ``name`` on ``page``."""
+    start, end = f"<!-- shipped: {name} -->", f"<!-- /shipped: {name} -->"
+    content = page.read_text()
+    if start not in content or end not in content:
+        raise SystemExit(f"{page}: no markers {start} ... {end}; add them where the answer goes")
+    before, rest = content.split(start, 1)
+    _, after = rest.split(end, 1)
+    page.write_text(f"{before}{start}\n{text}{end}{after}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=sorted(SHIPPED), action="append")
+    parser.add_argument("--reuse", type=Path, help="a folder holding NAME/ for each finished run")
+    parser.add_argument("--page", type=Path, default=PAGE)
+    args = parser.parse_args(argv)
+    base = Path(tempfile.mkdtemp(prefix="shipped-")) if args.reuse is None else args.reuse
+    for name in args.only or SHIPPED:
+        folder = base / name
+        timing = run(name, folder) if args.reuse is None else timing_of(folder)
+        lines = answer(name, folder)
+        write(args.page, name, block(name, lines, timing))
+        print(f"{name}: {timing['wall_s']:.0f} s, {timing['cpu_s']:.0f} CPU s: {lines[0]}")
+
+
+if __name__ == "__main__":
+    main()
