@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -31,7 +32,7 @@ from orchestrator.running.runner import configuration_means
 from orchestrator.stores.study import PendingTrial, SweepStudy, fresh
 from orchestrator.stores.tracking import Tracker
 from tests.conftest import Stores
-from tests.helpers import compare_spec
+from tests.helpers import compare_spec, finish, start_sweep, wait_for_epoch
 
 BATCH_SIZES = [16, 32, 64, 128]
 
@@ -313,3 +314,95 @@ def test_a_best_read_before_the_last_trial_ended_never_outlasts_the_answer(memor
     assert best_value == pytest.approx(found.mean)
     assert tags[keys.BEST_RUN_ID] == found.trial.user_attrs[keys.RUN_ID]
     assert tags[keys.ANSWER] == found.why
+
+
+# ------------------------------------------------------------------ real sweeps on digits
+
+# three optimizers at fixed learning rates (a one-value list: the same trial whichever process
+# runs it), val_loss minimized: adamw's seed-7 run is the best single run of the sweep and ends
+# before the last trial, which is no new best: the case whose answer was once not recorded
+OPTIMIZERS = {"adam": {"lr": [0.0035]}, "adamw": {"lr": [0.006]}, "sgd": {"lr": [0.065]}}
+
+
+def optimizer_spec() -> dict:
+    return compare_spec(name="opt3", seed=6, workers=1, objective={"metric": "val_loss",
+                                                                   "direction": "minimize"},
+                        space={"optimizer": OPTIMIZERS}, export_for="best",
+                        export=["torchscript"],
+                        compare={"factor": "optimizer", "tune_trials": 1, "seeds": 2})
+
+
+def check_one_answer(stores, name: str, said: str) -> None:
+    """The parent run, the study's attribute, `sweep status`, `sweep report`, the export and the
+    end of `sweep run` (its output ``said``) name the level of the best mean over the
+    confirmation runs (no level is beaten on 2 seeds here) and that mean, computed with pandas
+    from the runs read back from MLflow."""
+    from orchestrator.report import load_sweep
+    from orchestrator.report.comparison import compare as report_compare
+    from tests.conftest import run_cli
+
+    runs = stores.runs(name, "trial")
+    frame = pd.DataFrame([{"level": r.data.tags[keys.LEVEL], "phase": r.data.tags[keys.PHASE],
+                           "seed": int(r.data.tags[keys.SEED]), "value": r.data.metrics["val_loss"],
+                           "trial": int(r.data.tags[keys.TRIAL_NUMBER]), "run": r.info.run_id,
+                           "ended": r.info.end_time} for r in runs])
+    confirm = frame[frame["phase"] == "confirm"]
+    means = confirm.groupby("level")["value"].mean()
+    level, mean = means.idxmin(), means.min()
+    mine = confirm[confirm["level"] == level].sort_values("seed")
+    # the run standing for it: the closest to the mean, the lower seed on a tie (2 seeds: the
+    # lower seed)
+    typical = mine.iloc[(mine["value"] - mean).abs().round(12).argsort(kind="stable").iloc[0]]
+    # the case: the answer's run is the sweep's best single run, and not the last to end
+    assert frame["value"].idxmin() == typical.name
+    assert frame["ended"].idxmax() != typical.name
+
+    parent = stores.runs(name, "parent")[0]
+    assert parent.data.metrics[keys.BEST_VALUE] == pytest.approx(mean)
+    assert parent.data.tags[keys.BEST_RUN_ID] == typical["run"]
+    assert parent.data.tags[keys.BEST_TRIAL] == str(typical["trial"])
+    attr = stores.study(name).user_attrs[keys.ANSWER]
+    assert (attr["level"], attr["trial"], attr["seeds"]) == (level, typical["trial"], 2)
+    assert attr["mean"] == pytest.approx(mean)
+    assert parent.data.tags[keys.ANSWER] == attr["text"] and level in attr["text"]
+    status = run_cli("status", name, cwd=stores.dir)
+    first = status.stdout.splitlines()[0]
+    assert f"the comparison names {level}: val_loss {mean:.4g}" in first, first
+    assert "best val_loss" not in first
+    report = run_cli("report", name, "--out", "rep", cwd=stores.dir)
+    assert report.returncode == 0, report.stderr
+    found = report_compare(load_sweep(name, stores.tracking_uri, str(stores.journal),
+                                      curves=False)).answer
+    assert (found.level, found.trial.number) == (level, typical["trial"])
+    assert found.mean == pytest.approx(mean)
+    assert level in report.stdout.splitlines()[0]
+    exported = [r.info.run_id for r in runs if r.data.tags.get(keys.EXPORTED) == "true"]
+    assert exported == [typical["run"]]
+    # the end of sweep run: the named configuration first in its table
+    table = said[said.index("best configurations"):].splitlines()
+    first_row = next(line for line in table if "lr=" in line)
+    assert first_row.strip("│ ").startswith(f"{level} lr="), first_row
+
+
+@pytest.mark.slow
+def test_a_real_comparison_in_one_process_records_its_answer_whatever_trial_ends_last(
+        stores, write_spec, cli):
+    ran = cli(write_spec(optimizer_spec()))
+    assert ran.returncode == 0, ran.stderr
+    check_one_answer(stores, "opt3", ran.stdout)
+
+
+@pytest.mark.slow
+def test_a_real_comparison_in_two_processes_records_one_answer(stores, write_spec, pace):
+    """Two `sweep run` processes of one study (one worker each, the journal and the MLflow
+    file shared): whichever ends the last trial, and whichever ends the sweep."""
+    path = write_spec(optimizer_spec())
+    procs = [start_sweep(path, stores.dir)]
+    wait_for_epoch(stores, "opt3", procs[0], pace)  # the study and its parent run exist
+    procs.append(start_sweep(path, stores.dir))
+    outs = [finish(p, stores, "opt3", pace) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    owners = {t.user_attrs[keys.OWNER]["pid"] for t in stores.study("opt3").trials}
+    assert owners == {p.pid for p in procs}  # both ran trials
+    ended = [out for out, _ in outs if "best configurations" in out]
+    check_one_answer(stores, "opt3", ended[0])
