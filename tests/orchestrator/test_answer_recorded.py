@@ -27,12 +27,13 @@ from orchestrator.answer import compare
 from orchestrator.config.spec import SweepSpec, validate
 from orchestrator.core import keys
 from orchestrator.report import status
-from orchestrator.running.book import record_best
+from orchestrator.running.book import TrialBook, record_best
+from orchestrator.running.protocol import Done, Epoch
 from orchestrator.running.runner import configuration_means
 from orchestrator.stores.study import PendingTrial, SweepStudy, fresh
 from orchestrator.stores.tracking import Tracker
 from tests.conftest import Stores
-from tests.helpers import compare_spec, finish, start_sweep, wait_for_epoch
+from tests.helpers import FAKE_WORKER, compare_spec, finish, start_sweep, wait_for_epoch
 
 BATCH_SIZES = [16, 32, 64, 128]
 
@@ -314,6 +315,72 @@ def test_a_best_read_before_the_last_trial_ended_never_outlasts_the_answer(memor
     assert best_value == pytest.approx(found.mean)
     assert tags[keys.BEST_RUN_ID] == found.trial.user_attrs[keys.RUN_ID]
     assert tags[keys.ANSWER] == found.why
+
+
+def drive(book: TrialBook, values: dict, until: int | None = None) -> None:
+    """Train the plan's trials on ``book`` one at a time with ``values`` (level, seed; -1 for
+    tuning) as their val_loss, a missing value a divergence (failed for good); ``until``: stop
+    with that many trials left."""
+    while until is None or len(book.study.trials()) < len(values) - until:
+        pending = book.study.next_trial()
+        if not isinstance(pending, PendingTrial):
+            return
+        book.runs.open_run(book.start(0, pending, FAKE_WORKER))
+        value = values.get((pending.level, pending.seed if pending.phase == "confirm" else -1))
+        if value is None:
+            book.fail(0, "training diverged: val_loss is nan", "deterministic")
+            continue
+        epoch = Epoch(epoch=1, metrics={"val_loss": value, "val_acc": 1 - value},
+                      lr_steps=[(1, 0.01)], resumed=False)
+        book.report_epoch(0, epoch)
+        book.log_epoch(0, epoch)
+        book.finish(0, Done(state="complete", epochs=1, train_seconds=1.0, device="cpu",
+                            resumed_from=0, weights=""))
+
+
+TWO_BATCH_SIZES = compare_spec(objective={"metric": "val_loss", "direction": "minimize"},
+                               space={"batch_size": [16, 32], "lr": [0.01]},
+                               compare={"factor": "batch_size", "tune_trials": 1, "seeds": 2})
+
+
+def test_the_end_of_the_sweep_records_the_answer_a_process_that_died_decided(stores):
+    """The last confirmation was told to the study by another process, which died before it
+    recorded anything: the end of the sweep (close_sweep, under the end claim) records the
+    answer from the study as it is."""
+    from orchestrator.running.sweep_end import close_sweep
+
+    spec = validate(TWO_BATCH_SIZES)
+    book = TrialBook.open(spec, str(stores.journal), stores.tracking_uri, spec_text="name: cmp\n")
+    values = {("16", -1): 0.5, ("32", -1): 0.4, ("16", 1): 0.42, ("16", 2): 0.48,
+              ("32", 1): 0.30, ("32", 2): 0.62}
+    drive(book, values, until=1)
+    other = SweepStudy.open(spec, str(stores.journal))
+    pending = other.next_trial()
+    other.complete(pending, [{"val_loss": values[pending.level, pending.seed]}])
+    assert parent_says(book.tracker, book.parent_id)[0] == 0.30  # the best single run
+    close_sweep(book)
+    best_value, tags = parent_says(book.tracker, book.parent_id)
+    assert best_value == pytest.approx(np.mean([0.42, 0.48]))  # 16's mean
+    first = next(t for t in stores.study("cmp").trials if t.user_attrs.get(keys.SEED) == 1
+                 and t.user_attrs.get(keys.LEVEL) == "16")
+    assert tags[keys.BEST_RUN_ID] == first.user_attrs[keys.RUN_ID]  # its seed closest (tie: 1)
+    assert stores.study("cmp").user_attrs[keys.ANSWER]["level"] == "16"
+
+
+def test_a_confirmation_that_fails_for_good_last_records_the_answer_at_once(stores):
+    """The trial book of `sweep run`: the comparison's last confirmation diverges (failed for
+    good: its level's worst outcome), which decides it; the parent run names the answer then,
+    before the end of the sweep."""
+    book = TrialBook.open(validate(TWO_BATCH_SIZES), str(stores.journal), stores.tracking_uri,
+                          spec_text="name: cmp\n")
+    drive(book, {("16", -1): 0.5, ("32", -1): 0.4, ("16", 1): 0.42, ("16", 2): 0.48,
+                 ("32", 1): 0.30})  # 32's seed 2 diverges
+    last = stores.study("cmp").trials[-1]
+    assert last.state.name == "FAIL" and last.user_attrs[keys.LEVEL] == "32"
+    best_value, tags = parent_says(book.tracker, book.parent_id)
+    assert best_value == pytest.approx(np.mean([0.42, 0.48]))  # 16's mean, not 32's 0.30
+    assert "16" in tags[keys.ANSWER] and stores.study("cmp").user_attrs[keys.ANSWER]["level"] \
+        == "16"
 
 
 # ------------------------------------------------------------------ real sweeps on digits
