@@ -155,7 +155,9 @@ class SweepStudy:
         elif self.spec.is_grid and not self.trials(states=(TrialState.WAITING,)):
             return None
         else:
-            trial = self.study.ask()
+            trial = ask_within_trials(self)
+            if isinstance(trial, compare.Wait):
+                return trial
         return _pending(self, trial)
 
     def plan(self) -> compare.Plan | None:
@@ -463,6 +465,21 @@ def ask_compared(study: SweepStudy) -> optuna.Trial | compare.Wait | None:
                                                 keys.SEED: action.seed}
             study.study.enqueue_trial(params, user_attrs={
                 keys.REPEAT: 0, keys.LEVEL: action.level.label, **attrs})
+        return study.study.ask()
+
+
+def ask_within_trials(study: SweepStudy) -> optuna.Trial | compare.Wait:
+    """A sweep's next trial: a queued one (a retry, a repeat), else a new one while the trials
+    finished and running on every machine are fewer than ``trials``; else :class:`compare.Wait`
+    (the running trials may yet fail and be retried). Counting and asking hold the store's
+    lock, on a fresh read: two processes that both saw one trial left never both start it."""
+    lock = store_lock(study.storage_url) if study.storage_url else contextlib.nullcontext()
+    with lock:
+        fresh(study)
+        if not study.trials(states=(TrialState.WAITING,)):
+            counts = study.counts()
+            if counts["finished"] + counts["running"] >= study.spec.trials:
+                return compare.Wait()
         return study.study.ask()
 
 

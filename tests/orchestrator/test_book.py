@@ -225,7 +225,7 @@ def test_orphans_of_a_dead_owner_are_failed_retried_and_their_runs_closed(stores
 
 def test_the_runs_of_many_orphans_are_closed_with_one_search_of_mlflow(stores, open_book,
                                                                        monkeypatch):
-    first = open_book(retries=1)
+    first = open_book(retries=1, trials=3)
     numbers = [orphan_one(first, slot) for slot in range(3)]
     searches = []
     search = tracking.Tracker.running_trial_runs

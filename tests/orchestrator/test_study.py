@@ -1,6 +1,7 @@
 import optuna
 import pytest
 
+from orchestrator.answer import compare
 from orchestrator.config.spec import validate
 from orchestrator.core.errors import SweepError
 from orchestrator.core.urls import mask
@@ -90,8 +91,9 @@ def test_a_torn_last_journal_line_is_cut_and_kept_aside(tmp_path, capsys):
     (backup,) = tmp_path.glob("j.journal.damaged-*")
     assert backup.read_bytes().endswith(b'torn-write')
     assert "cut a torn last entry" in capsys.readouterr().err
-    # and the journal takes new entries again
-    study.complete(study.next_trial(), [{"val_acc": 0.7}])
+    # and the journal takes new entries again (a third trial: the sweep resumed with trials=3)
+    more = SweepStudy.open(validate(tiny_spec(trials=3)), str(path))
+    more.complete(more.next_trial(), [{"val_acc": 0.7}])
     assert len(SweepStudy.open(spec, str(path)).trials()) == 3
 
 
@@ -154,3 +156,53 @@ def test_a_study_whose_trials_carry_parameter_names_the_space_does_not_make_is_r
                                          r"name .*--new"):
         SweepStudy.open(spec, str(path))
     assert SweepStudy.open(spec, str(path), new=True).name == "tiny-2"
+
+
+def test_a_process_that_read_the_trials_before_another_started_one_starts_no_trial_past_trials(
+        tmp_path):
+    """Two processes each see one trial left (their last reads predate the other's start):
+    the one that asks second gets Wait, not a third trial; a retry queued later still runs."""
+    spec = validate(tiny_spec(trials=2, retries=1))
+    path = str(tmp_path / "j.journal")
+    a, b = SweepStudy.open(spec, path), SweepStudy.open(spec, path)
+    assert a.counts()["running"] == b.counts()["running"] == 0  # both read: nothing started
+    first = a.next_trial()
+    second = b.next_trial()
+    assert not isinstance(second, compare.Wait)
+    assert isinstance(a.next_trial(), compare.Wait) and isinstance(b.next_trial(), compare.Wait)
+    assert len(a.trials()) == 2
+    a.fail(first, "crashed", "crash", retry=True)  # its retry replaces it: asked, not refused
+    retry = b.next_trial()
+    assert retry.trial.user_attrs.get("sweep.retry_of") == first.number
+    assert isinstance(b.next_trial(), compare.Wait)
+    assert len(b.trials()) == 3
+
+
+def _ask_until_full(path: str, trials: int, out) -> None:
+    study = SweepStudy.open(validate(tiny_spec(trials=trials)), path)
+    asked = 0
+    while asked < 3 * trials and not isinstance(study.next_trial(), compare.Wait):
+        asked += 1
+    out.put(asked)
+
+
+@pytest.mark.parametrize("store", ["journal", "sqlite"])
+def test_processes_asking_at_once_start_exactly_trials_trials(tmp_path, store):
+    """Three processes ask for trials at the same moment until told to wait: together they
+    start exactly ``trials`` trials, numbered without gaps or duplicates."""
+    import multiprocessing as mp
+
+    path = str(tmp_path / "j.journal") if store == "journal" else \
+        f"sqlite:///{tmp_path}/optuna.db"
+    SweepStudy.open(validate(tiny_spec(trials=5)), path)  # created once, as a first run does
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_ask_until_full, args=(path, 5, out)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    asked = [out.get(timeout=5) for _ in procs]
+    assert sum(asked) == 5
+    numbers = [t.number for t in SweepStudy.open(validate(tiny_spec(trials=5)), path).trials()]
+    assert numbers == list(range(5))
