@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.running.protocol import Ready
+from orchestrator.running.protocol import Done, Epoch, Ready
 from tests.conftest import SLACK, tiny_spec
 
 # ------------------------------------------------------------------ a sweep as a process
@@ -118,6 +118,29 @@ def compare_spec(**overrides) -> dict:
 # the hello of a worker that never ran (pid 1, CPU only), for a TrialBook driven by hand
 FAKE_WORKER = Ready(pid=1, torch_version="2.0", torch_threads=1, cuda_visible_devices="",
                     cuda_available=False, cuda_version="", cudnn_version="", device_name="cpu")
+
+
+def epoch(n: int, val_acc: float, resumed: bool = False) -> Epoch:
+    """Epoch ``n`` as a worker reports it: ``val_acc`` and ``val_loss = 1 - val_acc``."""
+    return Epoch(epoch=n, metrics={"val_acc": val_acc, "val_loss": 1 - val_acc},
+                 lr_steps=[(n, 0.01)], resumed=resumed)
+
+
+def run_trial(book, curve: list[float], slot: int = 0):
+    """Start the next trial on ``slot`` as the loop does and report ``curve``, one value an
+    epoch."""
+    pending = book.study.next_trial()
+    book.runs.open_run(book.start(slot, pending, FAKE_WORKER))
+    for n, value in enumerate(curve, 1):
+        book.report_epoch(slot, epoch(n, value))
+        book.log_epoch(slot, epoch(n, value))
+    return pending
+
+
+def done(state: str = "complete") -> Done:
+    """A worker's end of a 2-epoch trial in ``state``."""
+    return Done(state=state, epochs=2, train_seconds=1.5, device="cpu", resumed_from=0,
+                weights="")
 
 
 # ------------------------------------------------------------------ the trainer's lr curves

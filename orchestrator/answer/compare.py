@@ -205,9 +205,12 @@ def decide_look(c: Comparison, values: dict[str, dict[int, float | None]],
 def _decide(factor, direction, metric, precision, seeds, frozen, look,
             looks) -> tuple[stats.PairResult, ...]:
     values = {label: dict(v) for label, v in frozen}
+    if len(values) < 2:  # one level tuned (the others failed every tuning trial): no pair
+        return ()
     return tuple(stats.compare_paired(values, factor=factor, direction=direction,
-                                      bounds=stats.difference_bounds(metric), look=look,
-                                      looks=looks, precision=precision, seeds=seeds))
+                                      bounds=stats.difference_bounds(metric, values),
+                                      look=look, looks=looks, precision=precision,
+                                      seeds=seeds))
 
 
 def answer(c: Comparison, trials: Sequence[FrozenTrial], done: Done) -> Answer | None:

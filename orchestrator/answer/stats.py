@@ -39,10 +39,12 @@ Sequential seeding stops when every pair is ``better`` or ``equivalent`` (:func:
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -63,13 +65,33 @@ METRIC_BOUNDS: dict[str, tuple[float | None, float | None]] = {
 }
 
 
-def difference_bounds(metric: str) -> tuple[float, float] | None:
+def difference_bounds(metric: str, values: Mapping[Any, Mapping[Any, Any]] | None = None
+                      ) -> tuple[float, float] | None:
     """The ``bounds`` a sweep's comparison passes to :func:`compare_paired` for ``metric``: its
     range when it has two ends (what an interval is clipped to), else None. A one-sided range
     would clip nothing and only refuse values: a user's loss (``loss: module:function``) may
-    go below 0."""
+    go below 0. None too when a finite one of ``values`` (level -> {seed: value}) lies outside
+    the range: a user's metric of that name on another scale (``val_acc`` in percent) is not
+    clipped to a range it does not live in."""
     low, high = METRIC_BOUNDS.get(metric, (None, None))
-    return (low, high) if low is not None and high is not None else None
+    if low is None or high is None:
+        return None
+    return bounds_holding((low, high), values or {})
+
+
+def bounds_holding(bounds: tuple[float | None, float | None] | None,
+                   values: Mapping[Any, Mapping[Any, Any]]):
+    """``bounds`` when every finite one of ``values`` (level -> {seed: value}) lies within
+    them, else None (see :func:`difference_bounds`)."""
+    if bounds is None:
+        return None
+    low, high = (-math.inf if bounds[0] is None else bounds[0],
+                 math.inf if bounds[1] is None else bounds[1])
+    for by_seed in values.values():
+        for v in by_seed.values():
+            if isinstance(v, numbers.Real) and math.isfinite(v) and not low <= v <= high:
+                return None
+    return bounds
 
 
 @dataclass(frozen=True)

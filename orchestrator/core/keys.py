@@ -167,8 +167,8 @@ RESOLVED_FILE = _key("sweep.resolved.yaml", PARENT_ARTIFACT, "the sweep with eve
 PREFLIGHT_DIR = _key("preflight", PARENT_ARTIFACT, "the preflight's JSON, Markdown and images")
 REPORT_DIR = _key("report", PARENT_ARTIFACT, "`sweep report --log`'s files")
 COMPARISON_CSV = _key("report/comparison.csv", PARENT_ARTIFACT,
-                      "a comparison's paired results: factor,a,b,pairs,diff,ci_low,ci_high,p,"
-                      "p_holm,verdict, a row per pair of levels")
+                      "a comparison's paired results, a row per pair of levels, in the "
+                      "columns of `orchestrator.stats.CSV_COLUMNS` (listed in compare.md)")
 
 # --- a trial run -----------------------------------------------------------------------------
 PARENT_RUN_ID = _key("mlflow.parentRunId", TRIAL_TAG, "its parent run (nests it in the UI)")

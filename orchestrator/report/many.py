@@ -103,9 +103,11 @@ def compare_sweeps(datas: list[SweepData]) -> Many:
         return {str(i): {k: v for k, v in zip(key(frame), frame[f"value:{n}"]) if not
                          pd.isna(v)} for i, n in enumerate(names)}
 
+    every = by_sweep(pairs, lambda f: zip(f["configuration"], f["seed"]))
+    bounds = stats.bounds_holding(bounds, every)  # a metric on another scale: not clipped
     overall = [_named(r, label) for r in stats.compare_paired(
-        by_sweep(pairs, lambda f: zip(f["configuration"], f["seed"])), factor="sweep",
-        direction=objective.direction, bounds=bounds, min_pairs=MIN_PAIRS)]
+        every, factor="sweep", direction=objective.direction, bounds=bounds,
+        min_pairs=MIN_PAIRS)]
     scoped = [(ALL, overall)]
     for config, group in pairs.groupby("configuration", sort=False):
         if group[[f"value:{n}" for n in names]].notna().sum(axis=1).max() < 2:

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ..answer import objectives
-from ..answer.stats import METRIC_BOUNDS, PairResult, compare_paired
+from ..answer.stats import METRIC_BOUNDS, PairResult, bounds_holding, compare_paired
 from ..config.scaling_rules import scaling_metric
 from ..core import keys
 from .load import SweepData
@@ -211,7 +211,8 @@ def compare_rules(table: pd.DataFrame, direction: str, bounds) -> tuple:
         lrs[rule] = float(near)
         cell = at[at["lr"] == near]
         values[rule] = dict(zip(cell["seed"], cell["value"]))
-    [result] = compare_paired(values, factor="lr rule", direction=direction, bounds=bounds)
+    [result] = compare_paired(values, factor="lr rule", direction=direction,
+                              bounds=bounds_holding(bounds, values))
     return small, ref_lr, large, lrs, result
 
 

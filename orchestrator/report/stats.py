@@ -27,7 +27,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..answer.stats import PairResult, compare_paired, friedman, level_order, mean_interval
+from ..answer.stats import (PairResult, bounds_holding, compare_paired, friedman, level_order,
+                             mean_interval)
 from ..config import space as sp
 from ..core import keys
 from .load import SweepData
@@ -153,8 +154,9 @@ def paired_differences(trials: pd.DataFrame, factors: list[str], *, direction: s
                 not 2 <= mine[col].map(str).nunique() <= MAX_LEVELS:
             continue
         values, configs = _blocks(mine, factor, factors)
-        results = compare_paired(values, factor=factor, direction=direction, bounds=bounds,
-                                 configs=configs, min_pairs=MIN_PAIRS)
+        results = compare_paired(values, factor=factor, direction=direction,
+                                 bounds=bounds_holding(bounds, values), configs=configs,
+                                 min_pairs=MIN_PAIRS)
         # a block where every level ran the same configuration is all ties: Friedman's
         # statistic (tie-corrected) does not change with it, so it needs no removal
         p_all = friedman(values)

@@ -257,8 +257,7 @@ class TrialBook:
             drop_lost_trial(self, active)
         else:
             try:
-                with self.study.writes_to(active.pending):
-                    self._close(active, end)
+                self._close(active, end)
             except TrialLost as e:  # its run may have ended FINISHED already: FAILED now
                 lose_trial(self, active, e)
                 drop_lost_trial(self, active)
@@ -279,12 +278,15 @@ class TrialBook:
         metrics, tags = end_records(self.spec, active, done)
         if done.state == "complete":  # Optuna last: see _fail
             self.tracker.end_trial(active.run_id, "complete", metrics, tags)
-            values = self.study.complete(active.pending, active.history)
+            # TrialLost from the trial's own end only, never from what follows it
+            with self.study.writes_to(active.pending):
+                values = self.study.complete(active.pending, active.history)
             record_best(self)
             self.say(complete_line(active, values, tags))
         else:
             self.tracker.end_trial(active.run_id, "pruned", metrics, tags)
-            self.study.prune(active.pending, active.history)
+            with self.study.writes_to(active.pending):
+                self.study.prune(active.pending, active.history)
             self.say(f"trial {active.pending.number} pruned at epoch {len(active.curve)}")
 
     def fail(self, slot: int, reason: str, kind: str) -> None:

@@ -19,19 +19,9 @@ from orchestrator.running.runs import StoreBroke
 from orchestrator.stores import tracking
 from orchestrator.stores.retries import will_retry
 from tests.conftest import tiny_spec
-from tests.helpers import FAKE_WORKER
+from tests.helpers import FAKE_WORKER, done, epoch, run_trial
 
 DEAD_OWNER = {"host": socket.gethostname(), "pid": os.getpid(), "started": -2}  # not this start
-
-
-def epoch(n: int, val_acc: float, resumed: bool = False) -> Epoch:
-    return Epoch(epoch=n, metrics={"val_acc": val_acc, "val_loss": 1 - val_acc},
-                 lr_steps=[(n, 0.01)], resumed=resumed)
-
-
-def done(state: str = "complete") -> Done:
-    return Done(state=state, epochs=2, train_seconds=1.5, device="cpu", resumed_from=0,
-                weights="")
 
 
 @pytest.fixture
@@ -42,17 +32,6 @@ def open_book(stores):
         return TrialBook.open(validate(tiny_spec(**overrides)), storage or str(stores.journal),
                               stores.tracking_uri, spec_text="name: tiny\n", say=say)
     return open_
-
-
-def run_trial(book: TrialBook, curve: list[float], slot: int = 0):
-    """Start the next trial on ``slot`` as the loop does and report ``curve``, one value an
-    epoch."""
-    pending = book.study.next_trial()
-    book.runs.open_run(book.start(slot, pending, FAKE_WORKER))
-    for n, value in enumerate(curve, 1):
-        book.report_epoch(slot, epoch(n, value))
-        book.log_epoch(slot, epoch(n, value))
-    return pending
 
 
 def crash(book: TrialBook, slot: int = 0) -> int:

@@ -70,18 +70,7 @@ def test_a_fresh_browser_browses_the_sweep_from_the_url_sweep_ui_prints(quicksta
 
     with serve("ui", "quickstart", cwd=stores.dir, prefix="MLflow UI:") as ui, \
             sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                             args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1600, "height": 1000})
-        # the UI must work offline: anything but the server is refused (it asks for nothing else)
-        context.route(re.compile(r"^(?!http://127\.0\.0\.1:)"), lambda route: route.abort())
-        page = context.new_page()
-        page.set_default_timeout(WAIT_MS)
-        expect.set_options(timeout=WAIT_MS)
-
-        def shot(name: str) -> None:
-            page.screenshot(path=tmp_path / f"{name}.png")
-            shutil.copy(tmp_path / f"{name}.png", SHOTS / f"{name}.png")
+        browser, page, shot = open_page(playwright, tmp_path, SHOTS)
 
         def artifact(name: str):
             """A file or folder of the run page's artifact tree, by its name."""
@@ -208,6 +197,24 @@ def test_a_fresh_browser_browses_the_sweep_from_the_url_sweep_ui_prints(quicksta
         ui.stop()
 
 
+def open_page(playwright, tmp_path, shots):
+    """A fresh headless chromium, its page and ``shot(name)``, which saves a screenshot in
+    ``tmp_path`` and ``shots``. The UI must work offline: anything but the server is refused
+    (it asks for nothing else)."""
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                         args=CHROMIUM_ARGS)
+    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    context.route(re.compile(r"^(?!http://127\.0\.0\.1:)"), lambda route: route.abort())
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    expect.set_options(timeout=WAIT_MS)
+
+    def shot(name: str) -> None:
+        page.screenshot(path=tmp_path / f"{name}.png")
+        shutil.copy(tmp_path / f"{name}.png", shots / f"{name}.png")
+    return browser, page, shot
+
+
 def group_by_config(page) -> None:
     """The runs table's "Group by" control, set to the tag sweep.config."""
     page.get_by_role("button", name=re.compile(r"^Group by")).click()
@@ -276,17 +283,7 @@ def test_a_comparison_opens_on_the_mean_of_its_confirmation_runs_a_row_a_level(c
         assert tuning[:2] == ["tuning", "runs:"], tuning
         assert tuning[2] == ui.url.replace("viewStateShareKey=sweep",
                                            f"viewStateShareKey={keys.TUNING_VIEW_ID}")
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                             args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1600, "height": 1000})
-        context.route(re.compile(r"^(?!http://127\.0\.0\.1:)"), lambda route: route.abort())
-        page = context.new_page()
-        page.set_default_timeout(WAIT_MS)
-        expect.set_options(timeout=WAIT_MS)
-
-        def shot(name: str) -> None:
-            page.screenshot(path=tmp_path / f"{name}.png")
-            shutil.copy(tmp_path / f"{name}.png", shots / f"{name}.png")
+        browser, page, shot = open_page(playwright, tmp_path, shots)
 
         try:
             # 1. the printed link: a row a level, the mean of its confirmation seeds; the parent

@@ -16,22 +16,12 @@ from optuna.trial import TrialState
 from orchestrator.config.spec import validate
 from orchestrator.core import keys
 from orchestrator.running.book import TrialBook, fail_stale_trials
-from orchestrator.running.protocol import Done, Epoch, Failed
+from orchestrator.running.protocol import Failed
 from tests.conftest import tiny_spec
-from tests.helpers import FAKE_WORKER
+from tests.helpers import done, epoch, run_trial
 
 # the storage counts whole seconds: a beat this long ago is past the grace of 2 intervals of 1 s
 PAST_GRACE_S = 3.2
-
-
-def epoch(n: int, val_acc: float) -> Epoch:
-    return Epoch(epoch=n, metrics={"val_acc": val_acc, "val_loss": 1 - val_acc},
-                 lr_steps=[(n, 0.01)], resumed=False)
-
-
-def done(state: str = "complete") -> Done:
-    return Done(state=state, epochs=2, train_seconds=1.5, device="cpu", resumed_from=0,
-                weights="")
 
 
 @pytest.fixture
@@ -49,17 +39,6 @@ def books(tmp_path, stores):
         book.attach_tracking()
         return book
     return open_
-
-
-def start(book: TrialBook, curve: list[float], slot: int = 0):
-    """The next trial started on ``slot`` as the loop starts it, ``curve`` reported and logged
-    one value an epoch."""
-    pending = book.study.next_trial()
-    book.runs.open_run(book.start(slot, pending, FAKE_WORKER))
-    for n, value in enumerate(curve, 1):
-        book.report_epoch(slot, epoch(n, value))
-        book.log_epoch(slot, epoch(n, value))
-    return pending
 
 
 def stall(book: TrialBook) -> None:
@@ -84,7 +63,7 @@ def run_status(stores, run_id: str):
 
 def test_a_process_never_fails_its_own_running_trial_as_stale(books, stores):
     book = books()
-    pending = start(book, [0.5])
+    pending = run_trial(book, [0.5])
     stall(book)  # its own last beat is past the grace: another process would fail the trial
     fail_stale_trials(book)
     assert book.study.trials()[pending.number].state == TrialState.RUNNING
@@ -98,7 +77,7 @@ def test_a_process_never_fails_its_own_running_trial_as_stale(books, stores):
 def test_a_trial_failed_as_stale_by_another_process_while_it_ran_here_is_dropped_here(
         books, stores, learns_at):
     here = books()
-    pending = start(here, [0.5])  # the first of two epochs
+    pending = run_trial(here, [0.5])  # the first of two epochs
     number, run_id = pending.number, here.active[0].run_id
     stall(here)
     other = books()
@@ -133,7 +112,7 @@ def test_a_trial_failed_as_stale_by_another_process_while_it_ran_here_is_dropped
     assert [line for line in here.said if "failed" in line or "dropped" in line] == [lost]
 
     # both go on: the retry runs here and completes, and the study counts one trial of it
-    retry = start(here, [0.7, 0.8])
+    retry = run_trial(here, [0.7, 0.8])
     assert retry.retry_of == number
     here.finish(0, done())
     counts = here.study.counts()

@@ -537,3 +537,33 @@ def test_any_finite_values_within_any_bounds_give_an_ordered_interval_holding_th
                 t_low, t_high = max(t_low, limits[0]), min(t_high, limits[1])
             assert (r.ci_low, r.ci_high) == pytest.approx((t_low, t_high), rel=1e-9,
                                                          abs=1e-9 * biggest)
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_a_sweeps_comparison_of_one_level_has_no_pair_and_never_raises(direction):
+    """The sweep's own calls: a level whose every tuning trial failed leaves one level, which
+    has no pair (compare_paired itself refuses it); a user's val_acc in percent is compared
+    unclipped, never refused mid-sweep."""
+    from orchestrator.answer import compare as cmp
+
+    one = (("small_cnn", ((1, 0.71), (2, 0.56))),)
+    assert cmp._decide("model", direction, "val_acc", None, 2, one, 1, 3) == ()
+    percent = (("a", ((1, 95.0), (2, 96.0), (3, 94.5))), ("b", ((1, 93.0), (2, 94.5),
+                                                               (3, 92.0))))
+    [r] = cmp._decide("optimizer", direction, "val_acc", None, 3, percent, 1, 1)
+    diffs = np.array([93.0 - 95.0, 94.5 - 96.0, 92.0 - 94.5])
+    assert r.diff == pytest.approx(diffs.mean())
+    half = stats.t.ppf((1 + r.ci_level) / 2, 2) * stats.sem(diffs)  # unclipped: plain t
+    assert (r.ci_low, r.ci_high) == pytest.approx((diffs.mean() - half, diffs.mean() + half))
+
+
+def test_bounds_hold_only_values_within_them():
+    from orchestrator.answer.stats import bounds_holding, difference_bounds
+
+    assert difference_bounds("val_acc", {"a": {1: 0.9}, "b": {1: 1.0}}) == (0.0, 1.0)
+    assert difference_bounds("val_acc", {"a": {1: 0.9}, "b": {1: 95.0}}) is None
+    assert difference_bounds("val_acc", {"a": {1: math.nan}, "b": {1: None}}) == (0.0, 1.0)
+    assert difference_bounds("val_loss", {"a": {1: 0.3}}) is None  # one-sided: clips nothing
+    assert bounds_holding((0.0, None), {"a": {1: -0.5}}) is None
+    assert bounds_holding((0.0, None), {"a": {1: 0.5}}) == (0.0, None)
+    assert bounds_holding(None, {"a": {1: 0.5}}) is None
