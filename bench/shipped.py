@@ -9,7 +9,7 @@ and the machine's load between the markers ``<!-- shipped: NAME -->`` and
 ``<!-- /shipped: NAME -->`` of docs/compare.md.
 
 Usage:
-    python bench/shipped.py                      # run all four (about 20 minutes on 2 cores)
+    python bench/shipped.py                      # run all four (6 minutes on 2 idle cores)
     python bench/shipped.py --only clipping      # one of them
     python bench/shipped.py --reuse DIR          # DIR/NAME holds a finished run of each: read it
 
