@@ -486,8 +486,9 @@ def mean_interval(values: Sequence[float],
                   bounds: tuple[float | None, float | None] | None = None,
                   level: float = 0.95) -> tuple[float, float, float, str]:
     """(mean, low, high, method) of ``values``: Student's t interval of the mean at ``level``,
-    clipped to ``bounds`` (the metric's range) where it leaves it; NaN ends below 2 values or
-    without spread."""
+    clipped to ``bounds`` (the metric's range) where it leaves it, never past the mean (values
+    outside ``bounds`` are not of that range: no clipping); NaN ends below 2 values or without
+    spread."""
 
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     mean = float(x.mean()) if len(x) else math.nan
@@ -495,9 +496,10 @@ def mean_interval(values: Sequence[float],
         return mean, math.nan, math.nan, CI_METHOD
     half = t_half_width(float(x.std(ddof=1)), len(x), level)
     low, high = mean - half, mean + half
+    bounds = bounds_holding(bounds, {"values": dict(enumerate(x.tolist()))})
     lo, hi = bounds if bounds is not None else (None, None)
     clipped = (lo is not None and low < lo) or (hi is not None and high > hi)
     if clipped:
-        low, high = max(low, lo) if lo is not None else low, min(high, hi) if hi is not None \
-            else high
+        low = min(max(low, lo), mean) if lo is not None else low
+        high = max(min(high, hi), mean) if hi is not None else high
     return mean, low, high, f"{CI_METHOD}, clipped to the metric's range" if clipped else CI_METHOD

@@ -567,3 +567,26 @@ def test_bounds_hold_only_values_within_them():
     assert bounds_holding((0.0, None), {"a": {1: -0.5}}) is None
     assert bounds_holding((0.0, None), {"a": {1: 0.5}}) == (0.0, None)
     assert bounds_holding(None, {"a": {1: 0.5}}) is None
+
+
+@pytest.mark.parametrize("values, bounds", [
+    ([2.0, 5.0, 8.0], (0.0, 1.0)),        # outside the range: not of it, never clipped
+    ([0.97, 0.99, 1.0, 1.0], (0.0, 1.0)),  # near the ceiling: clipped at 1, holding the mean
+    ([0.0, 0.01, 0.03], (0.0, 1.0)),       # near the floor
+    ([0.2, 0.5, 0.9], (0.0, None)),        # one-sided
+    ([1.0, 2.0, 4.0], None)])
+def test_a_mean_interval_is_ordered_holds_its_mean_and_is_the_t_interval_where_unclipped(
+        values, bounds):
+    from orchestrator.answer.stats import mean_interval
+
+    mean, low, high, method = mean_interval(values, bounds)
+    x = np.array(values)
+    t_low, t_high = stats.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=stats.sem(x))
+    assert mean == pytest.approx(x.mean())
+    assert low <= mean <= high
+    lo, hi = bounds or (None, None)
+    inside = all((lo is None or lo <= v) and (hi is None or v <= hi) for v in values)
+    expect_low = max(t_low, lo) if inside and lo is not None else t_low
+    expect_high = min(t_high, hi) if inside and hi is not None else t_high
+    assert (low, high) == pytest.approx((expect_low, expect_high))
+    assert ("clipped" in method) == ((low, high) != pytest.approx((t_low, t_high)))
