@@ -84,6 +84,12 @@ def _journal_storage(path: Path) -> JournalStorage:
                          f"fresh sweep with --storage NEW_FILE") from None
 
 
+# a server database's connections a process may hold: its main loop and its heartbeat thread
+# need two or three; SQLAlchemy's default (5 + 10 overflow) let many processes sharing one
+# PostgreSQL reach its max_connections (100) together ("too many clients already")
+SERVER_POOL = {"pool_size": 2, "max_overflow": 4}
+
+
 def _open_rdb(url: str, heartbeat_s: int | None, on_stale) -> RDBStorage:
     """An RDB storage, created under the store's lock: Optuna creates a new database's tables
     and stamps its schema version without one, so machines starting together break each other."""
@@ -94,7 +100,8 @@ def _open_rdb(url: str, heartbeat_s: int | None, on_stale) -> RDBStorage:
                 return RDBStorage(url, heartbeat_interval=heartbeat_s,
                                   grace_period=2 * heartbeat_s if heartbeat_s else None,
                                   heartbeat_stale_trial_callback=on_stale if heartbeat_s
-                                  else None)
+                                  else None, engine_kwargs=SERVER_POOL
+                                  if not url.startswith("sqlite") else None)
         except Exception as e:  # the driver's own errors are many and varied
             error = e
             if urls.missing_driver(e):  # no wait cures that
