@@ -3,11 +3,11 @@ written from the code itself so that they cannot drift from it.
 
 A page marks each such figure as ``<!-- figure: NAME -->VALUE<!-- /figure -->`` (NAME in lower
 case: the upper-case one here is no marker; the comments are invisible on the site).
-``python docs/figures.py`` rewrites every marked VALUE in docs/*.md from :data:`FIGURES`: run it
-before a build by any site generator (the MkDocs hook in docs/hooks.py applies :func:`fill` to
-each page as it is built, so the site shows the code's values even when a page was not
-rewritten). ``python docs/figures.py --check`` rewrites nothing and exits 1 naming each stale or
-unknown figure.
+``python docs/figures.py`` rewrites every marked VALUE in docs/*.md from :data:`FIGURES`. The
+site's build (docs/build.py) applies :func:`fill` to its copy of each page, so the site shows the
+code's values even when a page was not rewritten, and refuses a marker that names no figure.
+``python docs/figures.py --check`` rewrites nothing and exits 1 naming each stale or unknown
+figure.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ MARKED = re.compile(r"<!-- figure: ([a-z0-9_]+) -->([^<\n]*)<!-- /figure -->")
 
 
 def _code():
-    """The modules the figures are read from (imported here: the hook loads this file by path,
-    before the repository is on ``sys.path``)."""
+    """The modules the figures are read from (imported here: the build loads this file by path,
+    maybe before the repository is on ``sys.path``)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from orchestrator.answer import stats

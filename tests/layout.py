@@ -1,8 +1,8 @@
 """The shape of the code as its files state it: every module of ``trainers`` and
 ``orchestrator``, the imports between them (imports inside functions included), and the layer
 packages of ``orchestrator`` with what each may import (``MAY_IMPORT`` in its ``__init__``).
-Read by ``tests/test_architecture.py``, which holds the rules, and by the docs site's map page
-(``docs/hooks.py``), which shows them."""
+Read by ``tests/test_architecture.py``, which holds the rules, and by the docs site's build
+(``docs/build.py``), whose map page shows them."""
 from __future__ import annotations
 
 import ast

@@ -4,33 +4,44 @@ code's, so that docs and code cannot drift.
 Every fenced command block (```bash, ```console, ```sh, ```shell) of a page of docs/ carries, on
 the line above it, one of:
 
-- ``<!-- docs-test: run -->``: run here as written (``bash -e``), in a folder holding a copy of
-  ``sweeps/``, ``.venv`` (a link to this checkout's), a small quickstart sweep made once, and a
-  home folder of its own; the word ``RUN_ID`` stands for a trial run of that sweep;
+- ``<!-- docs-example -->``: a page's example, run by the site's build (``docs/build.py``), which
+  writes its real output into the ``<!-- docs-output -->`` block under it;
+- ``<!-- docs-test: run -->``: run as written (``bash -e``) by tests/test_docs.py, in the folder
+  the build prepared for the examples: a copy of ``sweeps/``, ``.venv`` (a link to this
+  checkout's), a small quickstart sweep and a home folder of its own; the word ``RUN_ID`` stands
+  for a trial run of that sweep;
 - ``<!-- docs-test: as readme-test NAME -->``: the same commands as README's block marked NAME,
   which tests/test_readme.py runs;
 - ``<!-- readme-test: NAME -->``: run by tests/test_readme.py;
 - ``<!-- docs-test: skip (WHY) -->``: why it cannot run here (a cluster, the network, a server
   that runs until stopped).
 """
-import os
+import importlib.util
 import re
-import shlex
-import shutil
-import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SWEEPS, Stores
+from tests.conftest import ROOT
 from tests.test_readme import marked_blocks
 
 DOCS = ROOT / "docs"
-FENCE = re.compile(r"^( *)```(bash|console|sh|shell)\s*$")
+COMMAND_LANGUAGES = ("bash", "console", "sh", "shell")
 MARKER = re.compile(r"^\s*<!-- (?:docs-test: (run|skip \((?P<why>.*\S.*)\)|as readme-test "
-                    r"(?P<same>\w+))|readme-test: (?P<readme>\w+)) -->\s*$")
+                    r"(?P<same>\w+))|readme-test: (?P<readme>\w+)|(?P<example>docs-example)) -->\s*$")
 PLACEHOLDERS = ("RUN_ID",)
+
+
+def load_build():
+    """``docs/build.py``, the site's build, loaded from its file (docs/ is no package)."""
+    if "sweep_docs_build" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("sweep_docs_build", DOCS / "build.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up by name
+        spec.loader.exec_module(module)
+    return sys.modules["sweep_docs_build"]
 
 
 @dataclass(frozen=True)
@@ -46,26 +57,27 @@ class Block:
 
 
 def command_blocks(pages=None) -> list[Block]:
-    """Every fenced command block of ``pages`` (default: docs/*.md), in page order."""
+    """Every fenced command block of ``pages`` (default: docs/*.md), in page order, found by the
+    build's own parser (indented blocks too)."""
     out = []
     for path in pages or sorted(DOCS.glob("*.md")):
-        lines = path.read_text().splitlines()
-        i = 0
-        while i < len(lines):
-            fence = FENCE.match(lines[i])
-            if not fence:
-                i += 1
-                continue
-            indent, start = len(fence.group(1)), i
-            i += 1
-            body = []
-            while i < len(lines) and lines[i].strip() != "```":
-                body.append(lines[i][indent:])
-                i += 1
-            out.append(Block(path.name, start + 1, lines[start - 1] if start else "",
-                             "\n".join(body) + "\n"))
-            i += 1
+        for block in load_build().fenced_blocks(path.name, path.read_text()):
+            if block.lang in COMMAND_LANGUAGES:
+                out.append(Block(path.name, block.start + 1, block.marker, block.body))
     return out
+
+
+def runnable(block: Block) -> bool:
+    """Run as written: by tests/test_docs.py (``docs-test: run``) or by the site's build (an
+    example)."""
+    m = MARKER.match(block.marker)
+    return m is not None and (m.group(1) == "run" or m.group("example") is not None)
+
+
+def docs_test_runs(block: Block) -> bool:
+    """Run by tests/test_docs.py: marked ``docs-test: run`` (an example is run by the build)."""
+    m = MARKER.match(block.marker)
+    return m is not None and m.group(1) == "run"
 
 
 def commands(text: str) -> list[str]:
@@ -79,7 +91,7 @@ def marker_problem(block: Block, readme: dict[str, list[str]]) -> str | None:
     m = MARKER.match(block.marker)
     if m is None:
         return (f"{block.where}: a command block without a marker on the line above it: "
-                f"<!-- docs-test: run --> or <!-- docs-test: skip (why) -->")
+                f"<!-- docs-example -->, <!-- docs-test: run --> or <!-- docs-test: skip (why) -->")
     same = m.group("same") or m.group("readme")
     if same and same not in readme:
         return f"{block.where}: README has no block marked readme-test {same}"
@@ -96,8 +108,9 @@ def test_every_command_block_of_the_docs_is_run_or_says_why_not():
     assert len(blocks) >= 20, [b.where for b in blocks]  # the parser finds them, indented too
     readme = marked_blocks()
     assert [p for b in blocks if (p := marker_problem(b, readme))] == []
-    runs = [b for b in blocks if "docs-test: run" in b.marker]
+    runs = [b for b in blocks if runnable(b)]  # by tests/test_docs.py or by the build
     assert len(runs) >= 8, [b.where for b in runs]
+    assert any("docs-example" in b.marker for b in runs), "no page has a command example"
 
 
 @pytest.mark.parametrize("marker, problem", [
@@ -107,6 +120,9 @@ def test_every_command_block_of_the_docs_is_run_or_says_why_not():
     ("<!-- docs-test: runs -->", "without a marker"),
     ("<!-- docs-test: as readme-test nosuch -->", "README has no block marked readme-test nosuch"),
     ("<!-- docs-test: as readme-test status -->", "are not commands of README's block status"),
+    ("<!-- docs-examples -->", "without a marker"),
+    ("<!-- docs-output -->", "without a marker"),  # an output is no command
+    ("<!-- docs-example -->", None),  # run by the site's build
 ])
 def test_a_block_without_a_runner_or_a_reason_is_named(tmp_path, marker, problem):
     page = tmp_path / "page.md"
@@ -114,8 +130,14 @@ def test_a_block_without_a_runner_or_a_reason_is_named(tmp_path, marker, problem
                     f"\n<!-- docs-test: run -->\n```console\n.venv/bin/sweep status\n```\n")
     first, second = command_blocks([page])
     assert (first.line, second.line) == (4, 9)
-    assert problem in marker_problem(first, marked_blocks())
+    if problem is None:
+        assert marker_problem(first, marked_blocks()) is None
+    else:
+        assert problem in marker_problem(first, marked_blocks())
     assert marker_problem(second, marked_blocks()) is None
+    # an example is run once, by the build: tests/test_docs.py runs the `docs-test: run` blocks
+    assert runnable(second) and runnable(first) == (marker == "<!-- docs-example -->")
+    assert [b.line for b in command_blocks([page]) if docs_test_runs(b)] == [9]
 
 
 def test_the_compare_pages_python_block_runs_with_the_documented_import():
@@ -184,61 +206,14 @@ def test_a_stale_figure_is_named_and_rewritten_from_the_code(tmp_path):
     assert "no figure named 'nosuch'" in figures.stale([page])[0]
 
 
-def test_the_mkdocs_hook_writes_the_figures_of_a_stale_page():
-    import importlib.util
-    from types import SimpleNamespace
-
-    spec = importlib.util.spec_from_file_location("doc_hooks", DOCS / "hooks.py")
-    hooks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hooks)
-    page = SimpleNamespace(file=SimpleNamespace(src_path="compare.md"))
-    stale = (DOCS / "compare.md").read_text().replace(
-        "<!-- figure: boundary_seeds_3_to_8 -->0.0142", "<!-- figure: boundary_seeds_3_to_8 -->0.0083")
-    assert "0.0083" in stale
-    built = hooks.on_page_markdown(stale, page, None, None)
-    assert "0.0083" not in built and "<!-- figure: boundary_seeds_3_to_8 -->0.0142" in built
-
-
-# ------------------------------------------------------------------------- run, as written
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory) -> Path:
-    """sweeps/, .venv, a home, and a quickstart of 2 trials of 1 epoch, made once."""
-    folder = tmp_path_factory.mktemp("docs-blocks")
-    shutil.copytree(SWEEPS, folder / "sweeps")
-    (folder / ".venv").symlink_to(ROOT / ".venv")
-    (folder / "home").mkdir()
-    out = run("sweep run sweeps/quickstart.yaml --set train.epochs=1 --trials 2", folder)
-    assert out.returncode == 0, out.stderr
-    return folder
-
-
-def run(text: str, folder: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env.update(HOME=str(folder / "home"), PATH=f"{folder / '.venv' / 'bin'}:{env['PATH']}")
-    return subprocess.run(["bash", "-e", "-c", text], cwd=folder, env=env, capture_output=True,
-                          text=True, timeout=600)
-
-
-@pytest.mark.slow  # runs the docs' commands: sweeps, a preflight, reports
-def test_the_runnable_command_blocks_of_the_docs_run_as_written(folder):
-    stores = Stores(folder)
-    run_id = stores.runs("quickstart", "trial")[0].info.run_id
-    blocks = [b for b in command_blocks() if "docs-test: run" in b.marker]
-    failed = []
-    for block in blocks:
-        text = re.sub(r"\bRUN_ID\b", run_id, block.text)
-        out = run(text, folder)
-        if out.returncode != 0 or "Traceback" in out.stderr:
-            failed.append(f"{block.where} exited {out.returncode}: {out.stderr[-2000:]}")
-            continue
-        for command in commands(text):  # what it says it writes is there
-            words = shlex.split(command)
-            for flag in ("--out", ">"):
-                if flag in words:
-                    target = Path(os.path.expanduser(words[words.index(flag) + 1]).replace(
-                        str(Path.home()), str(folder / "home")))
-                    if not (folder / target).exists():
-                        failed.append(f"{block.where}: {target} was not written")
-    assert failed == []
-    assert any("reproduce RUN_ID" in b.text for b in blocks)
+def test_the_build_writes_the_codes_figures_into_a_stale_page(tmp_path):
+    """The build fills each figure of its copy of the pages from the code, whatever the page
+    shows."""
+    build = load_build()
+    page = tmp_path / "compare.md"
+    page.write_text("# Compare\n\nalpha' = <!-- figure: boundary_seeds_3_to_8 -->0.0083<!-- /figure"
+                    " -->, a <!-- figure: confidence --><!-- /figure --> interval\n")
+    build.fill(tmp_path, None)  # no example on the page: nothing runs
+    assert page.read_text() == (
+        "# Compare\n\nalpha' = <!-- figure: boundary_seeds_3_to_8 -->0.0142<!-- /figure -->, a "
+        "<!-- figure: confidence -->95%<!-- /figure --> interval\n")
