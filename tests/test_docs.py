@@ -282,6 +282,19 @@ def test_a_generated_part_the_build_cannot_fill_fails_it_naming_page_and_marker(
     assert not workdir.exists() and not (tmp_path / "site").exists()  # refused before running
 
 
+def test_a_generated_part_left_empty_fails_the_build(tmp_path, monkeypatch):
+    """What the code gives is checked too: a map or a figure that comes out empty."""
+    (tmp_path / "map.md").write_text(f"# Map\n\n{build.MAP_MARKER}\n")
+    (tmp_path / "yaml.md").write_text("At most <!-- figure: max_grid -->1<!-- /figure --> runs.\n")
+    monkeypatch.setattr(build, "map_markdown", lambda: "")
+    monkeypatch.setitem(build._figures().FIGURES, "max_grid", lambda: "")
+    with pytest.raises(build.BuildError) as failed:
+        build.fill(tmp_path, None)  # no example: nothing runs
+    assert failed.value.problems == [
+        f"docs/map.md: {build.MAP_MARKER} was not filled with the map",
+        "docs/yaml.md: <!-- figure: max_grid --> is empty"]
+
+
 def test_every_page_is_in_the_nav_once():
     assert build.nav_problems(ROOT / build.CONFIG, DOCS) == []
     listed = build.nav_pages(build._toml(ROOT / build.CONFIG)["project"]["nav"])
