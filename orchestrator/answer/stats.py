@@ -13,8 +13,8 @@ The procedure, for every pair of levels (a, b) in level order (numbers as number
 1. *Pairs.* The seeds both levels ran. ``diff`` is the mean of (b - a) over the pairs whose two
    values are finite. A value that is NaN or infinite (a diverged or failed seed) is the worst
    outcome of its level: it is counted separately (``nonfinite_a``, ``nonfinite_b``), never
-   averaged, and a level with more such seeds than the other can never be named better, nor the
-   pair equivalent.
+   averaged. A level with more such seeds than the other can never be named better, and a pair
+   with any such seed is never equivalent.
 2. *Interval.* Student's t interval of the mean difference at level ``1 - alpha_look``
    (``ci_level``), clipped to the range a difference of a bounded metric can take
    (``[low - high, high - low]``; ``ci_method`` says when it was), never past ``diff``: the

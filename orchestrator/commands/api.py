@@ -367,7 +367,7 @@ def reproduce(run_id: str, *, tracking_uri: str | None = None,
 @dataclass
 class Exported:
     """What :func:`export` wrote: the files in ``out``, the parity ``report`` per format (as
-    ``export/report.json``) and its summary ``metrics``; ``failed``: formats that failed."""
+    ``export/export.json``) and its summary ``metrics``; ``failed``: formats that failed."""
 
     out: Path
     report: dict[str, Any]

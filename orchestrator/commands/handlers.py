@@ -30,6 +30,7 @@ from ..running.server import (
 from ..stores import reach
 from . import api
 from .parser import completion_script
+from .reproduce import COMPARED
 
 
 def _positive(flag: str, value: int | None) -> None:
@@ -285,7 +286,9 @@ def cmd_reproduce(args, console: Console) -> ExitCode:
     console.print(table)
     rule = "bit for bit" if verdict.tolerance == 0 else f"within rel. {verdict.tolerance:g}"
     if verdict.identical:
-        console.print(f"reproduced: every curve matches {rule}", soft_wrap=True)
+        curves = ", ".join(COMPARED)
+        console.print(f"reproduced: its {len(COMPARED)} curves ({curves}) match {rule}",
+                      soft_wrap=True)
         return ExitCode.OK
     console.print(f"NOT reproduced ({rule} expected)", soft_wrap=True)
     for reason in verdict.reasons or ["nothing recorded differs: the training is not "

@@ -178,7 +178,7 @@ def _ui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=_port, default=5000)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only)")
-    _store_flags(p)
+    _tracking_flag(p)  # the UI reads MLflow's store alone: no --storage to ignore
 
 
 def _server_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,7 +1,9 @@
 """The pool of training worker processes: slots (GPU ids or CPU shares), start, watch, stop.
 
-Each worker is a ``python -m orchestrator.running.worker`` child that lives for many trials, sees at
-most one GPU through ``CUDA_VISIBLE_DEVICES`` and gets ``cores // workers`` torch threads, set
+Each worker is a ``python -m orchestrator.running.worker`` child that lives for many trials, sees
+its slot's GPUs (``devices_per_trial`` of them; several workers may share one with
+``workers_per_gpu``) through ``CUDA_VISIBLE_DEVICES`` and gets its slot's torch threads
+(``cores // (workers * devices_per_trial)``, :func:`~orchestrator.config.slots.plan_slots`), set
 before torch is imported (oversubscribed threads make small models several times slower).
 """
 from __future__ import annotations
