@@ -238,19 +238,42 @@ def sbatch_script(name: str, spec_file: Path, workdir: Path, job: Job, storage: 
     return "\n".join(lines) + "\n"
 
 
+def pod_workers(job: Job, devices_per_trial: int = 1, workers_per_gpu: int = 1) -> int:
+    """The workers of one Kubernetes pod: a pod sees its own GPUs and every core of its node, so
+    its share is its limits, whatever workers the YAML asks for on another machine.
+
+    Raises:
+        SweepError: a pod's GPUs are fewer than one trial needs.
+    """
+    if job.gpus and job.gpus < devices_per_trial:
+        raise SweepError(f"--gpus-per-job {job.gpus}: a trial needs {devices_per_trial} GPUs "
+                         f"(train.devices_per_trial); raise --gpus-per-job to "
+                         f"{devices_per_trial} or lower train.devices_per_trial")
+    if job.gpus:
+        return job.gpus // devices_per_trial * workers_per_gpu
+    return max(1, job.cpus_per_task // devices_per_trial)
+
+
 def k8s_manifest(name: str, spec_text: str, job: Job, overrides: list[str],
-                 devices_per_trial: int = 1, max_grid: int | None = MAX_GRID) -> str:
+                 devices_per_trial: int = 1, max_grid: int | None = MAX_GRID,
+                 workers_per_gpu: int = 1) -> str:
     """A ConfigMap holding the sweep YAML and an Indexed Job of ``job.jobs`` pods, each
     ``sweep run`` with the storage and tracking URIs from the Secret ``job.secret``, its GPUs
-    as resource limits and the volume claim as its working folder."""
+    as resource limits and the volume claim as its working folder. Each pod runs as many
+    workers as its share allows (``--workers``, in place of the YAML's): its GPUs in groups of
+    ``devices_per_trial``, ``workers_per_gpu`` on each, or its CPU limit in trials of
+    ``devices_per_trial`` cores.
+
+    Raises:
+        SweepError: a pod's GPUs are fewer than one trial needs.
+    """
     base = k8s_name(name)
     labels = {"app.kubernetes.io/name": "sweep", "sweep/name": base[len("sweep-"):]}
     secret = secret_name(name, job)
     spec_name = f"{name}.yaml"
     command = ["sweep", "run", f"{SPEC_MOUNT}/{spec_name}", "--storage", "$(SWEEP_STORAGE)",
                *run_flags(overrides, max_grid)]
-    if not job.gpus:  # a container sees every core of its node: its share is the limit
-        command += ["--workers", str(max(1, job.cpus_per_task // devices_per_trial))]
+    command += ["--workers", str(pod_workers(job, devices_per_trial, workers_per_gpu))]
     limits = {"cpu": str(job.cpus_per_task), **({"nvidia.com/gpu": job.gpus} if job.gpus else {})}
     container = {
         "name": "sweep", "image": job.image, "workingDir": WORK_MOUNT, "command": command,
@@ -474,6 +497,8 @@ def submit(spec, kind: str, job: Job, storage: str | None, tracking_uri: str | N
             that does not answer, or Slurm refusing the job.
     """
     check_job(job, kind)
+    if kind == "k8s":  # before anything is created
+        pod_workers(job, spec.train.get("devices_per_trial", 1), spec.workers_per_gpu)
     workdir = Path.cwd()
     nodes = cluster_nodes(job.partition) if kind == "slurm" else 2  # a pod is a node apart
     problems = store_problems(storage, tracking_uri, nodes)
@@ -488,7 +513,8 @@ def submit(spec, kind: str, job: Job, storage: str | None, tracking_uri: str | N
     if kind == "k8s":
         file = folder / f"{spec.name}-k8s.yaml"
         text = k8s_manifest(spec.name, spec.text, job, overrides,
-                            spec.train.get("devices_per_trial", 1), max_grid)
+                            spec.train.get("devices_per_trial", 1), max_grid,
+                            spec.workers_per_gpu)
         write_private(file, text)
         return Submitted(file, text, None, study, parent)
     spec_file, file = folder / f"{spec.name}.yaml", folder / f"{spec.name}.sbatch"

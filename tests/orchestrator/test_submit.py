@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.config.slots import plan_slots
 from orchestrator.config.spec import load_spec
 from orchestrator.core.errors import SweepError
 from orchestrator.running.submit import (
@@ -86,7 +87,8 @@ def test_the_k8s_manifest_is_a_config_map_and_an_indexed_job_reading_a_secret(tm
     (container,) = pod["containers"]
     assert container["image"] == "reg.example/sweep:1"
     assert container["command"] == ["sweep", "run", "/etc/sweep/Big_sweep.1.yaml", "--storage",
-                                    "$(SWEEP_STORAGE)", "--set", "train.epochs=1"]
+                                    "$(SWEEP_STORAGE)", "--set", "train.epochs=1",
+                                    "--workers", "2"]  # its 2 GPUs
     assert container["resources"]["limits"] == {"cpu": "8", "nvidia.com/gpu": 2}
     env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]}
     assert env == {var: {"name": f"{base}-stores", "key": var}
@@ -107,6 +109,38 @@ def test_the_k8s_manifest_is_a_config_map_and_an_indexed_job_reading_a_secret(tm
     assert container["command"][-2:] == ["--workers", "3"]  # its 6 CPUs in trials of 2
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
     assert {e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]} == {"mine"}
+
+
+@pytest.mark.parametrize("gpus, devices_per_trial, workers_per_gpu", [
+    (1, 1, 1), (4, 1, 1), (4, 2, 1), (5, 2, 1), (2, 1, 3), (8, 4, 2)])
+def test_a_k8s_pods_workers_are_the_slots_its_own_gpus_give(gpus, devices_per_trial,
+                                                             workers_per_gpu):
+    """Whatever workers the YAML asks for (4 here), a pod runs as many as plan_slots gives its
+    GPUs, so no pod is refused for workers its GPUs cannot hold."""
+    spec_text = yaml.safe_dump(tiny_spec(workers=4))
+    job = Job(jobs=2, gpus=gpus, image="i", volume_claim="v")
+    (indexed,) = [d for d in yaml.safe_load_all(k8s_manifest(
+        "s", spec_text, job, [], devices_per_trial, workers_per_gpu=workers_per_gpu))
+        if d["kind"] == "Job"]
+    (container,) = indexed["spec"]["template"]["spec"]["containers"]
+    assert container["command"][-2] == "--workers"
+    slots = plan_slots(None, [str(i) for i in range(gpus)], cores=job.cpus_per_task,
+                       workers_per_gpu=workers_per_gpu, devices_per_trial=devices_per_trial)
+    assert int(container["command"][-1]) == len(slots) >= 1
+
+
+def test_a_k8s_pod_with_fewer_gpus_than_a_trial_is_refused_before_anything_is_written(
+        tmp_path, write_spec):
+    spec = write_spec(tiny_spec(train={"dataset": "digits", "epochs": 1,
+                                       "devices_per_trial": 2}))
+    out = run_cli("submit", str(spec), "--k8s", "--jobs", "2", "--gpus-per-job", "1",
+                  "--image", "i", "--volume-claim", "v", "--storage", "postgresql://u@db/s",
+                  "--tracking-uri", "http://db:5000", "--dry-run", cwd=tmp_path, timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        "sweep: --gpus-per-job 1: a trial needs 2 GPUs (train.devices_per_trial); raise "
+        "--gpus-per-job to 2 or lower train.devices_per_trial"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # nothing written
 
 
 K8S_NAME = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # an RFC 1123 label, as Kubernetes checks names
@@ -232,6 +266,7 @@ JOIN = """
 import sys, time
 from pathlib import Path
 from optuna.distributions import FloatDistribution
+from orchestrator.config.slots import plan_slots
 from orchestrator.config.spec import load_spec
 from orchestrator.stores.study import SweepStudy
 spec, storage, name, barrier = sys.argv[1:]
