@@ -266,7 +266,6 @@ JOIN = """
 import sys, time
 from pathlib import Path
 from optuna.distributions import FloatDistribution
-from orchestrator.config.slots import plan_slots
 from orchestrator.config.spec import load_spec
 from orchestrator.stores.study import SweepStudy
 spec, storage, name, barrier = sys.argv[1:]
