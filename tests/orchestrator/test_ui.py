@@ -89,6 +89,15 @@ def test_ui_for_an_unknown_sweep_is_one_line_and_exit_2(stores):
                                   f"run it first, or pass --tracking-uri")
 
 
+def test_ui_takes_no_storage_flag_it_would_ignore(tmp_path):
+    """The UI reads MLflow's store alone: a --storage is refused, not silently dropped."""
+    out = run_cli("ui", "quickstart", "--storage", "optuna.journal", cwd=tmp_path, timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        "sweep: unrecognized arguments: --storage optuna.journal (see sweep --help)"]
+    assert list(tmp_path.iterdir()) == []  # no store made, no server started
+
+
 class _Answers(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # 200 to anything, /health included: another server on the port
         self.send_response(200)
