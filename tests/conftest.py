@@ -34,6 +34,22 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES.intersection(item.fixturenames):
             item.add_marker(pytest.mark.slow)
+    longest_files_first(items)
+
+
+def longest_files_first(items) -> None:
+    """Files in the order of their likely cost, most first, each file's tests in their own order:
+    the two test processes (``--dist loadfile``, ``--no-loadscope-reorder``) take the next file
+    as they finish one, so the long files (a few end-to-end tests each) start early and the
+    last ones to run are short. A ``slow`` test (a sweep, a server) counts as about 10 s, any
+    other as 0.1 s; xdist's own order (by number of tests) ran the files of many fast tests
+    first and left the few-and-slow ones to the end, one process working alone."""
+    cost: dict[Path, float] = {}
+    for item in items:
+        cost[item.path] = cost.get(item.path, 0.0) + \
+            (10.0 if item.get_closest_marker("slow") else 0.1)
+    rank = {path: i for i, path in enumerate(sorted(cost, key=lambda p: (-cost[p], str(p))))}
+    items.sort(key=lambda item: rank[item.path])  # stable: a file's tests keep their order
 
 
 @dataclass
