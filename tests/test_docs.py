@@ -222,8 +222,8 @@ def test_a_failing_example_fails_the_build_naming_page_and_line(built, tmp_path,
     docs.mkdir()
     text = (DOCS / "development.md").read_text()
     head, tail = text.split("\n## ", 1)
-    (docs / "development.md").write_text(
-        f"{head}\n<!-- docs-example -->\n{example}\n\n<!-- docs-output -->\n```text\n```\n\n## {tail}")
+    (docs / "development.md").write_text(f"{head}\n<!-- docs-example -->\n{example}\n\n"
+                                         f"<!-- docs-output -->\n```text\n```\n\n## {tail}")
     line = head.count("\n") + 3  # the example's opening fence
     with pytest.raises(build.BuildError) as failed:
         build.fill(docs, built.workdir, log=lambda said: None)

@@ -20,7 +20,6 @@ import importlib.util
 import re
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -30,7 +29,8 @@ from tests.test_readme import marked_blocks
 DOCS = ROOT / "docs"
 COMMAND_LANGUAGES = ("bash", "console", "sh", "shell")
 MARKER = re.compile(r"^\s*<!-- (?:docs-test: (run|skip \((?P<why>.*\S.*)\)|as readme-test "
-                    r"(?P<same>\w+))|readme-test: (?P<readme>\w+)|(?P<example>docs-example)) -->\s*$")
+                    r"(?P<same>\w+))|readme-test: (?P<readme>\w+)|(?P<example>docs-example))"
+                    r" -->\s*$")
 PLACEHOLDERS = ("RUN_ID",)
 
 
