@@ -375,13 +375,16 @@ def fill(docs: Path, folder: Path | None, log=print) -> None:
         for path, text in pages.items():
             page = path.relative_to(docs).as_posix()
             lines = text.splitlines()
-            for example, output in reversed(todo[path]):  # from the end: line numbers hold
+            shown = []
+            for example, output in todo[path]:  # in order: one may use what another wrote
                 log(f"example {example.where}")
-                shown, why = run_example(example, folder)
-                if shown is None:
+                out, why = run_example(example, folder)
+                if out is None:
                     problems.append(why)
                 else:
-                    write_output(lines, output, shown)
+                    shown.append((output, out))
+            for output, out in reversed(shown):  # from the end: the line numbers above hold
+                write_output(lines, output, out)
             text = "\n".join(lines) + "\n"
             if page == MAP_PAGE:
                 text = text.replace(MAP_MARKER, MAP_MARKER + "\n\n" + map_markdown())

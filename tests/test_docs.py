@@ -231,6 +231,21 @@ def test_a_failing_example_fails_the_build_naming_page_and_line(built, tmp_path,
     assert problem.startswith(f"docs/development.md:{line}: ") and said in problem, problem
 
 
+@slow
+def test_a_pages_examples_run_in_order_and_show_stdout_and_stderr_as_written(built, tmp_path):
+    (tmp_path / "p.md").write_text(
+        "# P\n\n<!-- docs-example -->\n```bash\necho one > note.txt\ncat note.txt\n```\n\n"
+        "<!-- docs-output -->\n```text\n```\n\nThen:\n\n<!-- docs-example -->\n```python\n"
+        "import sys\nprint(open('note.txt').read().strip(), 'again')\n"
+        "print('to stderr', file=sys.stderr)\nprint('to stdout')\n```\n\n"
+        "  <!-- docs-output -->\n  ```text\n  ```\n")
+    build.fill(tmp_path, built.workdir, log=lambda said: None)
+    outputs = [b.body for b in build.fenced_blocks("p.md", (tmp_path / "p.md").read_text())
+               if b.marker == build.OUTPUT]
+    assert outputs == ["one\n", "one again\nto stderr\nto stdout\n"]
+    assert "  ```text\n  one again\n" in (tmp_path / "p.md").read_text()  # indented as its fence
+
+
 # the build's checks of the pages' markers, made before anything slow runs (so fast): a change
 # to development.md or map.md, and what the build says
 EXAMPLE_BLOCK = "<!-- docs-example -->\n```bash\n.venv/bin/sweep status\n```\n"
