@@ -151,14 +151,28 @@ def optimum(lrs: np.ndarray, values: np.ndarray, direction: str) -> tuple[float,
     return float(np.exp(min(max(vertex, x0), x2))), False
 
 
-def _optima(table: pd.DataFrame, seeds: list[int], direction: str) -> dict[int, tuple]:
-    """batch -> (located best lr, on the edge) of the mean curve over ``seeds`` (repeats
-    counted as often as drawn)."""
+def _curves(table: pd.DataFrame) -> dict[int, tuple[dict[int, int], np.ndarray, np.ndarray]]:
+    """batch -> (seed -> its row, the grid's lrs in order, the values: a row per seed, a column
+    per lr, NaN where that seed has no run at that lr), pivoted once for every resample."""
     out = {}
     for b, group in table.groupby("batch"):
         by_seed = group.pivot_table(index="seed", columns="lr", values="value")
-        mean = by_seed.loc[seeds].mean(axis=0)
-        out[int(b)] = optimum(mean.index.to_numpy(float), mean.to_numpy(float), direction)
+        out[int(b)] = ({int(s): i for i, s in enumerate(by_seed.index)},
+                       by_seed.columns.to_numpy(float), by_seed.to_numpy(float))
+    return out
+
+
+def _optima(curves: dict, seeds: list[int], direction: str) -> dict[int, tuple]:
+    """batch -> (located best lr, on the edge) of the mean curve over ``seeds`` (repeats
+    counted as often as drawn; a missing cell left out of its lr's mean, as pandas' mean
+    does); ``curves`` from :func:`_curves`."""
+    out = {}
+    for b, (rows, lrs, values) in curves.items():
+        drawn = values[[rows[int(s)] for s in seeds]]
+        present = ~np.isnan(drawn)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(present, drawn, 0.0).sum(axis=0) / present.sum(axis=0)
+        out[b] = optimum(lrs, mean, direction)
     return out
 
 
@@ -172,7 +186,8 @@ def exponent(table: pd.DataFrame, metric: str, direction: str, resamples: int = 
     optimum is on the edge of the grid (a resample on the edge counts as drawn: the interval
     is not narrowed by dropping it)."""
     seeds = sorted(table["seed"].unique())
-    found = _optima(table, seeds, direction)
+    curves = _curves(table)
+    found = _optima(curves, seeds, direction)
     batches = sorted(found)
     edge = [b for b in batches if found[b][1]]
     if edge or len(batches) < 2:
@@ -183,7 +198,7 @@ def exponent(table: pd.DataFrame, metric: str, direction: str, resamples: int = 
     slopes = []
     for _ in range(resamples):
         drawn = list(rng.choice(seeds, size=len(seeds), replace=True))
-        again = _optima(table, drawn, direction)
+        again = _optima(curves, drawn, direction)
         slopes.append(_slope(batches, [again[b][0] for b in batches]))
     low, high = np.percentile(slopes, [2.5, 97.5])
     return Exponent(metric, direction, {b: found[b][0] for b in batches}, edge, value,
