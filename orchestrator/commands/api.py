@@ -319,12 +319,12 @@ def report(spec_or_name: str | Path, *, out: str | Path | None = None, by: str |
             ``out`` cannot be used (checked before any work), or the folder holds a file of a
             name the report writes that sweep did not write.
     """
-    from ..report import build_report, load_sweep, log_report
-
     if out is not None:  # checked before any work, as the stores are
         reach.check_out(out, folder=True)
         outputs.check(out, REPORT_NAMES)
     check_stores(tracking_uri, storage, create=False)
+    from ..report import build_report, load_sweep, log_report  # MLflow: once the checks pass
+
     status = console.status if console is not None else (lambda _: contextlib.nullcontext())
     with status("reading the study and its runs..."):
         data = load_sweep(str(spec_or_name), tracking_uri or paths.default_tracking_uri(),
@@ -358,9 +358,9 @@ def reproduce(run_id: str, *, tracking_uri: str | None = None,
         SweepError: no such trial run, one without its settings, or a store that is missing
             or does not answer.
     """
-    from .reproduce import reproduce as again
-
     check_stores(tracking_uri, False, create=False)  # a missing store is not made
+    from .reproduce import reproduce as again  # MLflow: once the check passed
+
     return again(run_id, tracking_uri or paths.default_tracking_uri(), progress=progress)
 
 
@@ -396,14 +396,14 @@ def export(run_id: str, *, formats: Iterable[str] | None = None, out: str | Path
     from trainers import DEFAULT_EXPORT_FORMATS, TrainSettings
     from trainers.export import summary_metrics
 
-    from ..stores.tracking import Tracker, export_figures, parity_csv
-    from ..stores.tracking_reads import TrackingReader
-
     formats = tuple(formats or DEFAULT_EXPORT_FORMATS)
     option = "--out" if out else "export folder"
     out = reach.check_out(out or f"export-{run_id}", folder=True)  # before any work
     outputs.check(out, export_names(formats), option)
     check_stores(tracking_uri, False, create=False)  # a missing store is not made
+    from ..stores.tracking import Tracker, export_figures, parity_csv  # MLflow: once checked
+    from ..stores.tracking_reads import TrackingReader
+
     tracker = Tracker(tracking_uri or paths.default_tracking_uri())
     with tempfile.TemporaryDirectory(prefix="sweep-export-") as tmp:
         settings_dict, weights = TrackingReader(tracker).trial_files(run_id, tmp)

@@ -30,7 +30,6 @@ from ..running.server import (
 from ..stores import reach
 from . import api
 from .parser import completion_script
-from .reproduce import COMPARED
 
 
 def _positive(flag: str, value: int | None) -> None:
@@ -286,6 +285,8 @@ def cmd_reproduce(args, console: Console) -> ExitCode:
     console.print(table)
     rule = "bit for bit" if verdict.tolerance == 0 else f"within rel. {verdict.tolerance:g}"
     if verdict.identical:
+        from .reproduce import COMPARED  # imported by then (api.reproduce): not for a refusal
+
         curves = ", ".join(COMPARED)
         console.print(f"reproduced: its {len(COMPARED)} curves ({curves}) match {rule}",
                       soft_wrap=True)

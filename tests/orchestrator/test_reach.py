@@ -1,12 +1,16 @@
 """A refused command is one line, exit 2, at once, and leaves nothing behind: stores that do
 not answer are found before anything is created, output paths before any work."""
+import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import free_port, run_cli, tiny_spec
+from tests.conftest import ROOT, free_port, run_cli, tiny_spec
 
 pytestmark = pytest.mark.slow  # end to end: the CLI as a process in every case
 
@@ -194,3 +198,41 @@ def test_a_run_of_a_sweep_whose_experiment_was_deleted_is_refused_before_its_stu
     assert line == ("sweep: MLflow experiment 'tiny' is deleted; restore it in the UI or "
                     "`mlflow gc` it, or use another sweep name")
     assert not stores.journal.exists()  # no study, no trial
+
+
+# a refused command, each in a fork of one process that imported the CLI alone: which of the
+# slow imports (seconds of CPU each) it made before refusing
+FORKED = """
+import json, os, sys
+from orchestrator.commands.cli import main
+SLOW = ("mlflow", "torch", "pandas")
+print(json.dumps(["before", 0, [m for m in SLOW if m in sys.modules]]), flush=True)
+for argv in json.loads(sys.argv[1]):
+    pid = os.fork()
+    if pid == 0:
+        code = main(argv)
+        print(json.dumps([argv, int(code), [m for m in SLOW if m in sys.modules]]), flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+"""
+
+
+def test_a_refused_command_imports_neither_mlflow_nor_torch_before_it_refuses(empty, spec_file):
+    """A refusal is at once: MLflow (and pandas) are imported once the checks passed, torch
+    only by an export (the names of the files it writes are torch's exporter's)."""
+    bad = spec_file.with_name("bad.yaml")
+    bad.write_text("name: [unclosed\n")
+    commands = [["run", "missing.yaml"],
+                ["run", str(spec_file), "--tracking-uri", "sqlite:///missing/mlflow.db"],
+                ["validate", str(bad)], ["doctor", "missing.yaml"],
+                ["schema", "--out", "missing/s.json"], ["status", "tiny"], ["report", "tiny"],
+                ["reproduce", "0" * 32], ["ui", "tiny"], ["export", "0" * 32]]
+    out = subprocess.run([sys.executable, "-c", FORKED, json.dumps(commands)], cwd=empty,
+                         capture_output=True, text=True, timeout=BOUND_S * 3,
+                         env={**{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"},
+                              "PYTHONPATH": str(ROOT)})
+    seen = [json.loads(line) for line in out.stdout.splitlines()]
+    assert seen == [["before", 0, []]] + [
+        [argv, 2, ["torch"] if argv[0] == "export" else []] for argv in commands], out.stderr
+    assert out.stderr.count("sweep: ") == len(commands)  # each said why, in its line
+    assert listing(empty) == []
