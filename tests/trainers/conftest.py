@@ -4,9 +4,10 @@ import pytest
 import torch
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def one_torch_thread():
-    """Each test trains on one thread; the count is restored after it. Two test processes on
+    """A test module trains on one thread (its module fixtures too: an autouse fixture of
+    module scope is set up before them); the count is restored after it. Two test processes on
     two cores with two threads each spend most of their CPU time waiting on one another's
     cores (an epoch of the digits CNN: about 4 CPU-seconds against 0.3 on one thread)."""
     before = torch.get_num_threads()
