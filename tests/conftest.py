@@ -174,6 +174,17 @@ def pace(measured_pace) -> Pace:
     return measured.slowed(max(1.0, cpu_probe_s() / probe))
 
 
+@pytest.fixture(scope="module")
+def calm_threads():
+    """Torch's OpenMP threads that sleep while they wait (``OMP_WAIT_POLICY=PASSIVE``) in every
+    process the module starts. A worker alone on 2 cores gets 2 threads, which spin while they
+    wait for each other: where other processes load the cores (the suite's other half, another
+    sweep of the test), its epochs run 10 to 15 times slower, and the machine with them."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+        yield
+
+
 # how the end of a `run_cli` sweep names the command: as it was started (python -m ...)
 AS_STARTED = ("python" if shutil.which("python") == sys.executable else sys.executable) + \
     " -m orchestrator"

@@ -10,7 +10,8 @@ from orchestrator.core import keys
 from tests.conftest import ROOT, Stores, run_cli, tiny_spec
 from tests.helpers import start_sweep, wait_for_epoch, worker_pids
 
-pytestmark = pytest.mark.slow  # end to end: real sweeps, real failures
+# end to end: real sweeps, real failures; their workers' threads sleep while they wait
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("calm_threads")]
 
 FAULTY = '''
 import os

@@ -15,9 +15,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import tiny_spec
+
+# each machine's one worker has both cores' threads: they sleep while they wait
+pytestmark = pytest.mark.usefixtures("calm_threads")
 
 
 def _machine(root: Path, name: str, spec: dict, storage: str, tracking: str,

@@ -11,7 +11,8 @@ import pytest
 from tests.conftest import tiny_spec
 from tests.helpers import finish, long_spec, start_sweep, wait_for_epoch, worker_pids
 
-pytestmark = pytest.mark.slow  # end to end: real sweeps interrupted
+# end to end: real sweeps interrupted; their workers' threads sleep while they wait
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("calm_threads")]
 
 
 def test_sigint_stops_the_sweep_within_seconds_and_leaves_nothing_running(stores, write_spec,
