@@ -10,6 +10,9 @@ from tests.conftest import ROOT, SWEEPS, run_cli, tiny_spec
 pytestmark = pytest.mark.slow  # end to end: sweep doctor and sweep run's preflight as processes
 
 SOFTMAX = {"dataset": "digits", "model": "tests.datasets:softmax_model", "epochs": 1}
+# a softmax model never overfits its batch: the overfit check would run all its 300 default
+# steps (seconds), and the tests of the softmax read the loss_wiring check alone
+SOFTMAX_PREFLIGHT = {"overfit_steps": 20}
 USER_CODE = {"PYTHONPATH": str(ROOT)}  # the planted bugs live in tests/datasets.py
 
 
@@ -51,7 +54,7 @@ def test_doctor_again_into_its_own_out_replaces_what_it_wrote_and_nothing_else(t
 
 
 def test_doctor_exits_2_naming_the_failed_check(tmp_path, write_spec):
-    path = write_spec(tiny_spec(train=SOFTMAX))
+    path = write_spec(tiny_spec(train=SOFTMAX, preflight=SOFTMAX_PREFLIGHT))
     done = run_cli("doctor", str(path), "--out", str(tmp_path / "e"), cwd=tmp_path,
                    env=USER_CODE)
     assert done.returncode == 2
@@ -62,7 +65,7 @@ def test_doctor_exits_2_naming_the_failed_check(tmp_path, write_spec):
 
 
 def test_a_failed_preflight_stops_sweep_run_before_any_trial(stores, write_spec):
-    path = write_spec(tiny_spec(train=SOFTMAX, preflight=True))
+    path = write_spec(tiny_spec(train=SOFTMAX, preflight=SOFTMAX_PREFLIGHT))
     done = run_cli("run", str(path), cwd=stores.dir, env=USER_CODE)
     assert done.returncode == 2
     assert "loss_wiring FAIL" in done.stderr and "--force" in done.stderr
