@@ -14,12 +14,13 @@ pytestmark = pytest.mark.slow  # end to end: real sweeps reproduced
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory, mlflow_template) -> Stores:
-    """One finished 1-trial sweep named ``again`` for the tests of this module."""
+    """One finished 1-trial sweep named ``again`` for the tests of this module: 2 epochs of the
+    perceptron (a reproduction trains them again; the CNN would cost several times the CPU)."""
     stores = Stores(tmp_path_factory.mktemp("reproduce"))
     shutil.copyfile(mlflow_template, stores.dir / "mlflow.db")
     spec = stores.dir / "s.yaml"
     spec.write_text(yaml.safe_dump(tiny_spec(name="again", trials=1, workers=1,
-                                             train={"epochs": 2})))
+                                             train={"model": "mlp", "epochs": 2})))
     done = run_cli("run", str(spec), cwd=stores.dir)
     assert done.returncode == 0, done.stderr
     return stores
