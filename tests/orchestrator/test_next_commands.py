@@ -78,13 +78,14 @@ JOURNAL_DIR = 'jo urnal "d" $HOME ü'  # the Optuna journal's folder
 @pytest.fixture(scope="module")
 def awkward_done(tmp_path_factory):
     """A 2-trial sweep run with --new (its study is tiny-2, in experiment tiny) on stores in
-    folders a shell would split and expand; the lines it printed."""
+    folders a shell would split and expand; the lines it printed. (The perceptron: the lines are
+    the same for any model.)"""
     d = tmp_path_factory.mktemp("pasted")
     (d / STORE_DIR).mkdir()
     (d / JOURNAL_DIR).mkdir()
     spec = d / "tiny.yaml"
     spec.write_text(yaml.safe_dump(tiny_spec(trials=2, workers=1, train={
-        "dataset": "digits", "model": "small_cnn", "epochs": 1})))
+        "dataset": "digits", "model": "mlp", "epochs": 1})))
     out = run_cli("run", str(spec), "--new", "--tracking-uri", f"sqlite:///{STORE_DIR}/mlflow.db",
                   "--storage", f"{JOURNAL_DIR}/optuna.journal", cwd=d)
     assert out.returncode == 0, out.stdout + out.stderr
