@@ -1,16 +1,19 @@
 """A refused command is one line, exit 2, at once, and leaves nothing behind: stores that do
 not answer are found before anything is created, output paths before any work."""
 import json
+import math
 import os
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import ROOT, free_port, run_cli, tiny_spec
+from tests.conftest import ROOT, free_port, tiny_spec
 
 pytestmark = pytest.mark.slow  # end to end: the CLI as a process in every case
 
@@ -22,20 +25,59 @@ def listing(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
+@dataclass
+class Started:
+    """``sweep ARGS`` started in ``folder`` by :func:`start`; a thread waits for its end."""
+
+    folder: Path
+    before: list[str]  # the folder's listing before it started
+    proc: subprocess.Popen
+    t0: float
+    waiter: threading.Thread | None = None
+    stderr: str = ""
+    ended: float = math.inf
+
+
+def start(folder: Path, *args: str) -> Started:
+    """Start ``sweep ARGS`` in ``folder`` as a real process; the moment it ends is taken by a
+    thread, whenever the test looks at it (:func:`check_refused`)."""
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    before = listing(folder)
+    started = Started(folder, before, subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", *args], cwd=folder, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE), time.monotonic())
+
+    def wait() -> None:
+        try:
+            started.stderr = started.proc.communicate(timeout=BOUND_S * 3)[1]
+        except subprocess.TimeoutExpired:
+            started.proc.kill()
+            started.stderr = started.proc.communicate()[1]
+        started.ended = time.monotonic()
+
+    started.waiter = threading.Thread(target=wait, daemon=True)
+    started.waiter.start()
+    return started
+
+
+def check_refused(started: Started) -> str:
+    """Assert the command :func:`start` started was refused (exit 2, one line, no traceback)
+    within :data:`BOUND_S` and left its folder as it was; return its line."""
+    started.waiter.join()
+    elapsed, err = started.ended - started.t0, started.stderr
+    assert started.proc.returncode == 2, (started.proc.returncode, err)
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sweep: "), err
+    assert elapsed < BOUND_S, f"refused after {elapsed:.0f} s"
+    assert listing(started.folder) == started.before, "a refused command left files behind"
+    return lines[0]
+
+
 def refused(folder: Path, *args: str) -> str:
     """Run ``sweep ARGS`` in ``folder``; assert it is refused (exit 2, one line, no traceback)
     within :data:`BOUND_S` and left ``folder`` as it was; return its line."""
-    before = listing(folder)
-    t0 = time.monotonic()
-    out = run_cli(*args, cwd=folder, timeout=BOUND_S * 3)
-    elapsed = time.monotonic() - t0
-    assert out.returncode == 2, (out.returncode, out.stderr)
-    assert "Traceback" not in out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("sweep: "), out.stderr
-    assert elapsed < BOUND_S, f"refused after {elapsed:.0f} s"
-    assert listing(folder) == before, "a refused command left files behind"
-    return lines[0]
+    return check_refused(start(folder, *args))
 
 
 @pytest.fixture
@@ -56,7 +98,7 @@ def empty(tmp_path) -> Path:
 CLOSED = "127.0.0.1:{port}"  # a port nothing listens on
 
 
-@pytest.mark.parametrize("command, flag, url", [
+PROBED = [
     ("run", "--tracking-uri", "http://{addr}"),
     ("run", "--storage", "postgresql://postgres@{addr}/sweeps"),
     ("run", "--tracking-uri", "postgresql+psycopg://postgres@{addr}/mlflow"),
@@ -67,23 +109,54 @@ CLOSED = "127.0.0.1:{port}"  # a port nothing listens on
     ("reproduce", "--tracking-uri", "http://{addr}"),
     ("export", "--tracking-uri", "http://{addr}"),
     ("ui", "--tracking-uri", "postgresql://postgres@{addr}/mlflow"),
-])
+]
+NO_STUDY = ("run", "--tracking-uri and --storage", "a journal")  # the case of the no-study test
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory) -> dict[tuple, tuple[str, Started]]:
+    """Every refusal of a store server that does not answer (the cases of the two tests
+    below), started at once, each in a folder of its own with its own closed port: each waits
+    out the probe's retries (5 s), together rather than one after the other. Case -> (the
+    URL given, the started command)."""
+    started = {}
+    for case in [*PROBED, NO_STUDY]:
+        base = tmp_path_factory.mktemp("probed")
+        spec_file = base / "s.yaml"
+        spec_file.write_text(yaml.safe_dump(tiny_spec()))
+        work = base / "work"
+        work.mkdir()
+        url = f"http://{CLOSED.format(port=free_port())}"
+        if case == NO_STUDY:
+            started[case] = (url, start(work, "run", str(spec_file), "--tracking-uri", url,
+                                        "--storage", str(work / "optuna.journal")))
+            continue
+        command, flag, url = case
+        url = url.format(addr=CLOSED.format(port=free_port()))
+        first = {"run": str(spec_file), "status": "tiny", "report": "tiny",
+                 "reproduce": "0" * 32, "export": "0" * 32, "ui": "tiny"}[command]
+        # a port of its own: another test's UI may hold the default 5000 meanwhile
+        port = ["--port", str(free_port())] if command == "ui" else []
+        started[case] = (url, start(work, command, first, flag, url, *port))
+    yield started
+    for _, left in started.values():
+        if left.proc.poll() is None:
+            left.proc.kill()
+        left.waiter.join()
+
+
+@pytest.mark.parametrize("command, flag, url", PROBED)
 def test_a_store_server_nothing_answers_is_refused_within_seconds_before_anything_is_made(
-        empty, spec_file, command, flag, url):
-    url = url.format(addr=CLOSED.format(port=free_port()))
-    first = {"run": str(spec_file), "status": "tiny", "report": "tiny", "reproduce": "0" * 32,
-             "export": "0" * 32, "ui": "tiny"}[command]
-    # a port of its own: another test's UI may hold the default 5000 meanwhile
-    port = ["--port", str(free_port())] if command == "ui" else []
-    line = refused(empty, command, first, flag, url, *port)
+        probed, command, flag, url):
+    url, started = probed[(command, flag, url)]
+    line = check_refused(started)
     assert line.startswith(f"sweep: {flag} {url}: nothing answers at 127.0.0.1:")
 
 
-def test_a_run_refused_for_its_store_writes_no_study(empty, spec_file):
-    storage = empty / "optuna.journal"
-    refused(empty, "run", str(spec_file), "--tracking-uri",
-            f"http://{CLOSED.format(port=free_port())}", "--storage", str(storage))
-    assert not storage.exists()
+def test_a_run_refused_for_its_store_writes_no_study(probed):
+    _, started = probed[NO_STUDY]
+    check_refused(started)
+    assert not (started.folder / "optuna.journal").exists()
 
 
 @pytest.mark.parametrize("command", ["run", "status", "report"])
