@@ -4,9 +4,11 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import tiny_spec
 from tests.helpers import finish, long_spec, start_sweep, wait_for_epoch, worker_pids
@@ -153,30 +155,57 @@ class FakeServer:
 
 STOP_BOUND_S = 60  # from the signal to the exit: generous for a loaded 2-core machine
 
+# a `sweep run` stopped while it waits for a store: the store, the flag naming it, the signal
+# and the exit code it must give
+STORE_CASES = {
+    "http-silent-int": ("silent", "--tracking-uri", "http://127.0.0.1:{port}", signal.SIGINT, 130),
+    "http-silent-term": ("silent", "--tracking-uri", "http://127.0.0.1:{port}", signal.SIGTERM,
+                         143),
+    "postgresql-silent-term": ("silent", "--storage",
+                               "postgresql://postgres@127.0.0.1:{port}/sweeps", signal.SIGTERM,
+                               143),
+    "http-retrying-int": ("busy", "--tracking-uri", "http://127.0.0.1:{port}", signal.SIGINT,
+                          130),
+    "http-retrying-term": ("busy", "--tracking-uri", "http://127.0.0.1:{port}", signal.SIGTERM,
+                           143),
+}
 
-@pytest.mark.parametrize("mode, flag, url, sig, code", [
-    ("silent", "--tracking-uri", "http://127.0.0.1:{port}", signal.SIGINT, 130),
-    ("silent", "--tracking-uri", "http://127.0.0.1:{port}", signal.SIGTERM, 143),
-    ("silent", "--storage", "postgresql://postgres@127.0.0.1:{port}/sweeps", signal.SIGTERM, 143),
-    ("busy", "--tracking-uri", "http://127.0.0.1:{port}", signal.SIGINT, 130),
-    ("busy", "--tracking-uri", "http://127.0.0.1:{port}", signal.SIGTERM, 143),
-], ids=["http-silent-int", "http-silent-term", "postgresql-silent-term", "http-retrying-int",
-        "http-retrying-term"])
+
+@pytest.fixture(scope="module")
+def stopped_while_waiting(tmp_path_factory):
+    """Every case of :data:`STORE_CASES` run at once, each a `sweep run` in a folder of its own
+    against a :class:`FakeServer` of its own, stopped by :func:`_stopped_while_waiting`: a stop
+    that waits on a store takes 10 s (the signal's escalation), which the cases spend together
+    rather than one after the other. Per case, a future: its folder, or the failed assertion,
+    raised by ``result()``."""
+    spec = tmp_path_factory.mktemp("store-cases") / "s.yaml"
+    spec.write_text(yaml.safe_dump(tiny_spec(workers=1)))
+
+    def case(name: str) -> Path:
+        mode, flag, url, sig, code = STORE_CASES[name]
+        server = FakeServer(mode)
+        work = tmp_path_factory.mktemp(name)
+        env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(spec), flag,
+                                 url.format(port=server.port)], cwd=work,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
+        try:
+            _stopped_while_waiting(proc, server, sig, code)
+        finally:
+            proc.kill()
+            proc.wait()
+            server.close()
+        return work
+
+    with ThreadPoolExecutor(len(STORE_CASES)) as pool:
+        return {name: pool.submit(case, name) for name in STORE_CASES}
+
+
+@pytest.mark.parametrize("case", list(STORE_CASES))
 def test_a_signal_while_run_waits_for_a_store_ends_it_within_seconds_writing_no_study(
-        tmp_path, write_spec, mode, flag, url, sig, code):
-    server = FakeServer(mode)
-    spec = write_spec(tiny_spec(workers=1))
-    work = tmp_path / "work"
-    work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(spec), flag,
-                             url.format(port=server.port)], cwd=work, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        _stopped_while_waiting(proc, server, sig, code)
-    finally:
-        proc.kill()
-        server.close()
+        stopped_while_waiting, case):
+    work = stopped_while_waiting[case].result()  # its exit code, line and time asserted
     assert not (work / "optuna.journal").exists()  # no study was made
     assert not (work / ".sweep").exists()
 
