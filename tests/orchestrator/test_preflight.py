@@ -7,7 +7,9 @@ from orchestrator.config.spec import load_spec, validate
 from orchestrator.running import preflight as pf
 from tests.conftest import ROOT, SWEEPS, run_cli, tiny_spec
 
-pytestmark = pytest.mark.slow  # end to end: sweep doctor and sweep run's preflight as processes
+# end to end: sweep doctor and sweep run's preflight as processes (on one core: sweep doctor
+# and one-worker sweeps would spin two torch threads on cores the other test process shares)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_core")]
 
 SOFTMAX = {"dataset": "digits", "model": "tests.datasets:softmax_model", "epochs": 1}
 # a softmax model never overfits its batch: the overfit check would run all its 300 default
