@@ -250,6 +250,9 @@ def test_each_level_is_sampled_alike_from_its_own_trials():
 
 # ------------------------------------------------------------------------ real sweeps
 
+# the perceptron, where the rule holds for any model: a fraction of the CNN's CPU an epoch
+MLP = {"dataset": "digits", "model": "mlp", "epochs": 1}
+
 def trial_frame(stores, name: str) -> pd.DataFrame:
     """One row per trial run: phase, level, seed, state and its final objective."""
     rows = []
@@ -273,7 +276,7 @@ def test_a_planted_difference_is_decided_early_and_logged_as_decide_computes_it(
     # sgd's lr range is absurdly small: it cannot learn in one epoch
     space = {"optimizer": {"adam": {"lr": {"low": 2e-3, "high": 5e-3, "log": True}},
                            "sgd": {"lr": {"low": 1e-7, "high": 2e-7, "log": True}}}}
-    out = cli(write_spec(compare_spec(space=space, seed=5, compare={
+    out = cli(write_spec(compare_spec(space=space, seed=5, train=MLP, compare={
         "factor": "optimizer", "tune_trials": 2, "seeds": 3, "max_seeds": 6})))
     assert out.returncode == 0, out.stderr
     runs = trial_frame(stores, "cmp")
@@ -309,7 +312,7 @@ def test_a_planted_difference_is_decided_early_and_logged_as_decide_computes_it(
 
 def test_identical_levels_run_to_max_seeds_with_no_clear_difference(cli, stores, write_spec):
     # without weight decay, decaying biases too changes nothing: the same training twice
-    spec = compare_spec(space={"decay_bias_and_norm": [False, True], "lr": 3e-3},
+    spec = compare_spec(space={"decay_bias_and_norm": [False, True], "lr": 3e-3}, train=MLP,
                         compare={"factor": "decay_bias_and_norm", "tune_trials": 1, "seeds": 2,
                                  "max_seeds": 4})
     out = cli(write_spec(spec))
