@@ -390,18 +390,19 @@ def test_the_html_report_shows_the_headline_and_every_plot_in_chromium(reported,
 
 @pytest.mark.slow
 def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
-    """A tiny real `compare:` sweep (2 levels x 2 tuning trials, 2 paired seeds, 1 epoch), then
-    `sweep report NAME`: the headline first, on the parent run as sweep.verdict, and
-    comparison.csv as orchestrator.answer.stats computes it from the confirmation runs read back
-    from MLflow; the parent's best_value, best_run_id, sweep status and the report name one
-    answer."""
+    """A tiny real `compare:` sweep (2 levels x 2 tuning trials, 2 paired seeds, 1 epoch of the
+    perceptron), then `sweep report NAME`: the headline first, on the parent run as
+    sweep.verdict, and comparison.csv as orchestrator.answer.stats computes it from the
+    confirmation runs read back from MLflow; the parent's best_value, best_run_id, sweep status
+    and the report name one answer."""
     import yaml
 
     from orchestrator.answer import stats as st
     from tests.conftest import run_cli
     from tests.helpers import compare_spec
 
-    spec = compare_spec(name="tinycmp", export=["torchscript"], export_for="best")
+    spec = compare_spec(name="tinycmp", export=["torchscript"], export_for="best",
+                        train={"dataset": "digits", "model": "mlp", "epochs": 1})
     spec["compare"] = {**spec["compare"], "target": 0.5}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(spec))
     ran = run_cli("run", "c.yaml", cwd=tmp_path)
@@ -489,7 +490,7 @@ def test_a_level_that_failed_every_tuning_trial_is_said_so_not_called_unfinished
 
     (tmp_path / "boom.py").write_text(
         "def model(num_classes, in_channels):\n    raise RuntimeError('boom')\n")
-    spec = compare_spec(name="onefails", space={"model": ["small_cnn", "boom:model"]},
+    spec = compare_spec(name="onefails", space={"model": ["mlp", "boom:model"]},
                         train={"dataset": "digits", "epochs": 1},
                         compare={"factor": "model", "tune_trials": 2, "seeds": 2})
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(spec))
