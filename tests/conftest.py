@@ -175,25 +175,6 @@ def pace(measured_pace) -> Pace:
 
 
 @pytest.fixture(scope="module")
-def one_core():
-    """This test process, and every process it starts, on one core of those it may use (the
-    n-th for pytest-xdist's worker gwN), for a module (``pytest.mark.usefixtures``). A sweep
-    plans its workers' torch threads from its cores: a `sweep doctor` or a one-worker sweep
-    would take two threads on two cores that the other test process shares, and spend most of
-    its CPU time waiting (sweep doctor on the quickstart: 14 CPU-seconds, 4.4 on one core).
-    Only for specs that name their workers (the default is one per core)."""
-    if not hasattr(os, "sched_setaffinity"):
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    cores = sorted(before)
-    os.sched_setaffinity(0, {cores[int(worker.removeprefix("gw") or 0) % len(cores)]})
-    yield
-    os.sched_setaffinity(0, before)
-
-
-@pytest.fixture(scope="module")
 def calm_threads():
     """Torch's OpenMP threads that sleep while they wait (``OMP_WAIT_POLICY=PASSIVE``) in every
     process the module starts. A worker alone on 2 cores gets 2 threads, which spin while they

@@ -7,9 +7,10 @@ from orchestrator.config.spec import load_spec, validate
 from orchestrator.running import preflight as pf
 from tests.conftest import ROOT, SWEEPS, run_cli, tiny_spec
 
-# end to end: sweep doctor and sweep run's preflight as processes (on one core: sweep doctor
-# and one-worker sweeps would spin two torch threads on cores the other test process shares)
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_core")]
+# end to end: sweep doctor and sweep run's preflight as processes (calm threads: sweep doctor
+# and one-worker sweeps take two torch threads, which would spin on the cores the other test
+# process shares)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("calm_threads")]
 
 SOFTMAX = {"dataset": "digits", "model": "tests.datasets:softmax_model", "epochs": 1}
 # a softmax model never overfits its batch: the overfit check would run all its 300 default
