@@ -3,6 +3,7 @@ shell completion scripts generated from the same parser."""
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,10 @@ from orchestrator.commands.parser import COMMANDS, COMPLETION_SHELLS, build_pars
 from orchestrator.core import keys
 from orchestrator.core.errors import ExitCode
 from tests.conftest import ROOT, run_cli, tiny_spec
+
+# its sweeps have one worker, which takes two torch threads: calm ones, that do not spin on the
+# cores the other test process shares
+pytestmark = pytest.mark.usefixtures("calm_threads")
 
 
 def subcommands() -> list[str]:
@@ -281,9 +286,11 @@ def _next_steps(stdout: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def tiny_done(tmp_path_factory):
-    """A finished one-trial sweep: rerunning it prints its end at once."""
+def tiny_done(tmp_path_factory, mlflow_template):
+    """A finished one-trial sweep: rerunning it prints its end at once. (Its MLflow database
+    is the session's migrated copy: a second of migrations saved.)"""
     d = tmp_path_factory.mktemp("tiny")
+    shutil.copyfile(mlflow_template, d / "mlflow.db")
     spec = d / "tiny.yaml"
     spec.write_text(yaml.safe_dump(tiny_spec(trials=1, workers=1, train={
         "dataset": "digits", "model": "small_cnn", "epochs": 1})))

@@ -7,7 +7,10 @@ import pytest
 
 from tests.conftest import ROOT, run_cli, tiny_spec
 
-pytestmark = pytest.mark.slow  # end to end: real sweeps' preflight, test split and export
+# end to end: real sweeps' preflight, test split and export (calm threads: sweep doctor and
+# one-worker sweeps take two torch threads, which would spin on the cores the other test process
+# shares)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("calm_threads")]
 
 USER_CODE = {"PYTHONPATH": str(ROOT)}  # the user models live in tests/datasets.py
 
