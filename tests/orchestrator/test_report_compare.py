@@ -131,6 +131,20 @@ def reported(request, tmp_path_factory, mlflow_template):
     return request.param, stores, out, args, main
 
 
+@pytest.fixture(scope="module")
+def report_printed(reported) -> str:
+    """`sweep report` of the comparison, run once (exit code 0) for the tests that read its
+    folder: what it printed."""
+    import contextlib
+    import io
+
+    _, _, _, args, main = reported
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(args) == 0
+    return printed.getvalue()
+
+
 def _expected(direction: str) -> dict:
     """The pair (a = adam, b = sgd) computed here from the confirmation values alone: at 3
     pairs (look 1 of 2) the paired t-test's p is above the calibrated level, so a fourth seed
@@ -150,12 +164,11 @@ def _expected(direction: str) -> dict:
 
 
 @pytest.mark.slow
-def test_comparison_csv_and_headline_equal_a_hand_computation(reported, capsys):
+def test_comparison_csv_and_headline_equal_a_hand_computation(reported, report_printed):
     from orchestrator.answer.stats import CSV_COLUMNS, level_percent
 
     direction, stores, out, args, main = reported
-    assert main(args) == 0
-    printed = capsys.readouterr().out
+    printed = report_printed
     expected = _expected(direction)
     table = pd.read_csv(out / "comparison.csv")
     assert tuple(table.columns) == CSV_COLUMNS
@@ -348,7 +361,8 @@ def test_the_lr_plot_draws_one_trial_per_schedule_shape():
 
 
 @pytest.mark.slow
-def test_the_html_report_shows_the_headline_and_every_plot_in_chromium(reported, tmp_path):
+def test_the_html_report_shows_the_headline_and_every_plot_in_chromium(reported, report_printed,
+                                                                       tmp_path):
     import os
 
     from playwright.sync_api import sync_playwright
@@ -360,7 +374,6 @@ def test_the_html_report_shows_the_headline_and_every_plot_in_chromium(reported,
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} not found: `apt-get install -y chromium` as root",
                     pytrace=False)
-    assert main(args) == 0
     pngs = sorted(p.name for p in (out / "plots").iterdir())
     assert {"lr_sensitivity.png", "tuning_progress.png", "confirmation_curves.png",
             "differences.png", "time_to_target.png"} <= set(pngs)
