@@ -2,9 +2,12 @@
 an MLflow store that breaks mid-sweep, and what a killed process leaves between the two stores."""
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -31,7 +34,8 @@ def machine(storage: str, tracking_uri: str, go: str) -> None:
     from tests.helpers import FAKE_WORKER
 
     spec = validate(tiny_spec(name="together", trials=MACHINES))
-    print("ready", flush=True)
+    sys.stdout.write("ready\n")  # one write: the machines share a pipe
+    sys.stdout.flush()
     while not os.path.exists(go):  # every process starts creating the stores at one moment
         time.sleep(0.005)
     book = TrialBook.open(spec, storage, tracking_uri, spec_text="name: together\n")
@@ -45,10 +49,65 @@ def machine(storage: str, tracking_uri: str, go: str) -> None:
                         resumed_from=0, weights=""))
 
 
+# one process imports what a sweep run process opens the stores with, then forks MACHINES
+# children, each a machine(): the children start with those modules imported (as each of
+# MACHINES fresh processes would be by the time it creates the stores), for one import in
+# place of MACHINES; each writes its errors to its own file, and the parent prints the exit
+# code of each once all ended
+FORKED = """
+import atexit, json, os, sys, traceback
+from tests.orchestrator.test_stores import machine, preload
+storage, tracking_uri, go, folder, n = json.loads(sys.argv[1])
+preload(storage, tracking_uri)
+children = {}
+for i in range(n):
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(os.open(os.path.join(folder, f"stderr-{i}"), os.O_WRONLY | os.O_CREAT), 2)
+        code = 0
+        try:
+            machine(storage, tracking_uri, go)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        atexit._run_exitfuncs()  # the exit of a process of its own
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    children[pid] = i
+codes = [None] * n
+for _ in range(n):
+    pid, status = os.wait()
+    codes[children[pid]] = os.waitstatus_to_exitcode(status)
+print(json.dumps(codes), flush=True)
+"""
+
+
+def preload(storage: str, tracking_uri: str) -> None:
+    """Import what :func:`machine` opens the stores with (MLflow's SQL store and its
+    migrations, Optuna's storages, the database's driver): imported before the children are
+    forked, not in each."""
+    import alembic  # noqa: F401
+    import mlflow.store.db.utils  # noqa: F401
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    import mlflow.tracking  # noqa: F401
+    import optuna.storages._rdb.storage  # noqa: F401
+
+    from orchestrator.running import book, protocol, runs  # noqa: F401
+    from orchestrator.stores import storages, study, tracking  # noqa: F401
+    from tests import helpers  # noqa: F401
+
+    for url in (storage, tracking_uri):
+        if url.startswith("postgresql"):
+            import psycopg  # noqa: F401
+        elif url.startswith("mysql"):
+            import pymysql  # noqa: F401
+
+
 def start_together(storage: str, tracking_uri: str, folder: Path,
                    pace: Pace) -> list[tuple[int, str]]:
-    """:func:`machine` in :data:`MACHINES` processes released at one moment; (exit code,
-    stderr) of each.
+    """:func:`machine` in :data:`MACHINES` processes (forked from one, :data:`FORKED`)
+    released at one moment; (exit code, stderr) of each.
 
     Nothing waits without a deadline, so a hung child fails the test instead of hanging it: the
     processes must be ready within the :class:`~tests.conftest.Pace` budget of as many fresh
@@ -56,35 +115,42 @@ def start_together(storage: str, tracking_uri: str, folder: Path,
     take (each opens the stores, under a lock the others wait on, and books one trial).
     """
     go = folder / "go"
-    code = f"from tests.orchestrator.test_stores import machine; " \
-           f"machine({storage!r}, {tracking_uri!r}, {str(go)!r})"
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     started = time.monotonic()
-    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for _ in range(MACHINES)]
+    # a session of its own: whatever is left of it and its children is killed at the end
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FORKED,
+         json.dumps([storage, tracking_uri, str(go), str(folder), MACHINES])],
+        cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True)
     try:
         ready_by = started + pace.budget(epochs=0, starts=MACHINES)
-        for p in procs:  # each has imported everything it needs
-            line = read_line(p, ready_by)
-            assert line == "ready\n", (line, p.communicate(timeout=5))
+        for _ in range(MACHINES):  # each has imported everything it needs
+            line = read_line(proc, ready_by)
+            assert line == "ready\n", (line, _stderrs(folder), proc.stderr.read()
+                                       if proc.poll() is not None else "")
         go.touch()
         finish_by = time.monotonic() + SLACK * MACHINES * (time.monotonic() - started)
-        ends = []
-        for p in procs:
-            try:
-                _, err = p.communicate(timeout=max(0.1, finish_by - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                raise AssertionError(f"a process did not finish in time: "
-                                     f"{p.communicate()[1][-3000:]}") from None
-            ends.append((p.returncode, err))
-        return ends
+        try:
+            out, err = proc.communicate(timeout=max(0.1, finish_by - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"a process did not finish in time: "
+                                 f"{[e[-3000:] for e in _stderrs(folder)]}") from None
+        assert proc.returncode == 0, err
+        return list(zip(json.loads(out.splitlines()[-1]), _stderrs(folder)))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
+        # the parent unfinished, or ended before waiting for its children: its group killed
+        # (a pid stays unused while a group of that id has a process)
+        if proc.poll() is None or proc.returncode != 0:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+
+
+def _stderrs(folder: Path) -> list[str]:
+    """What each forked machine wrote to its stderr so far."""
+    return [(folder / f"stderr-{i}").read_text() if (folder / f"stderr-{i}").exists() else ""
+            for i in range(MACHINES)]
 
 
 def read_line(proc: subprocess.Popen, deadline: float) -> str:
