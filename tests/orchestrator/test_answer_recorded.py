@@ -457,6 +457,7 @@ def check_one_answer(stores, name: str, said: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("calm_threads")  # one worker: 2 torch threads
 def test_a_real_comparison_in_one_process_records_its_answer_whatever_trial_ends_last(
         stores, write_spec, cli):
     """On the perceptron: one worker trains the trials in a fixed order, so no timing is needed
@@ -467,6 +468,7 @@ def test_a_real_comparison_in_one_process_records_its_answer_whatever_trial_ends
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("calm_threads")  # one worker: 2 torch threads
 def test_a_real_comparison_in_two_processes_records_one_answer(stores, write_spec, pace):
     """Two `sweep run` processes of one study (one worker each, the journal and the MLflow
     file shared): whichever ends the last trial, and whichever ends the sweep. On the CNN: its

@@ -18,7 +18,9 @@ import yaml
 from tests.conftest import ROOT, SLACK, Stores, tiny_spec
 from tests.helpers import long_spec, worker_pids
 
-pytestmark = pytest.mark.slow  # end to end: the Python API's real sweeps, in a Jupyter kernel too
+# end to end: the Python API's real sweeps, in a Jupyter kernel too; the one-worker sweeps' 2 torch
+# threads must not spin while the other cores are busy (calm_threads)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("calm_threads")]
 
 RUN_ID = "sweep.mlflow_run_id"
 # the sweeps the API runs to the end train the perceptron: what the API returns is the same for

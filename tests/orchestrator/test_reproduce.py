@@ -9,7 +9,9 @@ import yaml
 
 from tests.conftest import Stores, run_cli, tiny_spec
 
-pytestmark = pytest.mark.slow  # end to end: real sweeps reproduced
+# end to end: real sweeps reproduced; one worker and each reproduction take 2 torch threads,
+# which must not spin while the other cores are busy (calm_threads)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("calm_threads")]
 
 
 @pytest.fixture(scope="module")
