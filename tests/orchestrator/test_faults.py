@@ -88,10 +88,15 @@ def test_each_kind_of_failure_ends_in_its_state_and_the_others_finish(cli, store
     assert all(r.data.tags.get("sweep.fail_reason") for r in runs if r.info.status == "FAILED")
 
 
+# epochs of a trial that a test interrupts once a first epoch is reported: the rest (a few
+# seconds) leaves the test time to act while it still trains
+EPOCHS = 8
+
+
 def test_an_interrupted_sweep_run_again_finishes_like_an_uninterrupted_one(stores, write_spec,
                                                                            pace):
     spec = tiny_spec(sampler={"name": "grid"}, workers=2,
-                     train={"dataset": "digits", "epochs": 15, "batch_size": 32},
+                     train={"dataset": "digits", "epochs": EPOCHS, "batch_size": 32},
                      space={"lr": [1e-3, 2e-3, 3e-3]})
     del spec["trials"]
     path = write_spec(spec)
@@ -103,7 +108,7 @@ def test_an_interrupted_sweep_run_again_finishes_like_an_uninterrupted_one(store
     finally:
         proc.kill()
     assert proc.returncode == 130, err
-    again = run_cli("run", str(path), cwd=stores.dir, timeout=pace.budget(3 * 15, starts=3))
+    again = run_cli("run", str(path), cwd=stores.dir, timeout=pace.budget(3 * EPOCHS, starts=3))
     assert again.returncode == 0, again.stderr
     trials = stores.study("tiny").trials
     assert [t.number for t in trials] == list(range(len(trials)))
@@ -126,7 +131,7 @@ def test_an_interrupted_sweep_run_again_finishes_like_an_uninterrupted_one(store
 def test_kill_9_of_the_cli_takes_its_workers_along_and_a_rerun_recovers(stores, write_spec,
                                                                         pace):
     spec = tiny_spec(sampler={"name": "grid"}, workers=2,
-                     train={"dataset": "digits", "epochs": 15, "batch_size": 32},
+                     train={"dataset": "digits", "epochs": EPOCHS, "batch_size": 32},
                      space={"lr": [1e-3, 2e-3]})
     del spec["trials"]
     path = write_spec(spec)
@@ -144,7 +149,7 @@ def test_kill_9_of_the_cli_takes_its_workers_along_and_a_rerun_recovers(stores, 
     finally:
         proc.kill()
     assert any(t.state.name == "RUNNING" for t in stores.study("tiny").trials)
-    again = run_cli("run", str(path), cwd=stores.dir, timeout=pace.budget(2 * 15, starts=3))
+    again = run_cli("run", str(path), cwd=stores.dir, timeout=pace.budget(2 * EPOCHS, starts=3))
     assert again.returncode == 0, again.stderr
     trials = stores.study("tiny").trials
     orphans = [t for t in trials if t.state.name == "FAIL"]
