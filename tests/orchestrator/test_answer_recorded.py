@@ -13,6 +13,7 @@ import math
 import random
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -33,7 +34,7 @@ from orchestrator.running.runner import configuration_means
 from orchestrator.stores.study import PendingTrial, SweepStudy, fresh
 from orchestrator.stores.tracking import Tracker
 from tests.conftest import Stores
-from tests.helpers import FAKE_WORKER, compare_spec, finish, start_sweep, wait_for_epoch
+from tests.helpers import FAKE_WORKER, compare_spec, finish, start_sweep
 
 BATCH_SIZES = [16, 32, 64, 128]
 
@@ -467,15 +468,33 @@ def test_a_real_comparison_in_one_process_records_its_answer_whatever_trial_ends
     check_one_answer(stores, "opt3", ran.stdout)
 
 
+def wait_for_study(stores, name: str, proc, pace) -> None:
+    """Block until the Optuna journal holds the study of sweep ``name`` (read safely beside its
+    writer); as long as :class:`tests.conftest.Pace` says the CLI and a worker take to start and
+    train an epoch."""
+    deadline = time.monotonic() + pace.budget(epochs=1, starts=2)
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if stores.journal.exists():
+            try:
+                stores.study(name)
+                return
+            except KeyError:  # not created yet
+                pass
+        time.sleep(0.2)
+    raise AssertionError("the sweep's study was not created in time")
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("calm_threads")  # one worker: 2 torch threads
 def test_a_real_comparison_in_two_processes_records_one_answer(stores, write_spec, pace):
     """Two `sweep run` processes of one study (one worker each, the journal and the MLflow
-    file shared): whichever ends the last trial, and whichever ends the sweep. On the CNN: its
-    epochs leave the second process the time to start before the first has run every trial."""
+    file shared): whichever ends the last trial, and whichever ends the sweep. The second
+    joins once the first has created the study, while the first one's worker still starts:
+    both run trials however fast the machine trains (the CNN's epochs add margin)."""
     path = write_spec(optimizer_spec("small_cnn"))
     procs = [start_sweep(path, stores.dir)]
-    wait_for_epoch(stores, "opt3", procs[0], pace)  # the study and its parent run exist
+    wait_for_study(stores, "opt3", procs[0], pace)
     procs.append(start_sweep(path, stores.dir))
     outs = [finish(p, stores, "opt3", pace) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
