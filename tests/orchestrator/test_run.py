@@ -14,7 +14,9 @@ from tests.conftest import ROOT, SWEEPS, run_cli, tiny_spec
 from trainers import EPOCH_METRICS, TrainSettings
 from trainers.optim import lr_at
 
-pytestmark = pytest.mark.slow  # end to end: real sweep run processes
+# end to end: real sweep run processes; one-worker sweeps and sweep export run torch on 2 threads,
+# which must not spin while the other core is busy (calm_threads)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("calm_threads")]
 
 SETTINGS = set(TrainSettings().to_dict())
 
