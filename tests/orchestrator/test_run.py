@@ -147,13 +147,14 @@ def test_rerun_resumes_the_same_parent_without_new_trials(quickstart):
     from tests.conftest import run_cli
 
     parent_before = stores.runs("quickstart", "parent")[0].info.run_id
+    # one worker (a resumed sweep may change its workers): no trial, or one, to train
     out = run_cli("run", str(SWEEPS / "quickstart.yaml"), "--set", "train.epochs=3",
-                  "--trials", "4", "--set", "export_for=none", cwd=stores.dir)
+                  "--trials", "4", "--set", "export_for=none", "--workers", "1", cwd=stores.dir)
     assert out.returncode == 0, out.stderr
     assert "resuming sweep 'quickstart': 4 of 4 trials already finished" in out.stdout
     assert len(stores.study("quickstart").trials) == 4
     out = run_cli("run", str(SWEEPS / "quickstart.yaml"), "--set", "train.epochs=3",
-                  "--trials", "5", "--set", "export_for=none", cwd=stores.dir)
+                  "--trials", "5", "--set", "export_for=none", "--workers", "1", cwd=stores.dir)
     assert out.returncode == 0, out.stderr
     study = stores.study("quickstart")
     assert [t.number for t in study.trials] == [0, 1, 2, 3, 4]
@@ -351,7 +352,9 @@ def test_only_the_best_configuration_sees_the_test_split(tmp_path, stores, cli, 
     assert "test_acc_std" in parent.data.metrics
     assert parent.data.tags["sweep.test_trials"] == ",".join(
         str(t.number) for t in sorted(by_lr[best_lr], key=lambda t: t.number))
-    again = cli(spec)  # a rerun of the finished sweep does not read the test split again
+    # a rerun of the finished sweep (one worker: no trial to train) does not read the test
+    # split again
+    again = cli(spec, "--workers", "1")
     assert again.returncode == 0, again.stderr
     assert "held-out test split" not in again.stdout
     history = stores.client().get_metric_history(parent.info.run_id, "test_acc")
