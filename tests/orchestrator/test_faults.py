@@ -162,7 +162,7 @@ def test_kill_9_of_the_cli_takes_its_workers_along_and_a_rerun_recovers(stores, 
 def test_a_run_created_but_never_linked_to_its_trial_is_closed_on_rerun(cli, stores, write_spec):
     """A kill between creating a trial's run and recording its id on the trial leaves a RUNNING
     run no trial points at; the next ``sweep run`` finds it by its trial number tag."""
-    path = write_spec(tiny_spec(trials=2))
+    path = write_spec(tiny_spec(trials=2, workers=1))  # one worker to start, twice
     assert cli(str(path)).returncode == 0
     client = stores.client()
     parent = stores.runs("tiny", "parent")[0]
