@@ -390,7 +390,8 @@ def test_missing_dataset_files_stop_the_run_before_anything_is_written(tmp_path,
 
 # each example sweep shrunk to a dry run: the file as written, at one epoch and the fewest trials
 # its kind counts, no export (tested on its own); the digits sweeps without their preflight
-# (tested on its own), the GPU sweep on fake 8x8 images in fp32 for a CPU; the quickstart as
+# (tested on its own), the GPU sweep on fake 8x8 images in fp32 for a CPU, on one worker (its
+# one trial; a second worker would start torch and warm up for nothing); the quickstart as
 # quickstart_once runs it for the tests that read its stores
 DIGITS = ["train.epochs=1", "export_for=none", "preflight=false"]
 COMPARISON = [*DIGITS, "compare.tune_trials=1", "compare.seeds=2", "compare.max_seeds=2"]
@@ -403,7 +404,7 @@ DRY_RUN = {
     "warmup_clipping.yaml": COMPARISON,
     "cifar10_resnet18.yaml": ["trials=1", "repeats=1", "train.dataset=fake", "train.image_size=8",
                               "train.epochs=1", "train.batch_size=128", "train.amp=none",
-                              "export_for=none"],
+                              "export_for=none", "workers=1"],
 }
 
 
