@@ -251,7 +251,8 @@ def test_scaling_rules_set_the_lr_used(cli, stores, write_spec):
 
 
 def test_identical_seeds_give_identical_curves(cli, stores, write_spec):
-    spec = tiny_spec(sampler={"name": "grid"}, trials=None, repeats=1,
+    # one worker each (one trial each; both sweeps train on the same torch threads)
+    spec = tiny_spec(sampler={"name": "grid"}, trials=None, repeats=1, workers=1,
                      space={"optimizer": {"sgd": {"lr": 0.05, "nesterov": True}}})
     del spec["trials"]
     a = cli(write_spec({**spec, "name": "first"}, "a.yaml"))
