@@ -120,7 +120,7 @@ def test_preflight_false_and_its_options_validate():
 def test_a_checker_error_is_shown_but_only_a_fail_of_the_user_code_stops_the_sweep(tmp_path):
     spec = validate(tiny_spec(train={"dataset": "tests.corpus:numpy_images",
                                      "model": "tests.corpus:pooled", "epochs": 1},
-                              space={"batch_size": [16]}, preflight={"overfit_steps": 50}))
+                              space={"batch_size": [16]}))  # the default overfit steps: a PASS
     (settings,) = pf.checked_configurations(spec)
     (tmp_path / "0" / "samples.png").mkdir(parents=True)  # the grid cannot be written there
     errored = {"label": pf.label(settings), "folder": "0", "settings": settings,
