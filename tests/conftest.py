@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -395,6 +396,23 @@ def databases():
     yield from _fresh_databases(_admin, 'CREATE DATABASE "{name}"',
                                 'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
                                 f"postgresql://{PG['user']}@{PG['host']}:{PG['port']}/{{name}}")
+
+
+def rdb_storage(url: str):
+    """An Optuna storage on the database ``url`` for a test to read its studies, one per URL,
+    on one connection at a time that it closes (SQLAlchemy's ``NullPool``). A URL given to
+    ``optuna.load_study`` makes a pool of its own on every call, whose connection stays open
+    until the storage is collected: a test polling a study held 30 connections of PostgreSQL's
+    100, and a test running beside it was refused ("too many clients already")."""
+    return _rdb_storages(url)
+
+
+@functools.cache
+def _rdb_storages(url: str):
+    import optuna
+    import sqlalchemy.pool
+
+    return optuna.storages.RDBStorage(url, engine_kwargs={"poolclass": sqlalchemy.pool.NullPool})
 
 
 # MariaDB (or MySQL) on this machine: root without a password, as the machine's service has it

@@ -16,10 +16,10 @@ from ..answer import objectives
 from ..core import keys
 from .comparison import Comparison, compare, settings_text, tolerance_words
 from .comparison_plots import comparison_plots
-from .scaling import scaling
 from .front import best_rows, value_columns
 from .load import SweepData
 from .plots import Figure, plots
+from .scaling import scaling
 from .stats import (
     MIN_PAIRS,
     configuration,

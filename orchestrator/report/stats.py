@@ -27,8 +27,14 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..answer.stats import (PairResult, bounds_holding, compare_paired, friedman, level_order,
-                             mean_interval)
+from ..answer.stats import (
+    PairResult,
+    bounds_holding,
+    compare_paired,
+    friedman,
+    level_order,
+    mean_interval,
+)
 from ..config import space as sp
 from ..core import keys
 from .load import SweepData

@@ -80,7 +80,8 @@ def log_comparison(book: TrialBook) -> str | None:
 
 def note_parent(book: TrialBook) -> None:
     """The parent run's description, shown on its MLflow page: the report's headline (for a
-    comparison, the answer: its sentence, its table of levels and the lines under it), read back from the stores as ``sweep report`` reads them."""
+    comparison, the answer: its sentence, its table of levels and the lines under it), read
+    back from the stores as ``sweep report`` reads them."""
     from ..report import load_sweep, log_note
 
     try:  # a comparison's sentences on time to target read the curves

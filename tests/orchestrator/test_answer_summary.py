@@ -94,7 +94,7 @@ def test_the_table_ranks_by_the_mean_and_its_letters_follow_the_verdicts(k, metr
     assert list(s.ranking) == list(means.index)
     assert [row[0] for row in s.rows] == [str(i + 1) for i in range(k)]
     scale = 100 if metric == "val_acc" else 1
-    for row, (level, mean) in zip(s.rows, means.items()):
+    for row, (_level, mean) in zip(s.rows, means.items()):
         shown = float(row[2])
         decimals = len(row[2].split(".")[1]) if "." in row[2] else 0
         assert abs(shown - scale * mean) <= 0.5 * 10 ** -decimals + 1e-12, (row, mean)

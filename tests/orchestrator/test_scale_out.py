@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import tiny_spec
+from tests.conftest import rdb_storage, tiny_spec
 
 # each machine's one worker has both cores' threads: they sleep while they wait
 pytestmark = pytest.mark.usefixtures("calm_threads")
@@ -31,11 +31,35 @@ pytestmark = pytest.mark.usefixtures("calm_threads")
 HEARTBEAT_S = 2
 
 
+# a user model (train.model: paced:model) whose trials last about as long on an idle machine as
+# on a loaded one: the perceptron, each batch held 50 ms without using the CPU
+PACED_MODEL = '''
+import time
+from torch import nn
+
+
+class Paced(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes))
+
+    def forward(self, x):
+        time.sleep(0.05)
+        return self.net(x)
+
+
+def model(num_classes, in_channels):
+    return Paced(num_classes)
+'''
+
+
 def _machine(root: Path, name: str, spec: dict, storage: str, tracking: str,
              extra_env=None) -> subprocess.Popen:
-    """One `sweep run` as a separate machine would start it: its own working folder."""
+    """One `sweep run` as a separate machine would start it: its own working folder (with
+    :data:`PACED_MODEL` in it)."""
     folder = root / name
     folder.mkdir()
+    (folder / "paced.py").write_text(PACED_MODEL)
     (folder / "s.yaml").write_text(yaml.safe_dump(spec))
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     return subprocess.Popen(
@@ -47,7 +71,7 @@ def _machine(root: Path, name: str, spec: dict, storage: str, tracking: str,
 def _study(storage: str, name: str):
     import optuna
 
-    return optuna.load_study(study_name=name, storage=storage)
+    return optuna.load_study(study_name=name, storage=rdb_storage(storage))
 
 
 @pytest.fixture(scope="module")
@@ -196,8 +220,11 @@ def test_a_machine_stalled_past_its_heartbeat_loses_that_trial_and_both_finish(d
     from mlflow.tracking import MlflowClient
 
     storage = databases()
+    # paced trials (1 to 2 s each, idle or loaded): while one process is stalled the other
+    # trains a few of them, not all that are left; the perceptron's digits trained as fast as
+    # the CPU allowed, and on idle cores the other process finished the sweep in the stall
     spec = tiny_spec(name="stalled", trials=12, workers=1, heartbeat_seconds=HEARTBEAT_S,
-                     train={"epochs": 2})
+                     train={"model": "paced:model", "epochs": 2})
     machines = [_machine(tmp_path, m, spec, storage, server) for m in ("a", "b")]
     lost = {}  # trial number: the process that ran it
     try:

@@ -127,10 +127,9 @@ def start_together(storage: str, tracking_uri: str, folder: Path,
         start_new_session=True)
     try:
         ready_by = started + pace.budget(epochs=0, starts=MACHINES)
-        for _ in range(MACHINES):  # each has imported everything it needs
-            line = read_line(proc, ready_by)
-            assert line == "ready\n", (line, _stderrs(folder), proc.stderr.read()
-                                       if proc.poll() is not None else "")
+        lines = read_lines(proc, MACHINES, ready_by)  # each has imported what it needs
+        assert lines == ["ready\n"] * MACHINES, (lines, _stderrs(folder), proc.stderr.read()
+                                                  if proc.poll() is not None else "")
         go.touch()
         finish_by = time.monotonic() + SLACK * MACHINES * (time.monotonic() - started)
         try:
@@ -155,12 +154,22 @@ def _stderrs(folder: Path) -> list[str]:
             for i in range(MACHINES)]
 
 
-def read_line(proc: subprocess.Popen, deadline: float) -> str:
-    """The next line ``proc`` writes to its stdout, or an AssertionError at ``deadline``."""
-    readable, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-    if not readable:
-        raise AssertionError(f"no line from process {proc.pid} by the deadline")
-    return proc.stdout.readline()
+def read_lines(proc: subprocess.Popen, count: int, deadline: float) -> list[str]:
+    """The next ``count`` lines ``proc`` writes to its stdout, or an AssertionError at
+    ``deadline``. Read from the pipe itself: ``select`` on ``proc.stdout`` misses the lines its
+    buffer already holds (machines forked together write theirs at one moment, and a
+    ``readline`` took in two of them: the test then waited for a line it had)."""
+    fd, data = proc.stdout.fileno(), b""
+    while data.count(b"\n") < count:
+        readable, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not readable:
+            raise AssertionError(f"{data!r} from process {proc.pid} by the deadline "
+                                 f"({count} lines expected)")
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            raise AssertionError(f"process {proc.pid} closed its stdout after {data!r}")
+        data += chunk
+    return data.decode().splitlines(keepends=True)
 
 
 def assert_one_trial_each(storage: str, tracking_uri: str) -> None:

@@ -38,7 +38,7 @@ from orchestrator.running.submit import (
     task_slots,
     workdir_problem,
 )
-from tests.conftest import free_port, run_cli, tiny_spec
+from tests.conftest import free_port, rdb_storage, run_cli, tiny_spec
 
 PG = "postgresql://postgres@db.example:5432/sweeps"
 SERVER = "http://mlflow.example:5000"
@@ -516,10 +516,10 @@ def test_a_slurm_array_sweeps_together_and_a_cancelled_task_is_retried_by_the_ot
     assert f"squeue -j {job}" in out
 
     def study():
-        return optuna.load_study(study_name="slurm", storage=storage)
+        return optuna.load_study(study_name="slurm", storage=rdb_storage(storage))
 
     # created once, by sweep submit: the tasks only joined
-    assert optuna.get_all_study_names(storage) == ["slurm"]
+    assert optuna.get_all_study_names(rdb_storage(storage)) == ["slurm"]
     assert study().user_attrs["sweep.creator"]["pid"] == submit.pid
     # and marked so, for the tasks that join it at once to draw their own trials (see
     # test_tasks_joining_a_submitted_study_at_once_draw_their_own_trials)
