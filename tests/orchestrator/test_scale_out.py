@@ -234,7 +234,7 @@ def test_a_machine_stalled_past_its_heartbeat_loses_that_trial_and_both_finish(d
                 assert all(m.poll() is None for m in machines), [m.communicate() for m in machines]
                 assert time.monotonic() < deadline, "the process never ran a trial"
                 number = _beating_trial(storage, "stalled", victim.pid)
-                time.sleep(0.05)
+                time.sleep(0.2)
             victim.send_signal(signal.SIGSTOP)
             try:
                 deadline = time.monotonic() + 300

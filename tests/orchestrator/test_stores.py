@@ -322,7 +322,7 @@ def test_sweeps_of_one_name_in_other_storages_get_parent_runs_of_their_own(store
     from orchestrator.stores.storages import open_storage
 
     (stores.dir / "s.yaml").write_text(yaml.safe_dump(tiny_spec(
-        trials=2, workers=2, train={"dataset": "digits", "model": "small_cnn", "epochs": 1})))
+        trials=2, workers=1, train={"dataset": "digits", "model": "mlp", "epochs": 1})))
     storages = [str(tmp_path / "one.journal"), str(tmp_path / "two.journal"),
                 sqlite_uri(tmp_path / "three.db")]
     for storage in storages:
