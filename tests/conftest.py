@@ -31,6 +31,14 @@ SLOW_FIXTURES = {"quickstart", "quickstart_once", "two_sweeps", "cli", "pace", "
                  "slurm"}  # test_submit's one-node Slurm cluster
 
 
+# Torch's OpenMP threads sleep while they wait (OMP_WAIT_POLICY=PASSIVE), in this process and
+# every process a test starts (set before torch is imported). A worker alone on 2 cores gets 2
+# threads, which otherwise spin while they wait for each other: where other processes load the
+# cores (the suite's other test process, another sweep of the same test), its epochs ran 10 to
+# 15 times slower and the spinning took the cores from the rest. No test is about that policy.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES.intersection(item.fixturenames):
@@ -197,17 +205,6 @@ def pace(measured_pace) -> Pace:
     starts, for a fraction of a second instead of a fresh training run."""
     measured, probe = measured_pace
     return measured.slowed(max(1.0, cpu_probe_s() / probe))
-
-
-@pytest.fixture(scope="module")
-def calm_threads():
-    """Torch's OpenMP threads that sleep while they wait (``OMP_WAIT_POLICY=PASSIVE``) in every
-    process the module starts. A worker alone on 2 cores gets 2 threads, which spin while they
-    wait for each other: where other processes load the cores (the suite's other half, another
-    sweep of the test), its epochs run 10 to 15 times slower, and the machine with them."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("OMP_WAIT_POLICY", "PASSIVE")
-        yield
 
 
 # how the end of a `run_cli` sweep names the command: as it was started (python -m ...)

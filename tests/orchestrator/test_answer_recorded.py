@@ -458,7 +458,6 @@ def check_one_answer(stores, name: str, said: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("calm_threads")  # one worker: 2 torch threads
 def test_a_real_comparison_in_one_process_records_its_answer_whatever_trial_ends_last(
         stores, write_spec, cli):
     """On the perceptron: one worker trains the trials in a fixed order, so no timing is needed
@@ -486,7 +485,6 @@ def wait_for_study(stores, name: str, proc, pace) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("calm_threads")  # one worker: 2 torch threads
 def test_a_real_comparison_in_two_processes_records_one_answer(stores, write_spec, pace):
     """Two `sweep run` processes of one study (one worker each, the journal and the MLflow
     file shared): whichever ends the last trial, and whichever ends the sweep. The second

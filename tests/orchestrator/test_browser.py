@@ -243,7 +243,8 @@ COMPARISON = compare_spec(space={"batch_size": [int(b) for b in LEVELS],
                                  "lr": {"low": 1e-3, "high": 1e-2, "log": True}},
                           train={"dataset": "digits", "model": "mlp", "epochs": 1},
                           compare={"factor": "batch_size", "tune_trials": 1, "seeds": 3,
-                                   "max_seeds": 3})
+                                   "max_seeds": 3},
+                          workers=1)  # what the UI shows does not depend on two trials at once
 PHASE, LEVEL, SEED = (f"tags.`{k}`" for k in (keys.PHASE, keys.LEVEL, keys.SEED))
 
 

@@ -276,7 +276,9 @@ def test_a_planted_difference_is_decided_early_and_logged_as_decide_computes_it(
     # sgd's lr range is absurdly small: it cannot learn in one epoch
     space = {"optimizer": {"adam": {"lr": {"low": 2e-3, "high": 5e-3, "log": True}},
                            "sgd": {"lr": {"low": 1e-7, "high": 2e-7, "log": True}}}}
-    out = cli(write_spec(compare_spec(space=space, seed=5, train=MLP, compare={
+    # one worker: the decision and its logged table do not depend on two trials at once, and a
+    # second worker would only start torch again
+    out = cli(write_spec(compare_spec(space=space, seed=5, train=MLP, workers=1, compare={
         "factor": "optimizer", "tune_trials": 2, "seeds": 3, "max_seeds": 6})))
     assert out.returncode == 0, out.stderr
     runs = trial_frame(stores, "cmp")
@@ -312,9 +314,11 @@ def test_a_planted_difference_is_decided_early_and_logged_as_decide_computes_it(
 
 def test_identical_levels_run_to_max_seeds_with_no_clear_difference(cli, stores, write_spec):
     # without weight decay, decaying biases too changes nothing: the same training twice
+    # one worker: both levels train on the same threads, the same training twice as before,
+    # and the seeding to max_seeds does not depend on two trials at once
     spec = compare_spec(space={"decay_bias_and_norm": [False, True], "lr": 3e-3}, train=MLP,
-                        compare={"factor": "decay_bias_and_norm", "tune_trials": 1, "seeds": 2,
-                                 "max_seeds": 4})
+                        workers=1, compare={"factor": "decay_bias_and_norm", "tune_trials": 1,
+                                            "seeds": 2, "max_seeds": 4})
     out = cli(write_spec(spec))
     assert out.returncode == 0, out.stderr
     confirm = trial_frame(stores, "cmp").query("phase == 'confirm'")

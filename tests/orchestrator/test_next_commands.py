@@ -20,9 +20,6 @@ from orchestrator.report.display import command_line, sweep_argv
 from orchestrator.running.runner import Outcome
 from tests.conftest import free_port, run_cli, tiny_spec
 
-# the one-worker sweep takes 2 torch threads, which must not spin while the other cores are busy
-pytestmark = pytest.mark.usefixtures("calm_threads")
-
 # a path a shell would split, expand or choke on unquoted: a space, both quotes, a `$`, a
 # backslash, non-ASCII letters, what rich would read as markup
 AWKWARD = ["st ore", "it's", 'say "hi"', "$HOME", "a\\b", "é ü 名", "-x", "a;b", "*",

@@ -8,10 +8,6 @@ import pytest
 from orchestrator.core import outputs
 from orchestrator.core.errors import SweepError
 
-# the one-worker sweep, its exports and sweep doctor take 2 torch threads, which must not spin
-# while the other cores are busy
-pytestmark = pytest.mark.usefixtures("calm_threads")
-
 
 def _write(staging, **files):
     for name, text in files.items():

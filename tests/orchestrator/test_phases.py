@@ -7,10 +7,7 @@ import pytest
 
 from tests.conftest import ROOT, run_cli, tiny_spec
 
-# end to end: real sweeps' preflight, test split and export (calm threads: sweep doctor and
-# one-worker sweeps take two torch threads, which would spin on the cores the other test process
-# shares)
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("calm_threads")]
+pytestmark = pytest.mark.slow
 
 USER_CODE = {"PYTHONPATH": str(ROOT)}  # the user models live in tests/datasets.py
 
@@ -50,7 +47,9 @@ def test_a_grid_sweeps_first_run_runs_the_preflight(stores, write_spec):
 
 
 def test_a_hanging_model_fails_the_preflight_at_its_deadline(stores, write_spec):
-    spec = tiny_spec(preflight={"overfit_steps": 5, "timeout_s": 3},
+    # one worker: the preflight borrows one, and no trial starts (a second worker would only
+    # start torch to be stopped)
+    spec = tiny_spec(preflight={"overfit_steps": 5, "timeout_s": 3}, workers=1,
                      train={"dataset": "digits", "model": "tests.datasets:hanging_model",
                             "epochs": 1})
     t0 = time.monotonic()

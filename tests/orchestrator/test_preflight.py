@@ -7,10 +7,7 @@ from orchestrator.config.spec import load_spec, validate
 from orchestrator.running import preflight as pf
 from tests.conftest import ROOT, SWEEPS, run_cli, tiny_spec
 
-# end to end: sweep doctor and sweep run's preflight as processes (calm threads: sweep doctor
-# and one-worker sweeps take two torch threads, which would spin on the cores the other test
-# process shares)
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("calm_threads")]
+pytestmark = pytest.mark.slow
 
 SOFTMAX = {"dataset": "digits", "model": "tests.datasets:softmax_model", "epochs": 1}
 # a softmax model never overfits its batch: the overfit check would run all its 300 default
@@ -68,7 +65,9 @@ def test_doctor_exits_2_naming_the_failed_check(tmp_path, write_spec):
 
 
 def test_a_failed_preflight_stops_sweep_run_before_any_trial(stores, write_spec):
-    path = write_spec(tiny_spec(train=SOFTMAX, preflight=SOFTMAX_PREFLIGHT))
+    # one worker (each run starts its workers): the preflight runs in one worker whatever their
+    # number, and the forced run's two trials need not run side by side
+    path = write_spec(tiny_spec(train=SOFTMAX, preflight=SOFTMAX_PREFLIGHT, workers=1))
     done = run_cli("run", str(path), cwd=stores.dir, env=USER_CODE)
     assert done.returncode == 2
     assert "loss_wiring FAIL" in done.stderr and "--force" in done.stderr
@@ -184,8 +183,11 @@ REFUSED = {"percent": "'acc@top5%'", "long_name": "'aaaa"}
 def test_a_user_metric_name_mlflow_refuses_stops_the_sweep_before_any_trial(stores, write_spec):
     """Not blamed on the store, and no trial trained: the preflight learns the names. Both
     functions in one sweep (a sweep costs seconds): a FAIL row for each name, once."""
-    train = {"epochs": 1, "metrics": [f"tests.trainers.test_seams:{n}" for n in REFUSED]}
-    done = run_cli("run", str(write_spec(tiny_spec(train=train, preflight=True))),
+    # the perceptron on one worker: the names the functions return are the same for any model,
+    # and no trial runs (the preflight's checks, in one worker, cost less on it)
+    train = {"epochs": 1, "model": "mlp",
+             "metrics": [f"tests.trainers.test_seams:{n}" for n in REFUSED]}
+    done = run_cli("run", str(write_spec(tiny_spec(train=train, preflight=True, workers=1))),
                    cwd=stores.dir, env=USER_CODE)
     assert done.returncode == 2 and "store" not in done.stderr, done.stderr
     lines = [x for x in done.stderr.splitlines() if "metric names FAIL" in x]

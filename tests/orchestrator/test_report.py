@@ -17,7 +17,9 @@ def grid(tmp_path_factory):
     from tests.conftest import Stores
 
     d = tmp_path_factory.mktemp("report")
-    spec = tiny_spec(name="grid", sampler={"name": "grid"}, repeats=3, trials=None,
+    # one worker: the report of a finished grid does not depend on two trials at once, and a
+    # second worker would only start torch again
+    spec = tiny_spec(name="grid", sampler={"name": "grid"}, repeats=3, trials=None, workers=1,
                      train={"model": "mlp", "epochs": 1, "lr": 3e-3},
                      space={"optimizer": ["adam", "sgd"], "clip_grad_norm": [None, 1.0]})
     spec.pop("trials")
@@ -136,7 +138,8 @@ def test_a_report_opens_the_study_and_the_tracking_store_once(grid, tmp_path, mo
 def test_too_few_pairs_get_no_row_but_a_line_and_a_partial_sweep_says_so(tmp_path):
     import yaml
 
-    spec = tiny_spec(name="few", sampler={"name": "grid"}, trials=2,
+    # one worker: the grid's first 2 trials are the same ones trained one after the other
+    spec = tiny_spec(name="few", sampler={"name": "grid"}, trials=2, workers=1,
                      train={"model": "mlp", "epochs": 1},
                      space={"optimizer": ["adam", "sgd"]})
     path = tmp_path / "few.yaml"

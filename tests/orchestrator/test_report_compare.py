@@ -414,7 +414,9 @@ def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
     from tests.conftest import run_cli
     from tests.helpers import compare_spec
 
-    spec = compare_spec(name="tinycmp", export=["torchscript"], export_for="best",
+    # one worker: the report, the parent run and the export name one answer whatever order the
+    # trials end in; a second worker would only start torch again
+    spec = compare_spec(name="tinycmp", export=["torchscript"], export_for="best", workers=1,
                         train={"dataset": "digits", "model": "mlp", "epochs": 1})
     spec["compare"] = {**spec["compare"], "target": 0.5}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(spec))
@@ -503,7 +505,8 @@ def test_a_level_that_failed_every_tuning_trial_is_said_so_not_called_unfinished
 
     (tmp_path / "boom.py").write_text(
         "def model(num_classes, in_channels):\n    raise RuntimeError('boom')\n")
-    spec = compare_spec(name="onefails", space={"model": ["mlp", "boom:model"]},
+    # one worker: a level failing every tuning trial does not depend on two trials at once
+    spec = compare_spec(name="onefails", space={"model": ["mlp", "boom:model"]}, workers=1,
                         train={"dataset": "digits", "epochs": 1},
                         compare={"factor": "model", "tune_trials": 2, "seeds": 2})
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(spec))

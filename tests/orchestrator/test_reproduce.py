@@ -9,9 +9,7 @@ import yaml
 
 from tests.conftest import Stores, run_cli, tiny_spec
 
-# end to end: real sweeps reproduced; one worker and each reproduction take 2 torch threads,
-# which must not spin while the other cores are busy (calm_threads)
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("calm_threads")]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

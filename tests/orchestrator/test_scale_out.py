@@ -20,10 +20,6 @@ import yaml
 
 from tests.conftest import rdb_storage, tiny_spec
 
-# each machine's one worker has both cores' threads: they sleep while they wait
-pytestmark = pytest.mark.usefixtures("calm_threads")
-
-
 # the heartbeat interval of the tests of a machine that dies or stalls: a trial is failed after
 # two intervals without a beat. With 1 s, a beat held back a second longer than it should (a
 # loaded 2-core machine: CPU, GIL, database) would fail a trial nobody stopped; 2 s leave that

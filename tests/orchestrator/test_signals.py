@@ -13,8 +13,7 @@ import yaml
 from tests.conftest import tiny_spec
 from tests.helpers import finish, long_spec, start_sweep, wait_for_epoch, worker_pids
 
-# end to end: real sweeps interrupted; their workers' threads sleep while they wait
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("calm_threads")]
+pytestmark = pytest.mark.slow
 
 
 def test_sigint_stops_the_sweep_within_seconds_and_leaves_nothing_running(stores, write_spec,

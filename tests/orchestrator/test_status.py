@@ -225,7 +225,9 @@ def test_a_file_that_is_no_journal_is_refused_by_status_untouched(tmp_path, text
 def test_sweep_run_refuses_a_file_that_is_no_journal_untouched(stores, write_spec):
     journal = stores.dir / "notes.txt"
     journal.write_text("my notes\n")
-    out = run_cli("run", str(write_spec(tiny_spec())), "--storage", str(journal),
+    # one worker: the refusal comes as the store opens, before any trial (a second worker
+    # would only start torch to be stopped)
+    out = run_cli("run", str(write_spec(tiny_spec(workers=1))), "--storage", str(journal),
                   cwd=stores.dir)
     assert out.returncode == 2, out.stderr
     (said,) = out.stderr.splitlines()
@@ -241,7 +243,9 @@ def test_sweep_run_on_a_journal_with_a_line_that_is_no_entry_is_one_line_and_exi
         f.write('{"op_code": 0, "worker_id": "w", "study_name": "second", "directions": [1]}\n')
     before = stores.journal.read_bytes()
     at = before.index(b'{"sweep"')
-    out = run_cli("run", str(write_spec(tiny_spec())), cwd=stores.dir)
+    # one worker: the refusal comes as the store opens, before any trial (a second worker
+    # would only start torch to be stopped)
+    out = run_cli("run", str(write_spec(tiny_spec(workers=1))), cwd=stores.dir)
     assert out.returncode == 2, out.stderr
     (said,) = out.stderr.splitlines()
     assert said == (f"sweep: {stores.journal}: the Optuna journal is damaged at byte {at} "

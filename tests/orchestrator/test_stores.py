@@ -20,9 +20,7 @@ import yaml
 from orchestrator.core import keys
 from tests.conftest import ROOT, SLACK, Pace, Stores, run_cli, tiny_spec
 
-# end to end: real processes on real stores; one-worker sweeps train on 2 torch threads, which
-# must not spin while the other core is busy (calm_threads)
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("calm_threads")]
+pytestmark = pytest.mark.slow
 
 MACHINES = 4
 

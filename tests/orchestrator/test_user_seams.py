@@ -8,9 +8,7 @@ from tests.conftest import run_cli, tiny_spec
 from trainers import TrainSettings
 from trainers.optim import lr_at
 
-# end to end: real sweeps of user code (calm threads: a one-worker sweep takes two torch threads,
-# which would spin on the cores the other test process shares)
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("calm_threads")]
+pytestmark = pytest.mark.slow
 
 
 def test_a_sweep_searches_torch_radams_own_keywords_and_logs_them(stores, write_spec):
