@@ -230,8 +230,14 @@ def test_a_machine_stalled_past_its_heartbeat_loses_that_trial_and_both_finish(d
                 assert all(m.poll() is None for m in machines), [m.communicate() for m in machines]
                 assert time.monotonic() < deadline, "the process never ran a trial"
                 number = _beating_trial(storage, "stalled", victim.pid)
-                time.sleep(0.2)
-            victim.send_signal(signal.SIGSTOP)
+                if number is None:
+                    time.sleep(0.2)
+                    continue
+                victim.send_signal(signal.SIGSTOP)
+                if _study(storage, "stalled").trials[number].state.name != "RUNNING":
+                    # it ended that trial between the look and the stop: let it go on, look again
+                    victim.send_signal(signal.SIGCONT)
+                    number = None
             try:
                 deadline = time.monotonic() + 300
                 while _study(storage, "stalled").trials[number].state.name == "RUNNING":
@@ -251,7 +257,8 @@ def test_a_machine_stalled_past_its_heartbeat_loses_that_trial_and_both_finish(d
     trials = _study(storage, "stalled").trials
     retries = {t.user_attrs["sweep.retry_of"]: t for t in trials
                if "sweep.retry_of" in t.user_attrs}
-    assert sorted(retries) == sorted(lost)  # one retry of each lost trial, none of another
+    assert sorted(retries) == sorted(lost), (  # one retry of each lost trial, none of another
+        outs, {t.number: (t.state.name, t.user_attrs) for t in trials})
     assert all(r.state.name == "COMPLETE" and r.params == trials[n].params
                for n, r in retries.items())
     assert len(trials) == 12 + len(lost)
