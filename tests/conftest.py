@@ -70,6 +70,24 @@ def pytest_runtest_protocol(item, nextitem):
                     f"{os.environ.get('PYTEST_XDIST_WORKER', '-')}\t{item.nodeid}\n")
 
 
+@pytest.fixture(autouse=True)
+def _tracking_uri_left_as_it_was():
+    """A test that leaves ``MLFLOW_TRACKING_URI`` changed in this process (``mlflow
+    .set_tracking_uri`` writes it) fails: every later test's ``sweep`` processes would read it,
+    and one failed in another file, far from the cause."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    after = os.environ.get("MLFLOW_TRACKING_URI")
+    if after != before:
+        if before is None:  # put back, for the tests after it
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = before
+        pytest.fail(f"the test left MLFLOW_TRACKING_URI={after!r} (was {before!r}): "
+                    f"set it for a block only (orchestrator.stores.tracking.fluent_uri)",
+                    pytrace=False)
+
+
 def longest_files_first(items) -> None:
     """Files in the order of their likely cost, most first, each file's tests in their own order:
     the two test processes (``--dist loadfile``, ``--no-loadscope-reorder``) take the next file

@@ -488,8 +488,12 @@ def test_the_best_trial_is_exported_checked_and_logged_as_a_model(quickstart, tm
     assert client.get_run(best_id).info.status == "FINISHED"
     import mlflow
 
-    mlflow.set_tracking_uri(stores.tracking_uri)
-    served = mlflow.pyfunc.load_model(models[0].model_uri)
+    from orchestrator.stores.tracking import fluent_uri
+
+    # for the block only: mlflow.set_tracking_uri also sets MLFLOW_TRACKING_URI, which every
+    # later test's `sweep` processes in this test process then read
+    with fluent_uri(stores.tracking_uri):
+        served = mlflow.pyfunc.load_model(models[0].model_uri)
     import numpy as np
 
     example = np.zeros((3, 1, 8, 8), dtype=np.uint8)
