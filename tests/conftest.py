@@ -438,20 +438,16 @@ def databases():
                                 f"postgresql://{PG['user']}@{PG['host']}:{PG['port']}/{{name}}")
 
 
-def rdb_storage(url: str):
-    """An Optuna storage on the database ``url`` for a test to read its studies, one per URL,
-    holding one connection (two at most). A URL given to
-    ``optuna.load_study`` makes a pool of its own on every call, whose connection stays open
-    until the storage is collected: a test polling a study held 30 connections of PostgreSQL's
-    100, and a test running beside it was refused ("too many clients already")."""
-    return _rdb_storages(url)
-
-
 @functools.cache
-def _rdb_storages(url: str):
-    import optuna
+def rdb_storage(url: str):
+    """The study storage of the database ``url`` for a test to read, opened once per URL as
+    ``sweep run`` opens it (:func:`~orchestrator.stores.storages.open_storage`: a bounded
+    pool). ``optuna.load_study`` given the URL makes a pool on every call, whose connections
+    stay open until collected: a test polling a study held 30 of PostgreSQL's 100, and a test
+    beside it was refused ("too many clients already")."""
+    from orchestrator.stores.storages import open_storage
 
-    return optuna.storages.RDBStorage(url, engine_kwargs={"pool_size": 1, "max_overflow": 1})
+    return open_storage(url)
 
 
 # MariaDB (or MySQL) on this machine: root without a password, as the machine's service has it
