@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,6 +39,19 @@ SLOW_FIXTURES = {"quickstart", "quickstart_once", "two_sweeps", "cli", "pace", "
 # 15 times slower and the spinning took the cores from the rest. No test is about that policy.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+
+# what sweep makes once per installation (the empty MLflow store new SQLite stores copy) goes to
+# a cache folder of the tests', not the user's; shared by the test processes and runs (a file
+# per MLflow version, put in place whole). test_empty_store gives each of its tests its own.
+os.environ.setdefault("SWEEP_CACHE_DIR", str(Path(tempfile.gettempdir()) /
+                                             f"sweep-tests-cache-{os.getuid()}"))
+
+# Ctrl-C (SIGINT) reaches the processes the tests start as it would from a terminal. A shell
+# that starts pytest in the background (`pytest &` in a script, nohup) ignores SIGINT in it, and
+# every process it starts inherits that: a `sweep server` a test stops with SIGINT never
+# stopped. A handler of our own is reset to the default in each child (an ignored signal is not).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def pytest_collection_modifyitems(items):
     for item in items:

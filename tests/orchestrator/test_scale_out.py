@@ -64,6 +64,39 @@ def _machine(root: Path, name: str, spec: dict, storage: str, tracking: str,
         stderr=subprocess.PIPE, text=True, env={**env, **(extra_env or {})})
 
 
+def _said(machines: list[subprocess.Popen], outs: list[tuple[str, str]]) -> str:
+    """What each machine said, whole: an assertion message pytest shows in full (it cuts a
+    message that is not a string to a couple of hundred characters)."""
+    return "\n".join(f"--- machine {'ab'[i]} (pid {m.pid}, exit {m.returncode})\n"
+                     f"stdout:\n{out}\nstderr:\n{err}"
+                     for i, (m, (out, err)) in enumerate(zip(machines, outs)))
+
+
+def _mid_transaction(storage: str, pid: int) -> bool:
+    """Whether process ``pid`` has a session on the database in the middle of a transaction.
+    Stopped there, it holds the transaction's row locks: the other process's stale check waits
+    on them to fail the trial (a machine that stalls in a write holds its locks until it goes
+    on or its connection drops), and the test would wait for ever."""
+    import psutil
+    import psycopg
+
+    ports = [c.laddr.port for c in psutil.Process(pid).net_connections(kind="tcp")
+             if c.raddr and c.raddr.port == 5432]
+    with psycopg.connect(storage) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(%s) "
+                            "AND state <> 'idle'", (ports,)).fetchone()[0] > 0
+
+
+def _sessions(storage: str) -> str:
+    """What each session on the test's database is doing (a stalled process may hold a lock)."""
+    import psycopg
+
+    with psycopg.connect(storage) as conn:
+        return "\n".join(str(row) for row in conn.execute(
+            "SELECT pid, state, wait_event_type, wait_event, xact_start, left(query, 300) "
+            "FROM pg_stat_activity WHERE datname = current_database()"))
+
+
 def _study(storage: str, name: str):
     import optuna
 
@@ -88,7 +121,7 @@ def test_two_machines_complete_one_sweep_together(two_machines, server, tmp_path
     from mlflow.tracking import MlflowClient
 
     storage, machines, outs = two_machines
-    assert [m.returncode for m in machines] == [0, 0], outs
+    assert [m.returncode for m in machines] == [0, 0], _said(machines, outs)
 
     trials = _study(storage, "shared").trials
     assert sorted(t.number for t in trials) == list(range(12))  # distinct, none extra
@@ -166,7 +199,7 @@ def test_two_machines_finishing_together_end_the_sweep_once(two_machines, server
     from mlflow.tracking import MlflowClient
 
     storage, machines, outs = two_machines
-    assert [m.returncode for m in machines] == [0, 0], outs
+    assert [m.returncode for m in machines] == [0, 0], _said(machines, outs)
 
     exported = [out for out, _ in outs if re.search(r"^trial \d+ export", out, re.M)]
     assert len(exported) == 1, [o[0] for o in outs]  # one process exported
@@ -227,23 +260,28 @@ def test_a_machine_stalled_past_its_heartbeat_loses_that_trial_and_both_finish(d
         for victim in machines:
             deadline, number = time.monotonic() + 300, None
             while number is None:
-                assert all(m.poll() is None for m in machines), [m.communicate() for m in machines]
+                assert all(m.poll() is None for m in machines), _said(
+                    machines, [m.communicate() for m in machines])
                 assert time.monotonic() < deadline, "the process never ran a trial"
                 number = _beating_trial(storage, "stalled", victim.pid)
                 if number is None:
                     time.sleep(0.2)
                     continue
                 victim.send_signal(signal.SIGSTOP)
-                if _study(storage, "stalled").trials[number].state.name != "RUNNING":
-                    # it ended that trial between the look and the stop: let it go on, look again
+                if _study(storage, "stalled").trials[number].state.name != "RUNNING" or \
+                        _mid_transaction(storage, victim.pid):
+                    # it ended that trial between the look and the stop, or it was stopped in
+                    # a write: let it go on, look again
                     victim.send_signal(signal.SIGCONT)
                     number = None
             try:
-                deadline = time.monotonic() + 300
+                deadline = time.monotonic() + 120
                 while _study(storage, "stalled").trials[number].state.name == "RUNNING":
                     for m in machines:  # the other one fails it, unless it is gone
-                        assert m is victim or m.poll() is None, m.communicate()
-                    assert time.monotonic() < deadline, "the stalled trial was never failed"
+                        assert m is victim or m.poll() is None, "\n".join(m.communicate())
+                    assert time.monotonic() < deadline, (
+                        f"trial {number} of machine {'ab'[machines.index(victim)]} stalled, "
+                        f"never failed; the database's sessions:\n{_sessions(storage)}")
                     time.sleep(0.2)
             finally:
                 victim.send_signal(signal.SIGCONT)
@@ -252,13 +290,13 @@ def test_a_machine_stalled_past_its_heartbeat_loses_that_trial_and_both_finish(d
         for m in machines:
             m.send_signal(signal.SIGCONT)
     outs = [m.communicate(timeout=600) for m in machines]
-    assert [m.returncode for m in machines] == [0, 0], outs
+    assert [m.returncode for m in machines] == [0, 0], _said(machines, outs)
 
     trials = _study(storage, "stalled").trials
     retries = {t.user_attrs["sweep.retry_of"]: t for t in trials
                if "sweep.retry_of" in t.user_attrs}
     assert sorted(retries) == sorted(lost), (  # one retry of each lost trial, none of another
-        outs, {t.number: (t.state.name, t.user_attrs) for t in trials})
+        _said(machines, outs) + f"\n{ {t.number: (t.state.name, t.user_attrs) for t in trials} }")
     assert all(r.state.name == "COMPLETE" and r.params == trials[n].params
                for n, r in retries.items())
     assert len(trials) == 12 + len(lost)
