@@ -19,6 +19,10 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
+from mlflow.tracking import MlflowClient
+
+from ..core import paths
+
 CACHE_ENV = "SWEEP_CACHE_DIR"  # the cache folder; default $XDG_CACHE_HOME/sweep or ~/.cache/sweep
 
 log = logging.getLogger(__name__)
@@ -35,9 +39,26 @@ def cache_dir() -> Path:
 
 def template_file() -> Path:
     """The empty store of this MLflow version (made by :func:`make_template`)."""
-    import mlflow
+    from mlflow.version import VERSION
 
-    return cache_dir() / f"mlflow-{mlflow.__version__}-empty.db"
+    return cache_dir() / f"mlflow-{VERSION}-empty.db"
+
+
+def open_client(tracking_uri: str) -> MlflowClient:
+    """A client of the MLflow store at ``tracking_uri``, opened once; a new SQLite store is
+    first made as a copy of the empty one, or by MLflow where that copy fails."""
+    db = paths.sqlite_file(tracking_uri)
+    copied = db is not None and not db.exists() and db.parent.is_dir() and copy_empty_store(db)
+    try:
+        client = MlflowClient(tracking_uri=tracking_uri)
+        client.search_experiments(max_results=1)
+    except Exception:
+        if not copied:
+            raise
+        forget(db, tracking_uri)  # a damaged template: MLflow makes the store
+        client = MlflowClient(tracking_uri=tracking_uri)
+        client.search_experiments(max_results=1)
+    return client
 
 
 def copy_empty_store(db: Path) -> bool:
@@ -67,8 +88,6 @@ def forget(db: Path, uri: str) -> None:
 def make_template(template: Path) -> None:
     """Have MLflow make an empty SQLite store, take its Default experiment out and put it at
     ``template``, whole (another process making it at the same moment: the last one stays)."""
-    from mlflow.tracking import MlflowClient
-
     template.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=template.parent, prefix=".making-") as tmp:
         made = Path(tmp) / "mlflow.db"

@@ -162,28 +162,10 @@ def open_store(tracking_uri: str) -> MlflowClient:
         # tables and runs every migration of a new database: not safe to race, so processes
         # opening one store take turns, from the constructor on
         with store_lock(tracking_uri):
-            client = _open_client(tracking_uri)
+            client = empty_store.open_client(tracking_uri)
     except Exception as e:  # MLflow raises many kinds here (driver, migration, HTTP)
         raise SweepError(f"--tracking-uri {mask(tracking_uri)}: cannot open the MLflow store: "
                          f"{urls.missing_driver(e) or str(e).splitlines()[0]}") from None
-    return client
-
-
-def _open_client(tracking_uri: str) -> MlflowClient:
-    """A client of the store, opened once; a new SQLite store is first made as a copy of an
-    empty one (:mod:`~orchestrator.stores.empty_store`), or by MLflow where that copy fails."""
-    db = paths.sqlite_file(tracking_uri)
-    copied = db is not None and not db.exists() and db.parent.is_dir() and \
-        empty_store.copy_empty_store(db)
-    try:
-        client = MlflowClient(tracking_uri=tracking_uri)
-        client.search_experiments(max_results=1)
-    except Exception:
-        if not copied:
-            raise
-        empty_store.forget(db, tracking_uri)  # a damaged template: MLflow makes the store
-        client = MlflowClient(tracking_uri=tracking_uri)
-        client.search_experiments(max_results=1)
     return client
 
 
