@@ -12,6 +12,9 @@ from mlflow.tracking import MlflowClient
 
 from orchestrator.stores import empty_store, tracking
 
+# each test has MLflow make a store or two from scratch: seconds of migrations, not the fast tier
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch) -> Path:
