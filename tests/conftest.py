@@ -154,15 +154,16 @@ class Stores:
 
 
 @pytest.fixture(scope="session")
-def mlflow_template(tmp_path_factory) -> Path:
-    """An empty MLflow database, migrated once per session: creating one costs more than a
-    second of schema migrations, copying it nothing. (Tests that run the quickstart in a bare
-    folder still cover a store created from scratch.)"""
-    from mlflow.tracking import MlflowClient
+def mlflow_template() -> Path:
+    """The empty MLflow store that sweep copies into each new SQLite store
+    (:mod:`orchestrator.stores.empty_store`), made once: the tests' stores are that copy too.
+    (test_empty_store checks it against a store MLflow makes from scratch.)"""
+    from orchestrator.stores import empty_store
 
-    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
-    return path
+    template = empty_store.template_file()
+    if not template.is_file():
+        empty_store.make_template(template)
+    return template
 
 
 @pytest.fixture
