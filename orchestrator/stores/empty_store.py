@@ -115,6 +115,7 @@ def _release(uri: str) -> None:
     keeps one per URI for the process's life): its file is moved or removed next."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-    engine = SqlAlchemyStore._engine_map.pop(uri, None)
+    # MLflow's cache of engines; a later MLflow without it leaves nothing to release here
+    engine = getattr(SqlAlchemyStore, "_engine_map", {}).pop(uri, None)
     if engine is not None:
         engine.dispose()
