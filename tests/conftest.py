@@ -154,16 +154,16 @@ class Stores:
 
 
 @pytest.fixture(scope="session")
-def mlflow_template() -> Path:
-    """The empty MLflow store that sweep copies into each new SQLite store
-    (:mod:`orchestrator.stores.empty_store`), made once: the tests' stores are that copy too.
-    (test_empty_store checks it against a store MLflow makes from scratch.)"""
-    from orchestrator.stores import empty_store
+def mlflow_template(tmp_path_factory) -> Path:
+    """An empty MLflow store as sweep makes a new one (a copy of the empty store it keeps in the
+    cache folder, :mod:`orchestrator.stores.empty_store`, with the Default experiment MLflow adds
+    when it opens it), made once: each test's store is a copy of it, which opening leaves as
+    it is. (test_empty_store checks the copy against a store MLflow makes from scratch.)"""
+    from orchestrator.stores.tracking import open_store
 
-    template = empty_store.template_file()
-    if not template.is_file():
-        empty_store.make_template(template)
-    return template
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    open_store(f"sqlite:///{path}")
+    return path
 
 
 @pytest.fixture

@@ -68,6 +68,16 @@ class Outcome:
     study_name: str = ""  # the spec's name, or NAME-2... for a new study
 
 
+RESEND_S = 0.05  # how soon a stop signal that came during an import comes again
+
+
+def in_import_machinery(frame) -> bool:
+    """Whether ``frame`` (where a signal handler interrupts the main thread) is importlib's
+    own code: an exception raised there may land in a weakref callback, where Python prints it
+    and drops it."""
+    return frame is not None and frame.f_code.co_filename.startswith("<frozen importlib")
+
+
 class _Signals:
     """SIGINT/SIGTERM set a flag the loop checks; a second one exits at once, and so does the
     first after :data:`ESCALATE_S` s in which the orderly stop did not end (a store's client
@@ -94,10 +104,21 @@ class _Signals:
 
     def _handle(self, signum, frame):
         if self.received:  # the stop's name, for the exit code (cli.main reads it)
+            if in_import_machinery(frame):
+                # raised in importlib's module-lock callback, it was printed ("Exception
+                # ignored", a traceback) and dropped: the signal comes again a moment later
+                again = threading.Timer(RESEND_S, self._resend, (signum,))
+                again.daemon = True
+                again.start()
+                return
             raise KeyboardInterrupt(self.received)
         self.received = signal.Signals(signum).name
         threading.Thread(target=self._escalate, args=(signum, threading.main_thread().ident),
                          name="sweep-stop", daemon=True).start()
+
+    def _resend(self, signum: int) -> None:
+        if not self._ended.is_set():
+            signal.pthread_kill(threading.main_thread().ident, signum)
 
     def _escalate(self, signum: int, main: int) -> None:
         # a signal delivered to the main thread wakes it from a blocking call (a sleep between

@@ -277,3 +277,49 @@ def test_a_signal_while_sweep_starts_up_is_one_line_and_its_exit_code(tmp_path, 
     assert proc.returncode == code, (proc.returncode, lines[-20:])
     assert "Traceback" not in err and lines == ["sweep: interrupted"], lines[-20:]
     assert not (work / "optuna.journal").exists() and not (work / ".sweep").exists()
+
+
+def _an_import_frame():
+    """A frame of importlib's own code, as a signal handler sees it during an import."""
+    import importlib.abc
+    import importlib.machinery
+
+    frames = []
+
+    class Catch(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path, target=None):
+            return importlib.machinery.ModuleSpec(name, self) if name == "sweep_probe" else None
+
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            frames.append(sys._getframe(1))
+
+    sys.meta_path.insert(0, Catch())
+    try:
+        importlib.import_module("sweep_probe")
+    finally:
+        sys.meta_path.pop(0)
+        sys.modules.pop("sweep_probe", None)
+    (frame,) = frames
+    assert frame.f_code.co_filename.startswith("<frozen importlib")
+    return frame
+
+
+def test_a_second_signal_during_an_import_is_raised_a_moment_later_not_dropped():
+    """The second SIGINT raises KeyboardInterrupt where the main thread is. In importlib's
+    module-lock callback Python printed that as "Exception ignored" with a traceback and
+    dropped it: in importlib's code the handler raises nothing, and the signal comes again."""
+    from orchestrator.running import runner
+
+    with runner._Signals() as signals:
+        signals.received = "SIGINT"  # the first one came
+        try:
+            signals._handle(signal.SIGINT, _an_import_frame())
+        except KeyboardInterrupt:
+            pytest.fail("raised inside importlib's code, where Python may drop it")
+        with pytest.raises(KeyboardInterrupt, match="SIGINT"):
+            time.sleep(5)  # the signal again, 50 ms later: raised here
+        with pytest.raises(KeyboardInterrupt):  # anywhere else it is raised at once
+            signals._handle(signal.SIGINT, sys._getframe())
