@@ -208,6 +208,7 @@ def memory_stores(mlflow_template):
     shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.slow  # 200 orders, about 30 CPU-s: the full suite's, not the fast tier's
 @settings(max_examples=200, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(levels=st.integers(2, 4), direction=st.sampled_from(["minimize", "maximize"]),
