@@ -53,6 +53,7 @@ os.environ.setdefault("SWEEP_CACHE_DIR", str(Path(tempfile.gettempdir()) /
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES.intersection(item.fixturenames):
