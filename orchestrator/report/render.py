@@ -244,7 +244,7 @@ def _best_line(data: SweepData) -> str:
         return _best_configuration_line(data, feasible)
     first = best.iloc[0]
     return (f"Best{feasible} trial {int(first['trial'])}: {objective.label} "
-            f"{first['value']:.4f} ({configuration(first, data.factors)}).")
+            f"{first['value']:.4f} ({configuration(first, data.factors, digits=4)}).")
 
 
 def _best_configuration_line(data: SweepData, feasible: str) -> str:
@@ -255,7 +255,7 @@ def _best_configuration_line(data: SweepData, feasible: str) -> str:
     spread = f" +- {values.std():.4f}" if len(values) > 1 else ""
     return (f"Best{feasible} configuration: {data.spec.objective.label} mean "
             f"{values.mean():.4f}{spread} over {len(values)} seed(s) "
-            f"({configuration(rows.iloc[0], data.factors)}; trials "
+            f"({configuration(rows.iloc[0], data.factors, digits=4)}; trials "
             f"{', '.join(str(int(n)) for n in rows['trial'])}).")
 
 
@@ -268,7 +268,7 @@ def _front_section(doc: Document, data: SweepData) -> None:
         "trial beats in every objective, best on the first objective first.",
         ["trial", *(o.label for o in data.spec.objectives), "settings"],
         [[str(int(r["trial"])), *(number(r[c]) for c in columns),
-          configuration(r, data.factors)] for _, r in best.iterrows()]))
+          configuration(r, data.factors, digits=4)] for _, r in best.iterrows()]))
 
 
 def _document(data, ftable, paired, gaps, exports, comparison, trends=None) -> Document:

@@ -259,9 +259,16 @@ def _export_figures(t: pd.Series) -> dict[str, dict[str, float]]:
     return out
 
 
-def configuration(row: pd.Series, factors: list[str]) -> str:
+def configuration(row: pd.Series, factors: list[str], digits: int | None = None) -> str:
     """A trial's searched settings as ``name=value, ...`` (a configuration's label): only those
-    it searched (an Adam trial has no momentum of SGD's sub-space)."""
+    it searched (an Adam trial has no momentum of SGD's sub-space). With ``digits``, floats to
+    that many significant digits, as ``sweep status`` shows them (a label to read, not a key:
+    two settings can round alike)."""
     searched = row.get("searched")
     mine = set(str(searched).split(",")) if isinstance(searched, str) else set(factors)
-    return ", ".join(f"{f}={row.get(f'params.{f}')}" for f in factors if f in mine)
+
+    def shown(value) -> str:
+        if digits is not None and isinstance(value, float) and math.isfinite(value):
+            return f"{value:.{digits}g}"
+        return str(value)
+    return ", ".join(f"{f}={shown(row.get(f'params.{f}'))}" for f in factors if f in mine)

@@ -316,6 +316,14 @@ def test_the_parent_runs_description_is_the_reports_headline_after_sweep_run(qui
     best = stores.study("quickstart").best_trial
     assert note.split("\n\n")[0] == f"**{headline(data)}**"
     assert note.startswith(f"**Best trial {best.number}: val_acc {best.value:.4f} (")
+    # its settings read as `sweep status` shows them: a float to 4 significant digits
+    settings = note.split("\n\n")[0].split(" (", 1)[1]
+    floats = {name: value for name, value in best.params.items() if isinstance(value, float)}
+    # (a setting of one option's sub-space, Optuna's `sgd.lr`, is shown by its own name)
+    floats = {name.rsplit(".", 1)[-1]: value for name, value in floats.items()}
+    assert floats and all(f"{name}={value:.4g}," in settings or f"{name}={value:.4g})" in
+                          settings for name, value in floats.items()), settings
+    assert any(f"{value:.4g}" != repr(value) for value in floats.values())  # one is rounded
     # the experiment's description stays the sweep's own
     experiment = stores.client().get_experiment_by_name("quickstart")
     assert experiment.tags.get(keys.NOTE) != note
