@@ -334,20 +334,35 @@ def is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def check_values(space: Space, fixed: dict[str, Any], problems: list[str],
-                 where: str = "space", context: dict[str, Any] | None = None,
-                 top: Space | None = None) -> None:
+def check_values(space: Space, fixed: dict[str, Any], problems: list[str]) -> None:
     """Check every value the space can produce against the trainer's own validation, and that
     no trial is given a setting it does not read (:func:`unused_problem`).
 
-    Each candidate is checked in a representative configuration (the fixed settings plus the first
-    value of every other node), so that one bad choice gives one line naming its path.
+    Each candidate is checked in a representative configuration (the fixed settings plus the
+    first value of every other node), so that one bad choice gives one line naming its path.
+    An option's sub-space is checked within its enclosing configuration (the option chosen,
+    the other nodes at their first values): a user model an outer option picks keeps its
+    ``model_args`` there. A problem found at its own path is not said again where another
+    candidate's check met it.
     """
-    top = space if top is None else top
-    base = overlay(overlay(fixed, first_values(space)), context or {})
+    said: list[tuple[str, bool, str]] = []  # each line, whether at its own path, its message
+    _check_space(space, fixed, problems, said, "space", {}, space, fixed)
+    elsewhere = [line for line, own, message in said
+                 if not own and any(o and m == message for _, o, m in said)]
+    for line in elsewhere:
+        if line in problems:
+            problems.remove(line)
+
+
+def _check_space(space: Space, fixed: dict[str, Any], problems: list[str],
+                 said: list[tuple[str, bool, str]], where: str, context: dict[str, Any],
+                 top: Space, around: dict[str, Any]) -> None:
+    """:func:`check_values` of ``space`` at ``where``, inside the options ``context`` chose,
+    the rest of the configuration as in ``around``."""
+    base = overlay(overlay(around, first_values(space)), context)
     for node in space:
         path = f"{where}.{yaml_key(node.setting)}"
-        unused = unused_problem(path, node.setting, top, fixed, context or {})
+        unused = unused_problem(path, node.setting, top, fixed, context)
         if unused and unused not in problems:
             problems.append(unused)
         if isinstance(node, Fixed):
@@ -362,14 +377,14 @@ def check_values(space: Space, fixed: dict[str, Any], problems: list[str],
                 if node.setting in SEAMS:
                     own[f"{node.setting}_args"] = fixed.get(f"{node.setting}_args", {})
                 _check_one(path, overlay({**base, **own}, first_values(sub)), node.setting,
-                           option, problems)
-                check_values(sub, fixed, problems, f"{path}.{option}",
-                             {**(context or {}), node.setting: option}, top)
+                           option, problems, said)
+                _check_space(sub, fixed, problems, said, f"{path}.{option}",
+                             {**context, node.setting: option}, top, {**base, **own})
             continue
         for value in candidates:
             values = dict(base)
             put(values, node.setting, value)
-            _check_one(path, values, node.setting, value, problems)
+            _check_one(path, values, node.setting, value, problems, said)
 
 
 def unused_problem(where: str, setting: str, space: Space, fixed: dict[str, Any],
@@ -405,12 +420,14 @@ def seam_values(space: Space, setting: str) -> list[Any]:
     return out
 
 
-def _check_one(path, values, setting, value, problems):
-    """One configuration as the trainer checks it, user code at its seams included."""
+def _check_one(path, values, setting, value, problems, said):
+    """One configuration as the trainer checks it, user code at its seams included; a problem
+    of another setting than the candidate's names the candidate's value."""
     try:
         check_seams(TrainSettings.from_dict(values))
     except SettingsError as e:
-        where = path if e.field == setting else f"{path}={value!r}"
-        line = f"{where}: {e}"
+        own = e.field == setting
+        line = f"{path if own else f'{path}={value!r}'}: {e}"
+        said.append((line, own, str(e)))
         if line not in problems:
             problems.append(line)

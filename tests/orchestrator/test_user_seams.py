@@ -58,19 +58,24 @@ def mlp(num_classes, in_channels, width=8, dropout=0.0):
 
 def test_a_sweep_searches_a_user_models_width_and_fixes_its_dropout(stores, write_spec):
     (stores.dir / "widemodel.py").write_text(WIDE_MODEL)
-    spec = tiny_spec(name="wide", trials=2, workers=1, sampler={"name": "grid"},
+    # the model an option picks keeps train's model_args inside another option's sub-space
+    # (the sub-space was once checked as if on the default model, and refused)
+    spec = tiny_spec(name="wide", trials=None, workers=1, sampler={"name": "grid"},
                      train={"epochs": 1, "batch_size": 128, "model_args": {"dropout": 0.1}},
-                     space={"model": {"widemodel:mlp": {"width": [4, 32]}}})
+                     space={"model": {"widemodel:mlp": {"width": [4, 32]}},
+                            "optimizer": {"sgd": {"momentum": [0.5]}, "adam": {}}})
     out = run_cli("run", str(write_spec(spec)), cwd=stores.dir)
     assert out.returncode == 0, out.stdout + out.stderr
     trials = stores.study("wide").trials
-    assert sorted(t.params["mlp.width"] for t in trials) == [4, 32]
+    assert sorted((t.params["mlp.width"], t.params["optimizer"]) for t in trials) == [
+        (4, "adam"), (4, "sgd"), (32, "adam"), (32, "sgd")]
     built = (stores.dir / "widths.txt").read_text().split("\n")
     assert {"4 0.1", "32 0.1"} <= set(built), built  # each trial's model had its width
     by_number = {int(r.data.tags["sweep.trial_number"]): r for r in stores.runs("wide", "trial")}
     for t in trials:
         p = by_number[t.number].data.params
-        assert p["model"] == "widemodel:mlp"
+        assert p["model"] == "widemodel:mlp" and p["optimizer"] == t.params["optimizer"]
+        assert p.get("momentum") == ("0.5" if t.params["optimizer"] == "sgd" else None)
         assert int(p["model_args.width"]) == t.params["mlp.width"]  # a param of its own
         assert float(p["model_args.dropout"]) == 0.1
 
@@ -85,6 +90,10 @@ def test_a_sweep_searches_a_user_models_width_and_fixes_its_dropout(stores, writ
     ({"train": {"model": "small_cnn", "model_args": {"width": 2}}},
      "train.model_args are for a user model (module:function); model small_cnn takes "
      "settings instead, got {'width': 2}"),
+    # a bad value in an option's sub-space: one line, at its own path
+    ({"train": {"model_args": {"dropout": 0.1}},
+      "space": {"model": {"widemodel:mlp": {"width": [4]}}, "optimizer": {"sgd": {"lr": [-0.1]}}}},
+     "space.optimizer.sgd.lr: lr must be a finite number > 0, got -0.1"),
 ])
 def test_a_model_keyword_its_function_does_not_take_is_one_line(stores, write_spec, change,
                                                                expected):
