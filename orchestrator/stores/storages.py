@@ -12,7 +12,7 @@ import time
 import warnings
 from pathlib import Path
 from typing import Iterator
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import optuna
 from optuna.storages import JournalStorage, RDBStorage
@@ -88,6 +88,23 @@ def _journal_storage(path: Path) -> JournalStorage:
 # need two or three; SQLAlchemy's default (5 + 10 overflow) let many processes sharing one
 # PostgreSQL reach its max_connections (100) together ("too many clients already")
 SERVER_POOL = {"pool_size": 2, "max_overflow": 4}
+# PostgreSQL ends a session left inside a transaction this long (a machine stopped, or cut off
+# from the network, mid-write): its row locks would otherwise hold every other machine's check
+# for stale trials until TCP gave up on it, hours later. A sweep never waits inside one.
+IDLE_IN_TRANSACTION_S = 60
+LIBPQ_SCHEMES = ("postgresql", "postgresql+psycopg", "postgresql+psycopg2")
+
+
+def engine_kwargs(url: str) -> dict | None:
+    """What a server database's engine is made with: a bounded pool, and on PostgreSQL (its
+    libpq drivers) :data:`IDLE_IN_TRANSACTION_S`, unless the URL sets ``options`` itself."""
+    if url.startswith("sqlite"):
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in LIBPQ_SCHEMES or "options" in parse_qs(parts.query):
+        return dict(SERVER_POOL)
+    return {**SERVER_POOL, "connect_args": {"options": "-c idle_in_transaction_session_timeout="
+                                                       f"{IDLE_IN_TRANSACTION_S * 1000}"}}
 
 
 def _open_rdb(url: str, heartbeat_s: int | None, on_stale) -> RDBStorage:
@@ -100,8 +117,7 @@ def _open_rdb(url: str, heartbeat_s: int | None, on_stale) -> RDBStorage:
                 return RDBStorage(url, heartbeat_interval=heartbeat_s,
                                   grace_period=2 * heartbeat_s if heartbeat_s else None,
                                   heartbeat_stale_trial_callback=on_stale if heartbeat_s
-                                  else None, engine_kwargs=SERVER_POOL
-                                  if not url.startswith("sqlite") else None)
+                                  else None, engine_kwargs=engine_kwargs(url))
         except Exception as e:  # the driver's own errors are many and varied
             error = e
             if urls.missing_driver(e):  # no wait cures that

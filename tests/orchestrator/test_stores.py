@@ -360,3 +360,56 @@ def test_a_parent_run_of_another_study_is_refused_in_one_line(stores, tmp_path):
     assert "another study" in again.stderr and "--new" in again.stderr
     assert stores.client().get_run(parent.info.run_id).info.status == "FINISHED"
     assert len(stores.runs("tiny", role="trial")) == 1
+
+
+def test_a_machine_stalled_inside_a_transaction_does_not_hold_the_others_stale_check(
+        databases, monkeypatch):
+    """A machine stopped (or cut off) mid-write keeps its PostgreSQL transaction open and its
+    row locks held; another machine failing its stale trial waits on them. PostgreSQL ends the
+    stalled session after ``IDLE_IN_TRANSACTION_S`` (1 s here), and the other goes on."""
+    import threading
+
+    import optuna
+    import sqlalchemy as sa
+
+    from orchestrator.stores import storages
+
+    monkeypatch.setattr(storages, "IDLE_IN_TRANSACTION_S", 1)
+    url = databases()
+    stalled, other = storages.open_storage(url), storages.open_storage(url)
+    study = optuna.create_study(study_name="stalled", storage=stalled)
+    trial_id = study.ask()._trial_id
+    held = stalled.engine.connect()
+    transaction = held.begin()  # the stalled machine's write, never finished
+    held.execute(sa.text("SELECT * FROM trials WHERE trial_id = :id FOR UPDATE"),
+                 {"id": trial_id})
+    failed = threading.Event()
+
+    def fail_it() -> None:  # what the other machine's stale check does to that trial
+        other.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)
+        failed.set()
+
+    started = time.monotonic()
+    threading.Thread(target=fail_it, daemon=True).start()
+    try:
+        assert failed.wait(30), "the other machine still waits on the stalled one's locks"
+        assert time.monotonic() - started < 15
+        assert other.get_trial(trial_id).state == optuna.trial.TrialState.FAIL
+        with pytest.raises(sa.exc.DBAPIError, match="idle-in-transaction timeout"):
+            held.execute(sa.text("SELECT 1"))  # the stalled machine, woken: its session is gone
+    finally:
+        with contextlib.suppress(Exception):
+            transaction.rollback()
+        held.close()
+        failed.wait(30)
+        for storage in (stalled, other):
+            storage.engine.dispose()
+    # a URL that sets PostgreSQL's options itself keeps them, and the server's default
+    own = storages.open_storage(url + "?options=-c%20statement_timeout%3D5000")
+    try:
+        with own.engine.connect() as conn:
+            assert conn.execute(sa.text("SHOW statement_timeout")).scalar() == "5s"
+            assert conn.execute(sa.text("SHOW idle_in_transaction_session_timeout")).scalar() \
+                == "0"
+    finally:
+        own.engine.dispose()
