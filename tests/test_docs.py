@@ -316,6 +316,31 @@ def test_every_page_is_in_the_nav_once():
     assert len(listed) == len(list(DOCS.glob("*.md"))) >= 16
 
 
+# a test the pages name as the evidence of what they say: `path/test_x.py::test_y`, and
+# `::test_z` after it for another test of the same file
+TEST_NAMED = re.compile(r"`(?:([\w/]*test_\w+\.py))?::(test_\w+)")
+
+
+def test_every_test_a_page_names_exists():
+    """A page that says "tested by" names a test of tests/: a renamed or removed test fails
+    here, not on the reader who looks for it."""
+    named, missing = 0, []
+    for page in sorted(DOCS.glob("*.md")):
+        for line in page.read_text().splitlines():
+            file = None
+            for match in TEST_NAMED.finditer(line):
+                file = match[1] or file
+                if file is None:
+                    missing.append(f"{page.name}: ::{match[2]} follows no test file")
+                    continue
+                path = ROOT / "tests" / file
+                named += 1
+                if not path.is_file() or not re.search(rf"^def {match[2]}\(", path.read_text(),
+                                                       re.M):
+                    missing.append(f"{page.name}: {file}::{match[2]}")
+    assert named >= 40 and missing == []
+
+
 @slow
 def test_every_image_in_docs_is_shown_by_a_page(built):
     shown = {(page.parent / path).resolve() for page in DOCS.rglob("*.md")
