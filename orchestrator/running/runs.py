@@ -81,11 +81,11 @@ def open_tracking(tracker, spec: SweepSpec, study: SweepStudy, spec_text: str,
     tracking_uri = tracker.uri
     experiment_id = tracker.experiment(spec.name, spec.description)
     client = tracker.client
-    client.set_experiment_tag(experiment_id, keys.RUNS_VIEW, runs_view(spec, study.name))
+    tag_experiment(client, experiment_id, keys.RUNS_VIEW, runs_view(spec, study.name))
     if spec.compare is not None:
-        client.set_experiment_tag(experiment_id, keys.TUNING_VIEW, tuning_view(spec, study.name))
+        tag_experiment(client, experiment_id, keys.TUNING_VIEW, tuning_view(spec, study.name))
     elif keys.TUNING_VIEW in client.get_experiment(experiment_id).tags:  # an earlier study's
-        client.delete_experiment_tag(experiment_id, keys.TUNING_VIEW)
+        tag_experiment(client, experiment_id, keys.TUNING_VIEW, None)
     env_tags = environment_tags()
     packages = installed_packages()
     shared, study_id = study.shared_parent(), study.study.user_attrs.get(keys.STUDY_ID)
@@ -108,6 +108,30 @@ def open_tracking(tracker, spec: SweepSpec, study: SweepStudy, spec_text: str,
          keys.FINGERPRINT: spec.fingerprint(), **({keys.STUDY_ID: study_id} if study_id else {})})
     study.set_shared_parent(parent_id)
     return Tracking(tracker, experiment_id, parent_id, env_tags, packages)
+
+
+def tag_experiment(client, experiment_id: str, key: str, value: str | None) -> None:
+    """Set (``None``: delete) an experiment tag that every machine of the sweep sets alike.
+
+    Machines starting together race on it: MLflow sets a tag by reading, then inserting, so a
+    second insert of a new tag breaks the row's uniqueness, and a second delete finds nothing.
+    Tried again once the store holds another value than ``value``; a store that already holds
+    it was set by another machine.
+    """
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(3):
+        try:
+            if value is None:
+                client.delete_experiment_tag(experiment_id, key)
+            else:
+                client.set_experiment_tag(experiment_id, key, value)
+            return
+        except MlflowException:
+            if client.get_experiment(experiment_id).tags.get(key) == value:
+                return  # another machine set it (or deleted it) a moment ago
+            if attempt == 2:
+                raise
 
 
 class StoreBroke(CouldNotFinish):

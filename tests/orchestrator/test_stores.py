@@ -413,3 +413,62 @@ def test_a_machine_stalled_inside_a_transaction_does_not_hold_the_others_stale_c
                 == "0"
     finally:
         own.engine.dispose()
+
+
+def test_machines_starting_together_set_the_experiments_tags_without_breaking(databases):
+    """Every machine of a new sweep sets the experiment's view tags. MLflow sets a tag by
+    reading, then inserting: a machine whose read came before another's insert was committed
+    inserts too, and breaks the row's uniqueness. Here the other's insert is held open while
+    this machine reads, then committed: the machine finds the tag set and goes on."""
+    import threading
+
+    import sqlalchemy as sa
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.running.runs import tag_experiment
+
+    url = databases()
+    client = MlflowClient(tracking_uri=url)
+    experiment_id = client.create_experiment("together")
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as other:
+            insert = other.begin()  # the other machine's insert of the same tag, not committed
+            other.execute(sa.text("INSERT INTO experiment_tags (key, value, experiment_id) "
+                                  "VALUES ('sweep.view', 'v', :id)"), {"id": int(experiment_id)})
+            errors: list[BaseException] = []
+
+            def this_machine() -> None:
+                try:
+                    tag_experiment(client, experiment_id, "sweep.view", "v")
+                except BaseException as e:  # noqa: BLE001 - the test reports it
+                    errors.append(e)
+
+            thread = threading.Thread(target=this_machine)
+            thread.start()
+            deadline = time.monotonic() + 30  # until its insert waits on the other's
+            while time.monotonic() < deadline and not _waits_on_a_lock(engine):
+                time.sleep(0.05)
+            assert _waits_on_a_lock(engine), "this machine's insert never waited on the other's"
+            insert.commit()
+            thread.join(30)
+        assert not thread.is_alive() and errors == []
+        assert client.get_experiment(experiment_id).tags["sweep.view"] == "v"
+        # deleting a tag another machine deleted a moment ago: nothing left to delete
+        tag_experiment(client, experiment_id, "sweep.view", None)
+        tag_experiment(client, experiment_id, "sweep.view", None)
+        assert "sweep.view" not in client.get_experiment(experiment_id).tags
+    finally:
+        engine.dispose()
+        from orchestrator.stores.empty_store import _release
+        _release(url)
+
+
+def _waits_on_a_lock(engine) -> bool:
+    """Whether a session of this database waits on a lock."""
+    import sqlalchemy as sa
+
+    with engine.connect() as conn:
+        return bool(conn.execute(sa.text(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'")).scalar())
