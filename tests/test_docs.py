@@ -338,7 +338,7 @@ def test_every_test_a_page_names_exists():
                 if not path.is_file() or not re.search(rf"^def {match[2]}\(", path.read_text(),
                                                        re.M):
                     missing.append(f"{page.name}: {file}::{match[2]}")
-    assert named >= 40 and missing == []
+    assert named >= 30 and missing == []  # (41 today: a pattern that finds none fails)
 
 
 @slow
