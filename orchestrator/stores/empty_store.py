@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -89,7 +90,9 @@ def make_template(template: Path) -> None:
     """Have MLflow make an empty SQLite store, take its Default experiment out and put it at
     ``template``, whole (another process making it at the same moment: the last one stays)."""
     template.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=template.parent, prefix=".making-") as tmp:
+    _remove_left_by_the_dead(template.parent, r"\.making-(\d+)-\w+")
+    with tempfile.TemporaryDirectory(dir=template.parent,
+                                     prefix=f".making-{os.getpid()}-") as tmp:
         made = Path(tmp) / "mlflow.db"
         uri = f"sqlite:///{made}"
         MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # tables, migrations
@@ -101,6 +104,7 @@ def make_template(template: Path) -> None:
 
 
 def _copy(template: Path, db: Path) -> None:
+    _remove_left_by_the_dead(db.parent, rf"\.{re.escape(db.name)}\.(\d+)\.part")
     part = db.with_name(f".{db.name}.{os.getpid()}.part")
     try:
         shutil.copyfile(template, part)
@@ -108,6 +112,30 @@ def _copy(template: Path, db: Path) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             part.unlink()
+
+
+def _remove_left_by_the_dead(folder: Path, pattern: str) -> None:
+    """Remove what a process killed mid-copy (``.NAME.PID.part``) or mid-make
+    (``.making-PID-...``) left in ``folder``, once that process is gone: the names in
+    ``folder`` that ``pattern`` (a regular expression, its group the pid) matches whole."""
+    for path in folder.iterdir():
+        found = re.fullmatch(pattern, path.name)
+        if found and not _alive(int(found[1])):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _release(uri: str) -> None:

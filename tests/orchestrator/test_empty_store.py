@@ -111,3 +111,33 @@ def test_an_existing_store_is_never_replaced(tmp_path, cache):
     client.create_experiment("kept")
     reopened = tracking.open_store(uri)
     assert {e.name for e in reopened.search_experiments()} == {"Default", "kept"}
+
+
+def test_what_a_killed_copy_or_make_left_is_removed_once_its_process_is_gone(tmp_path, cache):
+    """A process killed mid-copy leaves ``.mlflow.db.PID.part`` beside the store, and one
+    killed mid-make a ``.making-PID-...`` folder in the cache: the next copy removes them,
+    when that process is gone; a live process's are its own."""
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    live = sleeper.pid  # another process, copying or making at this moment
+    cache.mkdir()
+    left = [tmp_path / f".mlflow.db.{gone}.part", cache / f".making-{gone}-abc"]
+    kept = [tmp_path / f".mlflow.db.{live}.part", cache / f".making-{live}-abc",
+            tmp_path / f".mlflow.db.{gone}.backup"]  # a file of the user's, not a part
+    for path in (left[0], kept[0], kept[2]):
+        path.write_text("half")
+    for path in (left[1], kept[1]):
+        path.mkdir()
+        (path / "mlflow.db").write_text("half")
+    try:
+        tracking.open_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert (tmp_path / "mlflow.db").is_file() and empty_store.template_file().is_file()
+    assert [p.exists() for p in left] == [False, False]
+    assert [p.exists() for p in kept] == [True, True, True]
