@@ -18,6 +18,7 @@ import re
 import shutil
 import sqlite3
 import tempfile
+import time
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
@@ -25,6 +26,9 @@ from mlflow.tracking import MlflowClient
 from ..core import paths
 
 CACHE_ENV = "SWEEP_CACHE_DIR"  # the cache folder; default $XDG_CACHE_HOME/sweep or ~/.cache/sweep
+
+# a copy takes a twentieth of a second, making the empty store a few: what is older was left
+LEFT_AFTER_S = 600
 
 log = logging.getLogger(__name__)
 
@@ -116,26 +120,23 @@ def _copy(template: Path, db: Path) -> None:
 
 def _remove_left_by_the_dead(folder: Path, pattern: str) -> None:
     """Remove what a process killed mid-copy (``.NAME.PID.part``) or mid-make
-    (``.making-PID-...``) left in ``folder``, once that process is gone: the names in
-    ``folder`` that ``pattern`` (a regular expression, its group the pid) matches whole."""
+    (``.making-PID-...``) left in ``folder``: the names ``pattern`` (a regular expression, its
+    group the pid) matches whole, of a process gone from this machine, untouched for
+    :data:`LEFT_AFTER_S` (a folder shared with other machines holds their copies in progress)."""
+    from .machines import process_start
+
     for path in folder.iterdir():
         found = re.fullmatch(pattern, path.name)
-        if found and not _alive(int(found[1])):
+        try:
+            old = time.time() - path.stat().st_mtime > LEFT_AFTER_S
+        except OSError:  # removed meanwhile
+            continue
+        if found and old and process_start(int(found[1])) < 0:
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 with contextlib.suppress(OSError):
                     path.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def _release(uri: str) -> None:

@@ -116,12 +116,17 @@ def test_an_existing_store_is_never_replaced(tmp_path, cache):
 def test_what_a_killed_copy_or_make_left_is_removed_once_its_process_is_gone(tmp_path, cache):
     """A process killed mid-copy leaves ``.mlflow.db.PID.part`` beside the store, and one
     killed mid-make a ``.making-PID-...`` folder in the cache: the next copy removes them,
-    when that process is gone; a live process's are its own."""
+    when that process is gone from this machine and they are old; others are left."""
+    import os
     import subprocess
     import sys
+    import time
 
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    def a_gone_pid() -> str:
+        return subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    gone, gone_now = a_gone_pid(), a_gone_pid()
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     live = sleeper.pid  # another process, copying or making at this moment
     cache.mkdir()
@@ -133,6 +138,12 @@ def test_what_a_killed_copy_or_make_left_is_removed_once_its_process_is_gone(tmp
     for path in (left[1], kept[1]):
         path.mkdir()
         (path / "mlflow.db").write_text("half")
+    hour_ago = time.time() - 3600
+    for path in (*left, *kept):
+        os.utime(path, (hour_ago, hour_ago))
+    # written a moment ago: maybe another machine's copy in progress, in a shared folder
+    kept.append(tmp_path / f".mlflow.db.{gone_now}.part")
+    kept[-1].write_text("half")
     try:
         tracking.open_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
     finally:
@@ -140,4 +151,4 @@ def test_what_a_killed_copy_or_make_left_is_removed_once_its_process_is_gone(tmp
         sleeper.wait()
     assert (tmp_path / "mlflow.db").is_file() and empty_store.template_file().is_file()
     assert [p.exists() for p in left] == [False, False]
-    assert [p.exists() for p in kept] == [True, True, True]
+    assert [p.exists() for p in kept] == [True, True, True, True]
