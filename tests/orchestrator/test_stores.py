@@ -468,8 +468,6 @@ def test_machines_starting_together_set_the_experiments_tags_without_breaking(da
         assert "sweep.view" not in client.get_experiment(experiment_id).tags
     finally:
         engine.dispose()
-        from orchestrator.stores.empty_store import _release
-        _release(url)
 
 
 def _waits_on_a_lock(engine) -> bool:
