@@ -19,6 +19,7 @@ from ..config.spec import SweepSpec
 from ..core import keys, paths
 from ..core.errors import CouldNotFinish, SweepError, SweepFailure, disk_full
 from ..core.urls import mask
+from ..stores.machines import share_parent
 from ..stores.study import PendingTrial, SweepStudy, TrialLost, fresh
 from .protocol import Done, Epoch, Failed
 
@@ -73,7 +74,9 @@ def open_tracking(tracker, spec: SweepSpec, study: SweepStudy, spec_text: str,
 
     Several machines share one parent run: MLflow has no uniqueness rule to lean on, so the
     machine that created the study creates the parent run and stores its id in the study; the
-    others read it from there (waiting for it when they join at the same moment).
+    others read it from there (waiting for it when they join at the same moment). When it is
+    not there in time, one process makes it, and the others find it
+    (:func:`~orchestrator.stores.machines.share_parent`).
     """
     from ..stores.tracking import environment_tags, installed_packages
     from .server import runs_view, tuning_view
@@ -92,22 +95,32 @@ def open_tracking(tracker, spec: SweepSpec, study: SweepStudy, spec_text: str,
     if shared is None and not study.created:
         found = tracker.find_parent_run(experiment_id, study.name, study_id)
         shared = found.info.run_id if found else study.wait_for_shared_parent()
-    if shared is not None:
-        try:
-            tracker.resume_parent(shared, study_id)
-        except Exception as e:
-            if getattr(e, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
-                raise
-            raise StoreBroke(f"--tracking-uri {mask(tracking_uri)}: holds no run {shared}, the "
-                             f"parent run of study {study.name!r} (the store was deleted or "
-                             f"replaced since); {_store_fix(tracking_uri)}") from None
-        return Tracking(tracker, experiment_id, shared, env_tags, packages)
-    parent_id, _ = tracker.parent_run(
-        experiment_id, study.name, spec_text, spec.raw,
-        {**spec.tags, **env_tags, keys.STORAGE: mask(storage),
-         keys.FINGERPRINT: spec.fingerprint(), **({keys.STUDY_ID: study_id} if study_id else {})})
-    study.set_shared_parent(parent_id)
-    return Tracking(tracker, experiment_id, parent_id, env_tags, packages)
+    if shared is None:  # the creator, or a joiner that waited for it in vain
+        created: list[str] = []
+
+        def make() -> str:  # the parent run a process left unrecorded, or a new one
+            run_id, resumed = tracker.parent_run(
+                experiment_id, study.name, spec_text, spec.raw,
+                {**spec.tags, **env_tags, keys.STORAGE: mask(storage),
+                 keys.FINGERPRINT: spec.fingerprint(),
+                 **({keys.STUDY_ID: study_id} if study_id else {})})
+            created.extend([] if resumed else [run_id])
+            return run_id
+
+        shared, made = share_parent(study, make)
+        if made == shared:
+            return Tracking(tracker, experiment_id, shared, env_tags, packages)
+        if made in created:  # another process's record stood: the one made here is not used
+            client.delete_run(made)
+    try:
+        tracker.resume_parent(shared, study_id)
+    except Exception as e:
+        if getattr(e, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        raise StoreBroke(f"--tracking-uri {mask(tracking_uri)}: holds no run {shared}, the "
+                         f"parent run of study {study.name!r} (the store was deleted or "
+                         f"replaced since); {_store_fix(tracking_uri)}") from None
+    return Tracking(tracker, experiment_id, shared, env_tags, packages)
 
 
 def tag_experiment(client, experiment_id: str, key: str, value: str | None) -> None:

@@ -16,7 +16,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import optuna
 from optuna.trial import TrialState
@@ -135,13 +135,39 @@ class Machines:
         """The id of the MLflow parent run the study's processes share, if one was recorded."""
         return self.study.user_attrs.get(keys.PARENT_RUN)
 
-    def set_shared_parent(self, run_id: str) -> None:
-        self.study.set_user_attr(keys.PARENT_RUN, run_id)
-
     def wait_for_shared_parent(self) -> str | None:
         """The parent run id the creating machine stores, waiting up to :data:`JOIN_WAIT_S`."""
-        found = wait_for(lambda: self.study.user_attrs.get(keys.PARENT_RUN))
+        found = wait_for(lambda: self.study.user_attrs.get(keys.PARENT_RUN), JOIN_WAIT_S)
         return found or None
+
+
+def share_parent(study, make: Callable[[], str]) -> tuple[str, str | None]:
+    """The parent run the processes of ``study`` share: the one it records, or else the one
+    ``make()`` returns (found or created), recorded now. Returns ``(shared, made)``: ``made`` is
+    the run ``make()`` returned, None when it was not called.
+
+    The creator of a study makes the parent run; a joiner waits :data:`JOIN_WAIT_S` for it, then
+    makes one itself (the creator may be gone). A creator that stalled that long before it
+    recorded its own would make a second one: so the record is read and written under the
+    storage's lock (:func:`~orchestrator.stores.locks.store_lock`), and the second process finds
+    the first's. Without a lock (a storage proxy), the record is read again once ``made``, and
+    read back after :data:`CLAIM_SETTLE_S`: the last write stands, and a process whose ``made``
+    lost does not use it (the caller deletes it).
+    """
+    url = study.storage_url
+    with store_lock(url) if url else contextlib.nullcontext():
+        shared = study.machines.shared_parent()
+        if shared is not None:
+            return shared, None
+        made = make()
+        shared = study.machines.shared_parent()  # without a lock: recorded meanwhile
+        if shared is not None:
+            return shared, made
+        study.study.set_user_attr(keys.PARENT_RUN, made)
+    if url and not takes_lock(url):
+        _settle()
+        return study.machines.shared_parent() or made, made
+    return made, made
 
 
 def claim_end(study, ran_trials: bool) -> dict[str, Any] | None:

@@ -296,9 +296,6 @@ class SweepStudy:
     def shared_parent(self) -> str | None:
         return self.machines.shared_parent()
 
-    def set_shared_parent(self, run_id: str) -> None:
-        self.machines.set_shared_parent(run_id)
-
     def wait_for_shared_parent(self) -> str | None:
         return self.machines.wait_for_shared_parent()
 

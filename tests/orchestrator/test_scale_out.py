@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.core import keys
 from tests.conftest import rdb_storage, tiny_spec
 
 # the heartbeat interval of the tests of a machine that dies or stalls: a trial is failed after
@@ -73,18 +74,21 @@ def _said(machines: list[subprocess.Popen], outs: list[tuple[str, str]]) -> str:
 
 
 def _mid_transaction(storage: str, pid: int) -> bool:
-    """Whether process ``pid`` has a session on the database in the middle of a transaction.
-    Stopped there, it holds the transaction's row locks: the other process's stale check waits
-    on them to fail the trial (a machine that stalls in a write holds its locks until it goes
-    on or its connection drops), and the test would wait for ever."""
+    """Whether process ``pid`` has a session on the database in the middle of a transaction,
+    or holding the storage's lock. Stopped there, it holds the transaction's row locks (or the
+    lock): the other process's stale check (or its opening of MLflow) waits on them to fail the
+    trial (a machine that stalls in a write holds its locks until it goes on or its connection
+    drops), and the test would wait for ever."""
     import psutil
     import psycopg
 
     ports = [c.laddr.port for c in psutil.Process(pid).net_connections(kind="tcp")
              if c.raddr and c.raddr.port == 5432]
     with psycopg.connect(storage) as conn:
-        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(%s) "
-                            "AND state <> 'idle'", (ports,)).fetchone()[0] > 0
+        return conn.execute(
+            "SELECT count(*) FROM pg_stat_activity a WHERE client_port = ANY(%s) AND "
+            "(state <> 'idle' OR EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND "
+            "l.locktype = 'advisory' AND l.granted))", (ports,)).fetchone()[0] > 0
 
 
 def _sessions(storage: str) -> str:
@@ -220,15 +224,17 @@ def test_two_machines_finishing_together_end_the_sweep_once(two_machines, server
 
 def _beating_trial(storage: str, name: str, pid: int) -> int | None:
     """The number of a RUNNING trial of process ``pid`` that has beaten (a trial that never beat
-    is never judged stale) and is no retry, or None. (A retry stalled in turn would fail for
-    good, its one retry spent: the process that failed a trial runs its retry next when it is
-    free first, which a loaded machine makes likely.)"""
+    is never judged stale), has its MLflow run and is no retry, or None. (A retry stalled in
+    turn would fail for good, its one retry spent: the process that failed a trial runs its
+    retry next when it is free first, which a loaded machine makes likely. A process stalled
+    before it opened MLflow leaves the other waiting for the parent run ``JOIN_WAIT_S``: the
+    test of that is in test_stores.)"""
     import psycopg
 
     try:
         owned = {t.number for t in _study(storage, name).trials if t.state.name == "RUNNING"
                  and t.user_attrs.get("sweep.owner", {}).get("pid") == pid
-                 and "sweep.retry_of" not in t.user_attrs}
+                 and "sweep.retry_of" not in t.user_attrs and keys.RUN_ID in t.user_attrs}
     except KeyError:  # the study is not created yet
         return None
     with psycopg.connect(storage) as conn:
@@ -268,10 +274,12 @@ def test_a_machine_stalled_past_its_heartbeat_loses_that_trial_and_both_finish(d
                     time.sleep(0.2)
                     continue
                 victim.send_signal(signal.SIGSTOP)
-                if _study(storage, "stalled").trials[number].state.name != "RUNNING" or \
-                        _mid_transaction(storage, victim.pid):
-                    # it ended that trial between the look and the stop, or it was stopped in
-                    # a write: let it go on, look again
+                # in this order: a write it sent before it stopped shows in the first look (its
+                # session not idle), or has committed by the second (the trial not RUNNING)
+                if _mid_transaction(storage, victim.pid) or \
+                        _study(storage, "stalled").trials[number].state.name != "RUNNING":
+                    # it was stopped in a write, or it ended that trial between the look and
+                    # the stop: let it go on, look again
                     victim.send_signal(signal.SIGCONT)
                     number = None
             try:
@@ -285,6 +293,7 @@ def test_a_machine_stalled_past_its_heartbeat_loses_that_trial_and_both_finish(d
                     time.sleep(0.2)
             finally:
                 victim.send_signal(signal.SIGCONT)
+            assert _study(storage, "stalled").trials[number].state.name == "FAIL"
             lost[number] = victim
     finally:
         for m in machines:
@@ -313,7 +322,10 @@ def test_a_machine_stalled_past_its_heartbeat_loses_that_trial_and_both_finish(d
     client = MlflowClient(tracking_uri=server)
     exp = client.get_experiment_by_name("stalled")
     runs = client.search_runs([exp.experiment_id], max_results=100)
-    assert not [r.info.run_id for r in runs if r.info.status == "RUNNING"]
+    assert not [r.info.run_id for r in runs if r.info.status == "RUNNING"], (
+        _said(machines, outs) + "\n" + "\n".join(
+            f"{r.info.run_id} {r.info.status} {r.data.tags}" for r in runs
+            if r.info.status == "RUNNING") + f"\nlost: { {n: v.pid for n, v in lost.items()} }")
     (parent,) = [r for r in runs if r.data.tags.get("sweep.role") == "parent"]
     assert parent.info.status == "FINISHED"
     children = [r for r in runs if r.data.tags.get("sweep.role") == "trial"]

@@ -478,3 +478,85 @@ def _waits_on_a_lock(engine) -> bool:
         return bool(conn.execute(sa.text(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
             "AND wait_event_type = 'Lock'")).scalar())
+
+
+@pytest.mark.parametrize("through", ["postgresql", "proxy"])
+def test_a_creator_stalled_while_it_makes_the_parent_run_shares_the_joiners(
+        databases, tmp_path, monkeypatch, through):
+    """The machine that created a study stalls while it makes the parent run. A joiner waits
+    ``JOIN_WAIT_S`` for it (0.5 s here), then makes one itself. Both use one parent run, the
+    one the study records. Before, each made its own, and one stayed RUNNING after the sweep.
+    On PostgreSQL the joiner waits on the storage's lock; through a storage proxy (no lock) it
+    records its own, and the creator, finding it recorded, drops the one it made."""
+    from optuna.storages._grpc.server import make_server
+
+    from orchestrator.core.paths import sqlite_uri
+    from orchestrator.stores import machines
+    from orchestrator.stores.storages import open_storage
+    from tests.conftest import free_port
+
+    monkeypatch.setattr(machines, "JOIN_WAIT_S", 0.5)
+    database, tracking = databases(), sqlite_uri(tmp_path / "mlflow.db")
+    storage, proxy = database, None
+    if through == "proxy":
+        port = free_port()
+        proxy = make_server(open_storage(database), "127.0.0.1", port)
+        proxy.start()
+        storage = f"grpc://127.0.0.1:{port}"
+    try:
+        _share_one_parent(storage, database, tracking)
+    finally:
+        if proxy is not None:
+            proxy.stop(None)
+
+
+def _share_one_parent(storage: str, database: str, tracking: str) -> None:
+    """A creator and a joiner of a study on ``storage`` (its database: ``database``) open MLflow
+    at ``tracking``; the creator stalls before it makes the parent run."""
+    import threading
+
+    import sqlalchemy as sa
+
+    from orchestrator.config.spec import validate
+    from orchestrator.running.runs import open_tracking
+    from orchestrator.stores.study import SweepStudy
+    from orchestrator.stores.tracking import Tracker
+
+    spec = validate(tiny_spec(name="stall"))
+    creator, joiner = SweepStudy.open(spec, storage), SweepStudy.open(spec, storage)
+    assert creator.created and not joiner.created
+    trackers = Tracker(tracking), Tracker(tracking)
+    opened, errors = {}, []
+
+    def join() -> None:
+        try:
+            opened["joiner"] = open_tracking(trackers[1], spec, joiner, "", storage)
+        except BaseException as e:  # noqa: BLE001 - the test reports it
+            errors.append(e)
+
+    joining = threading.Thread(target=join)
+    engine = sa.create_engine(database)
+    create = trackers[0].client.create_run
+
+    def stalled(*args, **kwargs):  # the creator found no parent run; it stalls before it
+        joining.start()  # makes one, until the joiner has made its own or waits on the lock
+        deadline = time.monotonic() + 60
+        while joining.is_alive() and not _waits_on_a_lock(engine):
+            assert time.monotonic() < deadline, "the joiner neither finished nor waited"
+            time.sleep(0.05)
+        return create(*args, **kwargs)
+
+    trackers[0].client.create_run = stalled
+    try:
+        opened["creator"] = open_tracking(trackers[0], spec, creator, "", storage)
+        joining.join(60)
+    finally:
+        engine.dispose()
+    assert not joining.is_alive() and errors == []
+    recorded = creator.study.user_attrs[keys.PARENT_RUN]
+    assert opened["creator"].parent_id == opened["joiner"].parent_id == recorded
+    client = trackers[0].client
+    (experiment,) = [e for e in client.search_experiments() if e.name == "stall"]
+    parents = client.search_runs([experiment.experiment_id],
+                                 filter_string=f"tags.`{keys.ROLE}` = 'parent'")
+    assert [(p.info.run_id, p.info.status) for p in parents] == [(recorded, "RUNNING")]
