@@ -96,7 +96,7 @@ def open_tracking(tracker, spec: SweepSpec, study: SweepStudy, spec_text: str,
         found = tracker.find_parent_run(experiment_id, study.name, study_id)
         shared = found.info.run_id if found else study.wait_for_shared_parent()
     if shared is None:  # the creator, or a joiner that waited for it in vain
-        created: list[str] = []
+        created: set[str] = set()
 
         def make() -> str:  # the parent run a process left unrecorded, or a new one
             run_id, resumed = tracker.parent_run(
@@ -104,7 +104,8 @@ def open_tracking(tracker, spec: SweepSpec, study: SweepStudy, spec_text: str,
                 {**spec.tags, **env_tags, keys.STORAGE: mask(storage),
                  keys.FINGERPRINT: spec.fingerprint(),
                  **({keys.STUDY_ID: study_id} if study_id else {})})
-            created.extend([] if resumed else [run_id])
+            if not resumed:
+                created.add(run_id)
             return run_id
 
         shared, made = share_parent(study, make)
