@@ -127,11 +127,13 @@ def _remove_left_by_the_dead(folder: Path, pattern: str) -> None:
 
     for path in folder.iterdir():
         found = re.fullmatch(pattern, path.name)
+        if not found:  # the user's files: only their names are read
+            continue
         try:
             old = time.time() - path.stat().st_mtime > LEFT_AFTER_S
         except OSError:  # removed meanwhile
             continue
-        if found and old and process_start(int(found[1])) < 0:
+        if old and process_start(int(found[1])) < 0:
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
             else:
