@@ -222,13 +222,16 @@ def cpu_probe_s() -> float:
 
 @pytest.fixture(scope="session")
 def measured_pace(tmp_path_factory) -> tuple[Pace, float]:
-    """The training pace measured once (a fresh process trains two epochs: seconds), with the
-    :func:`cpu_probe_s` taken at the same moment."""
-    probe = cpu_probe_s()
-    out = subprocess.run([sys.executable, "-c", PACE_SCRIPT], capture_output=True, text=True,
-                         cwd=tmp_path_factory.mktemp("pace"), check=True)
-    probe = (probe + cpu_probe_s()) / 2
-    return Pace(**json.loads(out.stdout.splitlines()[-1])), probe
+    """The training pace measured once for the test run (a fresh process trains two epochs:
+    seconds), with the :func:`cpu_probe_s` taken at the same moment."""
+    def make(folder: Path) -> list:
+        probe = cpu_probe_s()
+        out = subprocess.run([sys.executable, "-c", PACE_SCRIPT], capture_output=True,
+                             text=True, cwd=folder, check=True)
+        return [json.loads(out.stdout.splitlines()[-1]), (probe + cpu_probe_s()) / 2]
+
+    measured, probe = once_per_test_run(tmp_path_factory, "pace", make)
+    return Pace(**measured), probe
 
 
 @pytest.fixture
@@ -356,10 +359,11 @@ def write_spec(tmp_path):
 
 
 def tiny_spec(**overrides) -> dict:
-    """A 2-trial digits sweep of 2 epochs, as a mapping to tweak (no export and no preflight:
-    the tests of those ask for them)."""
+    """A 2-trial digits sweep of 2 epochs on one worker, as a mapping to tweak (no export and
+    no preflight: the tests of those ask for them; a test of trials side by side asks for
+    its workers: a second one costs a fresh process importing torch)."""
     spec = {"name": "tiny", "objective": {"metric": "val_acc", "direction": "maximize"},
-            "trials": 2, "workers": 2, "sampler": {"name": "random", "seed": 0},
+            "trials": 2, "workers": 1, "sampler": {"name": "random", "seed": 0},
             "export_for": "none", "preflight": False,
             "train": {"dataset": "digits", "model": "small_cnn", "epochs": 2},
             "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}, "batch_size": [64, 128]}}
@@ -367,14 +371,45 @@ def tiny_spec(**overrides) -> dict:
     return spec
 
 
+def once_per_test_run(tmp_path_factory, name: str, make):
+    """``make(folder)`` (returning JSON) run once for the whole test run, whichever test
+    process asks first; the others wait for it and get what it returned. A session fixture is
+    otherwise made once per test process (``-n 2``): a sweep that several files read ran twice.
+    What ``make`` writes in ``folder`` is shared: a test that changes it works on a copy."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, result = root / f"once-{name}", root / f"once-{name}.json"
+    with open(root / f"once-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if result.is_file():
+            return json.loads(result.read_text())
+        shutil.rmtree(folder, ignore_errors=True)  # left by a process whose make failed
+        folder.mkdir()
+        value = make(folder)
+        result.write_text(json.dumps(value))
+        return value
+
+
+def _completed(done: dict) -> subprocess.CompletedProcess:
+    return subprocess.CompletedProcess(done["args"], done["returncode"], done["stdout"],
+                                       done["stderr"])
+
+
 @pytest.fixture(scope="session")
 def quickstart_once(tmp_path_factory):
-    """The quickstart sweep, shortened to 4 trials of 3 epochs, run once for several tests."""
-    d = tmp_path_factory.mktemp("quickstart")
-    out = run_cli("run", str(SWEEPS / "quickstart.yaml"), "--set", "train.epochs=3",
-                  "--trials", "4", cwd=d)
-    assert out.returncode == 0, out.stderr
-    return Stores(d), out
+    """The quickstart sweep, shortened to 4 trials of 3 epochs, run once for several tests
+    (and test processes): its stores and the finished ``sweep run`` process."""
+    def make(d: Path) -> dict:
+        out = run_cli("run", str(SWEEPS / "quickstart.yaml"), "--set", "train.epochs=3",
+                      "--trials", "4", cwd=d)
+        assert out.returncode == 0, out.stderr
+        return {"dir": str(d), "args": out.args, "returncode": out.returncode,
+                "stdout": out.stdout, "stderr": out.stderr}
+
+    done = once_per_test_run(tmp_path_factory, "quickstart", make)
+    return Stores(Path(done["dir"])), _completed(done)
 
 
 @pytest.fixture
@@ -394,18 +429,21 @@ def two_sweeps(tmp_path_factory, mlflow_template):
     ``long`` (the same and an added level 256; 2 epochs), seed 0: three configurations and
     seeds in common, one of ``long`` alone. Their trial runs also carry system metrics. (The
     perceptron, on one worker: what the tests read holds for any model.)"""
-    d = tmp_path_factory.mktemp("two-sweeps")
-    shutil.copyfile(mlflow_template, d / "mlflow.db")
-    for name, epochs, sizes in (("short", 1, [32, 64, 128]), ("long", 2, [32, 64, 128, 256])):
-        spec = tiny_spec(name=name, sampler={"name": "grid"}, workers=1,
-                         train={"dataset": "digits", "model": "mlp", "epochs": epochs,
-                                "lr": 3e-3},
-                         space={"batch_size": sizes})
-        spec.pop("trials")
-        (d / f"{name}.yaml").write_text(yaml.safe_dump(spec))
-        out = run_cli("run", f"{name}.yaml", cwd=d)
-        assert out.returncode == 0, out.stderr
-    return Stores(d)
+    def make(d: Path) -> str:
+        shutil.copyfile(mlflow_template, d / "mlflow.db")
+        for name, epochs, sizes in (("short", 1, [32, 64, 128]),
+                                    ("long", 2, [32, 64, 128, 256])):
+            spec = tiny_spec(name=name, sampler={"name": "grid"}, workers=1,
+                             train={"dataset": "digits", "model": "mlp", "epochs": epochs,
+                                    "lr": 3e-3},
+                             space={"batch_size": sizes})
+            spec.pop("trials")
+            (d / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+            out = run_cli("run", f"{name}.yaml", cwd=d)
+            assert out.returncode == 0, out.stderr
+        return str(d)
+
+    return Stores(Path(once_per_test_run(tmp_path_factory, "two-sweeps", make)))
 
 
 # PostgreSQL on this machine (trust authentication): each test makes its own databases

@@ -101,9 +101,9 @@ COMPARE_SPACE = {"optimizer": {"adam": {"lr": {"low": 1e-3, "high": 1e-2, "log":
 
 
 def compare_spec(**overrides) -> dict:
-    """A digits comparison of adam and sgd, one epoch a trial; an override of None removes
-    that key."""
-    spec = tiny_spec(name="cmp", trials=None, sampler={"name": "random", "seed": 0},
+    """A digits comparison of adam and sgd, one epoch a trial, on two workers (a comparison
+    schedules its levels' trials side by side); an override of None removes that key."""
+    spec = tiny_spec(name="cmp", trials=None, workers=2, sampler={"name": "random", "seed": 0},
                      train={"dataset": "digits", "model": "small_cnn", "epochs": 1},
                      space=COMPARE_SPACE,
                      compare={"factor": "optimizer", "tune_trials": 2, "seeds": 2})

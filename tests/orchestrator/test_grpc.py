@@ -23,7 +23,9 @@ pytestmark = pytest.mark.slow  # end to end: real sweeps through the storage pro
 def test_a_sweep_runs_through_the_storage_proxy_with_heartbeats(databases, tmp_path, pace):
     storage = databases()
     proxy_port = free_port()
-    spec = tiny_spec(name="proxied", trials=3, heartbeat_seconds=1, train={"epochs": 1})
+    # two workers: their writes meet in the proxy
+    spec = tiny_spec(name="proxied", trials=3, workers=2, heartbeat_seconds=1,
+                     train={"epochs": 1})
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
     with serve("server", "--storage-proxy", "--storage", storage, "--proxy-port",
                str(proxy_port), "--backend-store-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",

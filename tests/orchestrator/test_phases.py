@@ -20,7 +20,7 @@ def overlapping(intervals) -> bool:
 def test_a_two_worker_sweep_with_preflight_trains_its_trials_side_by_side(stores, cli,
                                                                           write_spec):
     # the preflight takes one worker while the other finishes starting: its Ready must count
-    path = write_spec(tiny_spec(trials=4, preflight={"overfit_steps": 40}))
+    path = write_spec(tiny_spec(trials=4, workers=2, preflight={"overfit_steps": 40}))
     done = cli(path)
     assert done.returncode == 0, done.stderr
     parent = stores.runs("tiny", "parent")[0]
@@ -151,7 +151,8 @@ def test_the_shares_of_an_export_are_merged_and_a_lost_share_fails_only_its_form
 def test_a_worker_left_without_a_trial_sets_up_the_export_while_it_waits(
         stores, cli, write_spec):
     # 1 trial on 2 workers: one worker has nothing to train, and no trial has finished yet
-    done = cli(write_spec(tiny_spec(trials=1, export_for="best", export=["onnx"])))
+    done = cli(write_spec(tiny_spec(trials=1, workers=2, export_for="best",
+                                    export=["onnx"])))
     assert done.returncode == 0, done.stderr
     logs = {p.name: p.read_text() for p in (stores.dir / ".sweep" / "tiny" / "logs").iterdir()}
     warmed = [name for name, text in logs.items()
@@ -172,7 +173,7 @@ def _exported_ahead(stores) -> list[tuple[str, int, int]]:
 
 # lr 1e-5 learns nothing in 2 epochs, 0.03 learns digits: the random sampler's seed 8 draws
 # (0.03, 1e-5, 1e-5) for trials 0-2, seed 6 draws (1e-5, 1e-5, 0.03)
-AHEAD = {"trials": 3, "export_for": "best", "export": ["torch_export"],
+AHEAD = {"trials": 3, "workers": 2, "export_for": "best", "export": ["torch_export"],
          "space": {"lr": [1e-5, 0.03]}}
 
 
@@ -200,7 +201,7 @@ def test_an_export_ahead_that_hangs_is_stopped_at_the_exports_deadline(stores, c
     """User code hanging in an exporter while other trials train: the worker is killed at the
     export's deadline and replaced, not held (with its GPU) till the sweep ends."""
     # the 1-epoch trial ends first; its worker then exports it ahead while the other trains
-    spec = tiny_spec(sampler={"name": "grid"}, trials=2, export_for="best",
+    spec = tiny_spec(sampler={"name": "grid"}, trials=2, workers=2, export_for="best",
                      export=["torch_export"], export_timeout_s=1, test_timeout_s=1,
                      space={"epochs": [1, 30]},
                      train={"model": "tests.datasets:hangs_once_loaded", "lr": 0.03})

@@ -394,10 +394,11 @@ def test_missing_dataset_files_stop_the_run_before_anything_is_written(tmp_path,
 
 # each example sweep shrunk to a dry run: the file as written, at one epoch and the fewest trials
 # its kind counts, no export (tested on its own); the digits sweeps without their preflight
-# (tested on its own), the GPU sweep on fake 8x8 images in fp32 for a CPU, on one worker (its
-# one trial; a second worker would start torch and warm up for nothing); the quickstart as
-# quickstart_once runs it for the tests that read its stores
-DIGITS = ["train.epochs=1", "export_for=none", "preflight=false"]
+# (tested on its own) and on one worker (a second is a fresh process importing torch; two
+# workers run in test_compare's comparisons and the quickstart), the GPU sweep on fake 8x8
+# images in fp32 for a CPU, on one worker too; the quickstart as quickstart_once runs it for
+# the tests that read its stores
+DIGITS = ["train.epochs=1", "export_for=none", "preflight=false", "workers=1"]
 COMPARISON = [*DIGITS, "compare.tune_trials=1", "compare.seeds=2", "compare.max_seeds=2"]
 DRY_RUN = {
     "quickstart.yaml": ["train.epochs=3", "trials=4"],  # what quickstart_once runs

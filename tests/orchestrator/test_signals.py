@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 def test_sigint_stops_the_sweep_within_seconds_and_leaves_nothing_running(stores, write_spec,
                                                                            pace):
-    spec = long_spec()
+    spec = long_spec(workers=2)  # both trials running when the signal comes
     del spec["trials"]
     proc = start_sweep(write_spec(spec), stores.dir)
     try:
