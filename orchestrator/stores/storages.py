@@ -107,11 +107,25 @@ def engine_kwargs(url: str) -> dict | None:
                                                        f"{IDLE_IN_TRANSACTION_S * 1000}"}}
 
 
+# an RDB storage that cannot be opened is tried this often, 0.5, 1 and 1.5 s apart, when
+# waiting may cure it (:func:`_cured_by_waiting`)
+OPEN_ATTEMPTS = 4
+
+
+def _cured_by_waiting(url: str, error: BaseException) -> bool:
+    """Whether opening ``url`` again a little later may succeed: a database server starting
+    or a network blink may pass, a SQLite file locked by another writer may be freed; a
+    driver not installed, or a SQLite file that is no database (or not Optuna's), stays."""
+    if urls.missing_driver(error):
+        return False
+    return "locked" in str(error) if url.startswith("sqlite") else True
+
+
 def _open_rdb(url: str, heartbeat_s: int | None, on_stale) -> RDBStorage:
     """An RDB storage, created under the store's lock: Optuna creates a new database's tables
     and stamps its schema version without one, so machines starting together break each other."""
     paths.check_sqlite_folder(url, "--storage")
-    for attempt in range(4):
+    for attempt in range(OPEN_ATTEMPTS):
         try:
             with store_lock(url):
                 return RDBStorage(url, heartbeat_interval=heartbeat_s,
@@ -120,7 +134,7 @@ def _open_rdb(url: str, heartbeat_s: int | None, on_stale) -> RDBStorage:
                                   else None, engine_kwargs=engine_kwargs(url))
         except Exception as e:  # the driver's own errors are many and varied
             error = e
-            if urls.missing_driver(e):  # no wait cures that
+            if not _cured_by_waiting(url, e) or attempt == OPEN_ATTEMPTS - 1:
                 break
             time.sleep(0.5 * (attempt + 1))  # a database server starting, a network blink
     raise SweepError(f"--storage {mask(url)}: cannot open the Optuna storage: "

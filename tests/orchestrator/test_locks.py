@@ -153,3 +153,24 @@ def test_a_lock_whose_file_its_maker_removed_still_lets_one_holder_in_at_a_time(
     errors = [p.communicate(timeout=300)[1] for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, errors
     assert not lock.exists()  # each removed by the process that made it
+
+
+@pytest.mark.parametrize("url, tried", [
+    ("sqlite:///{folder}/garbage.db", 1),  # a file that is no database stays one: no wait
+    ("postgresql+psycopg://postgres@127.0.0.1:{port}/none", 4),  # a server may come up
+])
+def test_a_storage_that_cannot_open_is_tried_again_only_where_waiting_may_cure_it(
+        tmp_path, monkeypatch, url, tried):
+    """A refusal the user can fix only by hand comes at once: `sweep status --storage` of a
+    file that is no database waited 5 s for retries meant for a database server starting."""
+    from orchestrator.stores import storages
+    from tests.conftest import free_port
+
+    (tmp_path / "garbage.db").write_text("garbage\n")
+    waits = []
+    monkeypatch.setattr(storages.time, "sleep", waits.append)
+    url = url.format(folder=tmp_path, port=free_port())  # a port nothing listens on
+    with pytest.raises(SweepError, match="cannot open the Optuna storage") as err:
+        storages.open_storage(url)
+    assert "\n" not in str(err.value)
+    assert len(waits) == tried - 1, waits
