@@ -5,6 +5,7 @@ import contextlib
 import functools
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -244,9 +245,29 @@ def pace(measured_pace) -> Pace:
     return measured.slowed(max(1.0, cpu_probe_s() / probe))
 
 
-# how the end of a `run_cli` sweep names the command: as it was started (python -m ...)
-AS_STARTED = ("python" if shutil.which("python") == sys.executable else sys.executable) + \
-    " -m orchestrator"
+# README's quickstart command as README types it (tests/test_readme.py checks README says it):
+# run once for the tests (quickstart_once), by this venv's own `sweep` script, the venv not on
+# PATH (as README's user, who has not activated it)
+QUICKSTART = ".venv/bin/sweep run sweeps/quickstart.yaml"
+VENV_BIN = Path(sys.executable).parent
+WITHOUT_VENV = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                               if Path(p).resolve() != VENV_BIN.resolve())
+
+
+def as_typed(command: str) -> list[str]:
+    """The argv of ``command``, a line starting ``.venv/bin/sweep`` as README types it: this
+    venv's own script (``python -m orchestrator`` where there is none)."""
+    words = shlex.split(command)
+    assert words[0] == ".venv/bin/sweep", command
+    script = VENV_BIN / "sweep"
+    return [str(script), *words[1:]] if script.exists() else \
+        [sys.executable, "-m", "orchestrator", *words[1:]]
+
+
+# how the end of quickstart_once's sweep names the command: as it was started
+AS_STARTED = " ".join(as_typed(".venv/bin/sweep")) if (VENV_BIN / "sweep").exists() else (
+    ("python" if shutil.which("python", path=WITHOUT_VENV) == sys.executable else
+     sys.executable) + " -m orchestrator")
 
 
 def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None):
@@ -399,17 +420,23 @@ def _completed(done: dict) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="session")
 def quickstart_once(tmp_path_factory):
-    """The quickstart sweep, shortened to 4 trials of 3 epochs, run once for several tests
-    (and test processes): its stores and the finished ``sweep run`` process."""
+    """README's quickstart (:data:`QUICKSTART`: 8 trials of 6 epochs, an export), run as
+    written once for the test run, in a folder holding a fresh copy of sweeps/: its stores
+    and the finished ``sweep run`` process, whose ``files`` are what the folder held then."""
     def make(d: Path) -> dict:
-        out = run_cli("run", str(SWEEPS / "quickstart.yaml"), "--set", "train.epochs=3",
-                      "--trials", "4", cwd=d)
+        shutil.copytree(SWEEPS, d / "sweeps")
+        env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+        out = subprocess.run(as_typed(QUICKSTART), cwd=d, capture_output=True, text=True,
+                             timeout=600, env={**env, "PATH": WITHOUT_VENV})
         assert out.returncode == 0, out.stderr
         return {"dir": str(d), "args": out.args, "returncode": out.returncode,
-                "stdout": out.stdout, "stderr": out.stderr}
+                "stdout": out.stdout, "stderr": out.stderr,
+                "files": sorted(p.name for p in d.iterdir())}
 
     done = once_per_test_run(tmp_path_factory, "quickstart", make)
-    return Stores(Path(done["dir"])), _completed(done)
+    out = _completed(done)
+    out.files = done["files"]
+    return Stores(Path(done["dir"])), out
 
 
 @pytest.fixture

@@ -1,24 +1,21 @@
 """README.md's marked commands, run as written, so that README and code cannot drift.
 
 A block marked ``<!-- readme-test: NAME -->`` (in README.md or a page of docs/, each NAME once)
-holds one command a line. They run in a fresh copy
-of ``sweeps/``, with ``.venv/bin/sweep`` as this interpreter's ``python -m orchestrator``; the
-quickstart's ``python3 -m venv`` and ``pip install`` steps are left out (CI runs README's test
-command, which proves them).
+holds one command a line. They run in a folder holding a fresh copy of ``sweeps/``, with
+``.venv/bin/sweep`` as this venv's own script; the quickstart's ``python3 -m venv`` and ``pip
+install`` steps are left out (CI runs README's test command, which proves them). The quickstart
+itself is the run every test that reads a finished quickstart shares (``quickstart_once``).
 """
 import os
 import re
 import shlex
-import shutil
 import socket
 import subprocess
-import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SWEEPS, Stores, serve
+from tests.conftest import QUICKSTART, ROOT, SWEEPS, Stores, as_typed, serve
 
 pytestmark = pytest.mark.slow  # end to end: README's commands run as written
 
@@ -43,16 +40,8 @@ def marked_blocks() -> dict[str, list[str]]:
     return found
 
 
-def argv(command: str) -> list[str]:
-    words = shlex.split(command)
-    assert words[0] == ".venv/bin/sweep", command
-    script = Path(sys.executable).parent / "sweep"  # this venv's own, as README types it
-    return [str(script), *words[1:]] if script.exists() else \
-        [sys.executable, "-m", "orchestrator", *words[1:]]
-
-
 def run(command: str, cwd, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(argv(command), cwd=cwd, capture_output=True, text=True,
+    return subprocess.run(as_typed(command), cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=readme_env())
 
 
@@ -68,15 +57,15 @@ def blocks():
 
 
 @pytest.fixture(scope="module")
-def quickstart_run(blocks, tmp_path_factory):
-    """The quickstart block, as written, in a folder holding a fresh copy of sweeps/."""
-    folder = tmp_path_factory.mktemp("readme")
-    shutil.copytree(SWEEPS, folder / "sweeps")
+def quickstart_run(blocks, quickstart_once):
+    """The quickstart block, as written, in a folder holding a fresh copy of sweeps/: the
+    run the other tests read too (quickstart_once runs QUICKSTART; this checks it is what
+    README says)."""
     (line,) = blocks["quickstart"]
     steps = [s.strip() for s in line.split("&&") if not s.strip().startswith(SETUP)]
-    assert steps == [".venv/bin/sweep run sweeps/quickstart.yaml"]  # what README promises
-    outs = [run(step, folder, timeout=600) for step in steps]
-    return folder, outs
+    assert steps == [QUICKSTART]  # what README promises
+    stores, out = quickstart_once
+    return stores.dir, [out]
 
 
 def test_the_quickstart_runs_as_written(quickstart_run):
@@ -85,8 +74,7 @@ def test_the_quickstart_runs_as_written(quickstart_run):
     study = Stores(folder).study("quickstart")
     assert len(study.trials) == 8
     assert "sweep 'quickstart' finished in" in out.stdout
-    assert sorted(p.name for p in folder.iterdir()) == [".sweep", "mlartifacts", "mlflow.db",
-                                                        "optuna.journal", "sweeps"]
+    assert out.files == [".sweep", "mlartifacts", "mlflow.db", "optuna.journal", "sweeps"]
     assert "sweep status quickstart" in out.stdout and "sweep ui quickstart" in out.stdout
 
 

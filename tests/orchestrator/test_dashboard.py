@@ -27,8 +27,8 @@ def test_dashboard_opens_the_default_journal_file(quickstart):
     stores, _ = quickstart
     path = str(stores.journal)
     assert os.path.isfile(path)  # how optuna-dashboard tells a journal file from a URL
-    assert_holds_the_sweep(JournalStorage(JournalFileBackend(path)), "quickstart", trials=4,
-                           epochs=3)
+    assert_holds_the_sweep(JournalStorage(JournalFileBackend(path)), "quickstart", trials=8,
+                           epochs=6)
 
 
 def test_dashboard_opens_an_rdb_storage_url(stores, cli, write_spec):

@@ -41,7 +41,6 @@ def test_status_lists_the_finished_sweep_with_its_counts_and_best(quickstart):
                                 "best", "started", "last", "activity"]
     (row,) = rows_of(out.stdout, "sweep ")
     counts = {s: sum(t.state == s for t in study.trials) for s in TrialState}
-    # the shared sweep holds 4 trials, or 5 once a test has rerun it with --trials 5
     assert row.split()[:6] == ["quickstart", str(len(study.trials)),
                                str(counts[TrialState.COMPLETE]), "0",
                                str(counts[TrialState.PRUNED]), str(counts[TrialState.FAIL])]

@@ -51,7 +51,7 @@ def test_ui_prints_the_runs_table_url_and_stops_with_its_helpers(quickstart):
     assert state["columnOrder"][:8] == ["attributes.`Run Name`", "metrics.`val_acc`", *searched]
     found = client.search_runs([exp.experiment_id], order_by=["metrics.`val_acc` DESC"])
     values = [r.data.metrics.get("val_acc") for r in found]
-    assert len(values) == 5 and values[-1] is None and values[:-1] == sorted(values[:-1],
+    assert len(values) == 9 and values[-1] is None and values[:-1] == sorted(values[:-1],
                                                                              reverse=True)
 
 
