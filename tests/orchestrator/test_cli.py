@@ -16,7 +16,7 @@ from orchestrator.commands.handlers import HANDLERS
 from orchestrator.commands.parser import COMMANDS, COMPLETION_SHELLS, build_parser
 from orchestrator.core import keys
 from orchestrator.core.errors import ExitCode
-from tests.conftest import ROOT, run_cli, tiny_spec
+from tests.conftest import ROOT, VENV_BIN, WITHOUT_VENV, run_cli, tiny_spec
 
 
 def subcommands() -> list[str]:
@@ -295,11 +295,6 @@ def tiny_done(tmp_path_factory, mlflow_template):
     out = run_cli("run", str(spec), cwd=d)
     assert out.returncode == 0, out.stderr
     return d, spec
-
-
-VENV_BIN = Path(sys.executable).parent
-WITHOUT_VENV = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
-                               if Path(p).resolve() != VENV_BIN.resolve())
 
 
 @pytest.mark.slow  # a real sweep (tiny_done)
