@@ -162,7 +162,6 @@ def test_rerun_resumes_the_same_parent_without_new_trials(quickstart):
     study = stores.study("quickstart")
     assert [t.number for t in study.trials] == list(range(9))
     assert all(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials)
-    assert study.trials[8].state.name in ("COMPLETE", "PRUNED")  # trained here, to its end
     parents = stores.runs("quickstart", "parent")
     assert [p.info.run_id for p in parents] == [parent_before]
     assert len(stores.runs("quickstart", "trial")) == 9
