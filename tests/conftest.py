@@ -265,9 +265,7 @@ def as_typed(command: str) -> list[str]:
 
 
 # how the end of quickstart_once's sweep names the command: as it was started
-AS_STARTED = " ".join(as_typed(".venv/bin/sweep")) if (VENV_BIN / "sweep").exists() else (
-    ("python" if shutil.which("python", path=WITHOUT_VENV) == sys.executable else
-     sys.executable) + " -m orchestrator")
+AS_STARTED = " ".join(as_typed(".venv/bin/sweep"))
 
 
 def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None):
