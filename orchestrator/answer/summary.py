@@ -152,8 +152,6 @@ def seeds_to_decide(r: stats.PairResult, direction: str,
         that is not undecided, or without an estimate (fewer than 2 finite pairs, no spread,
         no route).
     """
-    from scipy import stats as sst
-
     if r.verdict != stats.UNDECIDED or len(r.diffs) < 2:
         return None
     diffs = np.asarray(r.diffs, dtype=float)
@@ -170,7 +168,7 @@ def seeds_to_decide(r: stats.PairResult, direction: str,
     if not goal > 0:
         return None
     n = np.arange(2, limit + 1)
-    half = sst.t.ppf(0.5 + r.ci_level / 2, n - 1) * sd / np.sqrt(n)
+    half = stats.t_quantile(0.5 + r.ci_level / 2, n - 1) * sd / np.sqrt(n)
     below = np.flatnonzero(half < goal)
     return int(n[below[0]]) if len(below) else limit + 1
 

@@ -185,8 +185,6 @@ def lr_sensitivity(level: str, lr: np.ndarray, value: np.ndarray, direction: str
 def scaling_exponent(batch: np.ndarray, lr: np.ndarray) -> Scaling | None:
     """The slope of log(lr) against log(batch) with its 95% t interval (None below 2 batch
     sizes; NaN interval below 3 points)."""
-    from scipy import stats
-
     x, y = np.log(np.asarray(batch, float)), np.log(np.asarray(lr, float))
     levels = len(set(np.round(x, 12)))
     if levels < 2:
@@ -197,7 +195,7 @@ def scaling_exponent(batch: np.ndarray, lr: np.ndarray) -> Scaling | None:
         return Scaling(float(slope), math.nan, math.nan, n, levels)
     residual = y - (slope * x + intercept)
     se = math.sqrt(float(residual @ residual) / (n - 2) / float(((x - x.mean()) ** 2).sum()))
-    half = float(stats.t.ppf(0.975, n - 2)) * se
+    half = float(stats.t_quantile(0.975, n - 2)) * se
     return Scaling(float(slope), float(slope - half), float(slope + half), n, levels)
 
 

@@ -141,6 +141,23 @@ def test_a_ranged_setting_is_a_trend_with_an_interval_never_a_row_per_value():
         (np.tanh(z - 1.96 * se), np.tanh(z + 1.96 * se)))
 
 
+@pytest.mark.parametrize("sign", [1, -1])
+def test_the_trend_of_tied_values_is_spearmans_rho_of_average_ranks(sign):
+    """Ties in the setting (a log grid read back) and in the objective (accuracies in steps of
+    1/360): scipy's spearmanr, average ranks, in both directions of the trend."""
+    from orchestrator.report.stats import trend_table
+
+    lr = np.array([1e-3, 1e-3, 3e-3, 3e-3, 3e-3, 1e-2, 1e-2, 3e-2, 3e-2, 0.1])
+    value = np.round(0.5 + sign * 0.08 * np.log10(lr) + np.tile([0.02, -0.01], 5) * 3, 2)
+    value[2] = value[7]
+    trials = pd.DataFrame({"trial": range(10), "state": "COMPLETE", "value": value,
+                           "repeat": 0, "params.lr": lr, "searched": "lr"})
+    [row] = trend_table(trials, ["lr"], {"lr"}).to_dict("records")
+    rho = stats.spearmanr(lr, value).statistic
+    assert np.sign(rho) == sign and row["n"] == 10
+    assert row["spearman_rho"] == pytest.approx(rho, abs=1e-12)
+
+
 def test_a_level_mean_interval_stays_inside_the_metric_range():
     from orchestrator.report import factor_table
 
