@@ -472,8 +472,8 @@ def _why_undecided(r: PairResult, fmt: Callable[[float], str]) -> str:
 
 def t_quantile(q, df):
     """Student's t quantile: ``scipy.stats.t.ppf(q, df)``, computed by the function that
-    computes it (``scipy.special.stdtrit``) without importing ``scipy.stats`` (a third of a
-    second of every command that prints an interval). Arrays too."""
+    computes it (``scipy.special.stdtrit``) without importing ``scipy.stats`` (about 0.2 s of
+    every ``sweep report`` that compares no levels). Arrays too."""
     from scipy.special import stdtrit
 
     return stdtrit(df, q)
