@@ -3,6 +3,8 @@ numeric levels in numeric order, every pair of a 3-level setting with Holm and F
 64 under every scaling rule (reference batch 64: one configuration) counted once; a comparison's
 time to target and lr ranges in both directions. Pure functions on hand-made tables: fast tier."""
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -156,6 +158,36 @@ def test_the_trend_of_tied_values_is_spearmans_rho_of_average_ranks(sign):
     rho = stats.spearmanr(lr, value).statistic
     assert np.sign(rho) == sign and row["n"] == 10
     assert row["spearman_rho"] == pytest.approx(rho, abs=1e-12)
+
+
+def test_the_statistics_of_a_report_without_a_comparison_leave_scipy_stats_unimported():
+    """A level's t interval, a range's trend and a scaling exponent in a fresh interpreter:
+    ``scipy.stats`` (about 0.2 s of each ``sweep report``) stays unimported; only a comparison's
+    Wilcoxon and Friedman tests need it."""
+    from tests.conftest import ROOT
+
+    code = """
+import sys
+import numpy as np, pandas as pd
+from orchestrator.report import factor_table
+from orchestrator.report.comparison import scaling_exponent
+from orchestrator.report.stats import trend_table
+rng = np.random.default_rng(3)
+lr = 10 ** rng.uniform(-4, -1, 8)
+trials = pd.DataFrame({"trial": range(8), "state": "COMPLETE", "value": rng.random(8),
+                       "repeat": 0, "params.lr": lr, "params.optimizer": ["adam", "sgd"] * 4,
+                       "searched": "lr,optimizer"})
+table = factor_table(trials, ["optimizer"])
+trend = trend_table(trials, ["lr"], {"lr"})
+slope = scaling_exponent(np.array([32, 32, 64, 64, 128.0]), np.array([.01, .012, .02, .019, .04]))
+assert table["ci_low"].notna().all() and trend["ci_low"].notna().all(), (table, trend)
+assert np.isfinite([slope.ci_low, slope.ci_high]).all(), slope
+print(sorted(m for m in sys.modules if m == "scipy.stats" or m.startswith("scipy.stats.")))
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 def test_a_level_mean_interval_stays_inside_the_metric_range():
