@@ -40,6 +40,13 @@ SLOW_FIXTURES = {"quickstart", "quickstart_once", "two_sweeps", "cli", "pace", "
 # 15 times slower and the spinning took the cores from the rest. No test is about that policy.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# One torch thread per process, as a sweep's worker gets on a core of its own: the suite's two
+# test processes already load both cores, and a worker of a one-worker sweep would take both
+# (its share of 2 cores) to wait on the other's. `sweep run` caps its workers' threads at
+# OMP_NUM_THREADS (orchestrator.config.slots.thread_cap); an epoch of the digits CNN took 0.41
+# CPU-seconds on 2 threads, 0.25 on one. test_run checks both the cap and the share without it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 # what sweep makes once per installation (the empty MLflow store new SQLite stores copy) goes to
 # a cache folder of the tests', not the user's; shared by the test processes and runs (a file

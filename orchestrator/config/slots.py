@@ -21,6 +21,28 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+THREADS_VAR = "OMP_NUM_THREADS"
+
+
+def thread_cap() -> int | None:
+    """The most torch threads a worker may take: ``OMP_NUM_THREADS`` where it is set (the
+    first number of OpenMP's comma list), as torch itself reads it; None where it is unset or
+    empty.
+
+    Raises:
+        SweepError: it is set to something else than a positive whole number.
+    """
+    value = os.environ.get(THREADS_VAR, "").strip()
+    if not value:
+        return None
+    first = value.split(",")[0].strip()
+    if not first.isdigit() or int(first) < 1:
+        raise SweepError(f"{THREADS_VAR}={value!r}: not a number of threads; set it to a whole "
+                         f"number of at least 1 (e.g. {THREADS_VAR}=4), or unset it to give "
+                         f"each worker its share of the cores")
+    return int(first)
+
+
 def visible_gpus() -> list[str]:
     """GPU ids this process may use: ``CUDA_VISIBLE_DEVICES`` if set, else what nvidia-smi lists.
 
@@ -52,14 +74,15 @@ class Slot:
 
 
 def plan_slots(workers: int | None, gpus: list[str] | None = None, cores: int | None = None,
-               workers_per_gpu: int = 1, devices_per_trial: int = 1) -> list[Slot]:
+               workers_per_gpu: int = 1, devices_per_trial: int = 1,
+               max_threads: int | None = None) -> list[Slot]:
     """One slot per worker, each GPU taking up to ``workers_per_gpu`` of them, spread evenly.
 
     A trial on ``devices_per_trial`` devices takes that many GPUs at once (consecutive ids), or
     that many CPU shares. Default count: ``workers_per_gpu`` per GPU group; without GPUs one per
     core (each worker then runs single-threaded, which beat one worker with every thread on the
     shared benchmark work). ``gpus`` overrides the GPUs found (``CUDA_VISIBLE_DEVICES``, else
-    nvidia-smi).
+    nvidia-smi). ``max_threads`` caps each worker's threads (:func:`thread_cap`).
     """
     gpus = visible_gpus() if gpus is None else [str(g) for g in gpus]
     cores = cpu_count() if cores is None else cores
@@ -76,4 +99,6 @@ def plan_slots(workers: int | None, gpus: list[str] | None = None, cores: int | 
                          f"give {len(places)} slots, got {n} workers; raise workers_per_gpu or "
                          f"lower workers")
     threads = max(1, cores // (n * k))
+    if max_threads is not None:
+        threads = min(threads, max_threads)
     return [Slot(i, places[i % len(places)] if places else None, threads) for i in range(n)]

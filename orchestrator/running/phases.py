@@ -17,7 +17,7 @@ from typing import Any, Callable
 from optuna.trial import TrialState
 
 from ..answer import compare, objectives
-from ..config.slots import plan_slots
+from ..config.slots import plan_slots, thread_cap
 from ..config.spec import SweepSpec
 from ..core import keys
 from ..core.errors import SweepError
@@ -310,7 +310,7 @@ def check_in_worker(spec: SweepSpec, out: Path, log_dir: Path) -> list[dict[str,
         SweepError: the worker cannot start.
     """
     gpus = list(spec.gpus) if spec.gpus is not None else None
-    pool = WorkerPool(plan_slots(1, gpus), log_dir)
+    pool = WorkerPool(plan_slots(1, gpus, max_threads=thread_cap()), log_dir)
     pool.start()
     try:
         def check(request: Preflight) -> dict[str, Any]:

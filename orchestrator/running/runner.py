@@ -19,7 +19,7 @@ from typing import Any
 
 from ..answer import compare, objectives
 from ..config import space as sp
-from ..config.slots import plan_slots
+from ..config.slots import plan_slots, thread_cap
 from ..config.spec import SweepSpec, warm_up_settings
 from ..core import keys, paths
 from ..core.errors import ExitCode, SweepError, SweepFailure
@@ -165,7 +165,8 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
     gpus = gpus if gpus is not None else spec.gpus
     slots = plan_slots(workers or spec.workers, list(gpus) if gpus is not None else None,
                        workers_per_gpu=spec.workers_per_gpu,
-                       devices_per_trial=spec.train.get("devices_per_trial", 1))
+                       devices_per_trial=spec.train.get("devices_per_trial", 1),
+                       max_threads=thread_cap())
     # Workers never touch the stores, so they can import torch while the stores are created.
     logs = paths.work_dir(tracking_uri, spec.name) / "logs"
     made = next((f for f in (*reversed(logs.parents[:2]), logs) if not f.exists()), None)

@@ -3,6 +3,7 @@ import csv
 import io
 import json
 import math
+import os
 import re
 import statistics
 from collections import Counter
@@ -267,6 +268,26 @@ def test_identical_seeds_give_identical_curves(cli, stores, write_spec):
     run_b = stores.runs("second", "trial")[0].info.run_id
     for key in ("train_loss", "val_loss", "val_acc", "grad_norm", "lr"):
         assert histories(client, run_a, key) == histories(client, run_b, key)
+    # the tests' OMP_NUM_THREADS=1 (tests/conftest.py) caps the one worker's share of the cores
+    assert os.environ["OMP_NUM_THREADS"] == "1"
+    assert {r.data.tags["sweep.torch_threads"] for r in stores.runs("first", "trial")} == {"1"}
+
+
+def test_without_omp_num_threads_a_lone_worker_trains_on_every_core_and_a_bad_value_is_refused(
+        stores, write_spec):
+    spec = write_spec(tiny_spec(trials=1, train={"dataset": "digits", "epochs": 1}))
+    before = {p: p.stat().st_mtime_ns for p in stores.dir.rglob("*")}
+    bad = run_cli("run", str(spec), cwd=stores.dir, env={"OMP_NUM_THREADS": "two"})
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip().splitlines() == [
+        "sweep: OMP_NUM_THREADS='two': not a number of threads; set it to a whole number of at "
+        "least 1 (e.g. OMP_NUM_THREADS=4), or unset it to give each worker its share of the "
+        "cores"]
+    assert {p: p.stat().st_mtime_ns for p in stores.dir.rglob("*")} == before  # nothing written
+    out = run_cli("run", str(spec), cwd=stores.dir, env={"OMP_NUM_THREADS": ""})  # unset
+    assert out.returncode == 0, out.stderr
+    (run,) = stores.runs("tiny", "trial")
+    assert run.data.tags["sweep.torch_threads"] == str(len(os.sched_getaffinity(0)))
 
 
 def test_non_finite_loss_fails_the_trial_and_the_sweep_goes_on(cli, stores, write_spec):

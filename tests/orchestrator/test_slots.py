@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.config.slots import plan_slots
+from orchestrator.config.slots import plan_slots, thread_cap
 from orchestrator.core.errors import SweepError
 
 
@@ -42,3 +42,30 @@ def test_more_workers_than_gpu_groups_is_refused():
     with pytest.raises(SweepError, match=r"4 GPUs \(in trials of 2 GPUs\) x workers_per_gpu 1 "
                                          r"give 2 slots, got 3 workers"):
         plan_slots(3, gpus=["0", "1", "2", "3"], cores=4, devices_per_trial=2)
+
+
+def test_a_thread_cap_lowers_each_workers_share_and_never_raises_it():
+    assert [s.threads for s in plan_slots(2, gpus=[], cores=8, max_threads=3)] == [3, 3]
+    assert [s.threads for s in plan_slots(2, gpus=[], cores=8, max_threads=16)] == [4, 4]
+    assert [s.threads for s in plan_slots(4, gpus=[], cores=2, max_threads=1)] == [1] * 4
+
+
+@pytest.mark.parametrize("value, cap", [("3", 3), (" 2 ", 2), ("4,2", 4), ("", None)])
+def test_the_thread_cap_is_omp_num_threads_as_openmp_reads_it(monkeypatch, value, cap):
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    assert thread_cap() == cap
+
+
+def test_no_omp_num_threads_is_no_cap(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert thread_cap() is None
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", ",2"])
+def test_an_omp_num_threads_that_is_no_count_is_refused_naming_it_and_the_fix(monkeypatch,
+                                                                              value):
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    with pytest.raises(SweepError) as e:
+        thread_cap()
+    line = str(e.value)
+    assert f"OMP_NUM_THREADS={value!r}" in line and "unset it" in line and "\n" not in line
