@@ -116,12 +116,15 @@ def start_together(storage: str, tracking_uri: str, folder: Path,
     """
     go = folder / "go"
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    # in the test's folder, as a user's sweep in theirs: a database store's artifacts go to
+    # ./mlruns there (MLflow's default root), not into the repository; `tests` from ROOT
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     started = time.monotonic()
     # a session of its own: whatever is left of it and its children is killed at the end
     proc = subprocess.Popen(
         [sys.executable, "-c", FORKED,
          json.dumps([storage, tracking_uri, str(go), str(folder), MACHINES])],
-        cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=folder, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         start_new_session=True)
     try:
         ready_by = started + pace.budget(epochs=0, starts=MACHINES)
@@ -205,6 +208,8 @@ def test_processes_starting_together_on_new_databases_all_succeed(databases_of, 
     ends = start_together(storage, tracking_uri, tmp_path, pace)
     all_ended_well(ends)
     assert_one_trial_each(storage, tracking_uri)
+    # the trials' artifacts under MLflow's default root, in the folder the processes ran in
+    assert len(list((tmp_path / "mlruns").rglob("settings.yaml"))) == MACHINES
 
 
 def all_ended_well(ends: list[tuple[int, str]]) -> None:
