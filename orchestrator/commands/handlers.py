@@ -232,10 +232,12 @@ def cmd_completion(args, console: Console) -> ExitCode:
 
 
 def cmd_doctor(args, console: Console) -> ExitCode:
+    from ..config.slots import thread_cap
     from ..config.spec import PreflightSpec
     from ..running import preflight as pf
     from ..running.phases import check_in_worker
 
+    thread_cap()  # before any work: an OMP_NUM_THREADS that is no count is refused now
     if args.out:  # before any work
         reach.check_out(args.out, folder=True)
         outputs.check(args.out, pf.REPORT_FILES)

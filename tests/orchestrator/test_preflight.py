@@ -64,6 +64,16 @@ def test_doctor_exits_2_naming_the_failed_check(tmp_path, write_spec):
     assert "Traceback" not in done.stderr
 
 
+def test_doctor_refuses_an_omp_num_threads_that_is_no_count_before_it_writes(tmp_path,
+                                                                            write_spec):
+    path = write_spec(tiny_spec())
+    done = run_cli("doctor", str(path), "--out", str(tmp_path / "e"), cwd=tmp_path,
+                   env={"OMP_NUM_THREADS": "0"})
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("sweep: OMP_NUM_THREADS='0': not a number of threads;")
+    assert not (tmp_path / "e").exists() and not (tmp_path / ".sweep").exists()
+
+
 def test_a_failed_preflight_stops_sweep_run_before_any_trial(stores, write_spec):
     # one worker (each run starts its workers): the preflight runs in one worker whatever their
     # number, and the forced run's two trials need not run side by side
