@@ -36,7 +36,7 @@ def thread_cap() -> int | None:
     if not value:
         return None
     first = value.split(",")[0].strip()
-    if not first.isdigit() or int(first) < 1:
+    if not (first.isascii() and first.isdigit()) or int(first) < 1:  # not "²", "٣"
         raise SweepError(f"{THREADS_VAR}={value!r}: not a number of threads; set it to a whole "
                          f"number of at least 1 (e.g. {THREADS_VAR}=4), or unset it to give "
                          f"each worker its share of the cores")

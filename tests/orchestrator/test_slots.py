@@ -61,7 +61,7 @@ def test_no_omp_num_threads_is_no_cap(monkeypatch):
     assert thread_cap() is None
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", ",2"])
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", ",2", "²", "٣"])
 def test_an_omp_num_threads_that_is_no_count_is_refused_naming_it_and_the_fix(monkeypatch,
                                                                               value):
     monkeypatch.setenv("OMP_NUM_THREADS", value)
