@@ -237,7 +237,7 @@ def cmd_doctor(args, console: Console) -> ExitCode:
     from ..running import preflight as pf
     from ..running.phases import check_in_worker
 
-    thread_cap()  # before any work: an OMP_NUM_THREADS that is no count is refused now
+    threads = thread_cap()  # before any work: an OMP_NUM_THREADS that is no count
     if args.out:  # before any work
         reach.check_out(args.out, folder=True)
         outputs.check(args.out, pf.REPORT_FILES)
@@ -262,7 +262,7 @@ def cmd_doctor(args, console: Console) -> ExitCode:
     api.say_downloads(console, data_downloads(spec),
                       f"its progress bar is in {logs}/worker-*.log")
     with console.status(f"preflight of {spec.name!r}: data, devices, model, loss, one batch..."):
-        results = check_in_worker(spec, out, logs)
+        results = check_in_worker(spec, out, logs, max_threads=threads)
     pf.show(console, results)
     pf.write(out, results)
     console.print(f"evidence: {out}/preflight.md (and .json, sample images)", soft_wrap=True)

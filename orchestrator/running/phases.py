@@ -17,7 +17,7 @@ from typing import Any, Callable
 from optuna.trial import TrialState
 
 from ..answer import compare, objectives
-from ..config.slots import plan_slots, thread_cap
+from ..config.slots import plan_slots
 from ..config.spec import SweepSpec
 from ..core import keys
 from ..core.errors import SweepError
@@ -301,8 +301,10 @@ def lost_report(lost: Lost) -> dict[str, Any]:
     return {**report, "seconds": lost.seconds or 0.0}
 
 
-def check_in_worker(spec: SweepSpec, out: Path, log_dir: Path) -> list[dict[str, Any]]:
-    """``sweep doctor``'s checks in one worker process with every core, each configuration under
+def check_in_worker(spec: SweepSpec, out: Path, log_dir: Path,
+                    max_threads: int | None = None) -> list[dict[str, Any]]:
+    """``sweep doctor``'s checks in one worker process with every core (at most ``max_threads``
+    torch threads: :func:`~orchestrator.config.slots.thread_cap`), each configuration under
     its deadline: a model or a dataset that hangs (or kills the process) is that
     configuration's FAIL, and the next one gets a fresh worker.
 
@@ -310,7 +312,7 @@ def check_in_worker(spec: SweepSpec, out: Path, log_dir: Path) -> list[dict[str,
         SweepError: the worker cannot start.
     """
     gpus = list(spec.gpus) if spec.gpus is not None else None
-    pool = WorkerPool(plan_slots(1, gpus, max_threads=thread_cap()), log_dir)
+    pool = WorkerPool(plan_slots(1, gpus, max_threads=max_threads), log_dir)
     pool.start()
     try:
         def check(request: Preflight) -> dict[str, Any]:
