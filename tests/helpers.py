@@ -73,18 +73,25 @@ def finish(proc: subprocess.Popen, stores, name: str, pace) -> tuple[str, str]:
 
 
 def worker_pids(parent: int) -> list[int]:
-    """The pids of the training workers (``orchestrator.running.worker``) that ``parent``
-    started."""
-    pids = []
+    """The pids of the training workers that ``parent`` started: its children running
+    ``orchestrator.running.worker`` (a fresh process, as on a GPU) or the children of its
+    worker spawner, named ``sweep-worker`` (forked, :mod:`orchestrator.running.spawner`)."""
+    children: dict[int, list[int]] = {}
+    worker = set()
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
             cmd = (proc / "cmdline").read_bytes()
+            comm = (proc / "comm").read_text().strip()
         except OSError:
             continue
-        if int(stat[1]) == parent and b"orchestrator.running.worker" in cmd:
-            pids.append(int(proc.name))
-    return pids
+        children.setdefault(int(stat[1]), []).append(int(proc.name))
+        if b"orchestrator.running.worker" in cmd or comm == "sweep-worker":
+            worker.add(int(proc.name))
+    spawners = [p for p in children.get(parent, []) if p not in worker]
+    return sorted(p for p in (*children.get(parent, []),
+                              *(c for s in spawners for c in children.get(s, [])))
+                  if p in worker)
 
 
 def long_spec(**overrides):

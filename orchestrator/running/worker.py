@@ -1,6 +1,7 @@
 """A training worker process: imports torch once, then trains the trials its parent sends.
 
-Started by :mod:`orchestrator.running.pool` as ``python -m orchestrator.running.worker FD THREADS``;
+Started by :mod:`orchestrator.running.pool` as ``python -m orchestrator.running.worker FD THREADS``
+(or forked by :mod:`orchestrator.running.spawner`, which has imported torch already);
 talks to its parent over the connection on file descriptor FD with the messages of
 :mod:`orchestrator.running.protocol` and never touches Optuna or MLflow. It dies with its parent
 (``PR_SET_PDEATHSIG``, and an end-of-file on the connection).
@@ -246,11 +247,17 @@ def run_test(request: Test, trainers) -> Tested:
     return Tested(metrics=metrics)
 
 
-if __name__ == "__main__":
+def run(fd: int, threads: int, warm: str = "") -> int:
+    """:func:`main`, its exit code: 0 once the parent is gone, :data:`EXIT_PROTOCOL` when it
+    broke the protocol (what a worker forked by :mod:`~orchestrator.running.spawner` runs)."""
     try:
-        sys.exit(main(int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:4]))
+        return main(fd, threads, warm)
     except (EOFError, BrokenPipeError, ConnectionResetError):
-        sys.exit(0)  # the parent is gone
+        return 0  # the parent is gone
     except ProtocolError as e:
         sys.stderr.write(f"orchestrator.running.worker: {e}\n")
-        sys.exit(EXIT_PROTOCOL)
+        return EXIT_PROTOCOL
+
+
+if __name__ == "__main__":
+    sys.exit(run(int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:4]))

@@ -258,7 +258,8 @@ def test_a_worker_breaking_the_protocol_is_a_bug_in_one_line_and_exit_3(stores, 
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
         "import sys\n"
-        "if 'orchestrator.running.worker' in getattr(sys, 'orig_argv', []):\n"
+        "if {'orchestrator.running.worker', 'orchestrator.running.spawner'} & "
+        "set(getattr(sys, 'orig_argv', [])):\n"
         "    from orchestrator.running import protocol\n"
         "    real = protocol.encode\n"
         "    def encode(message):\n"

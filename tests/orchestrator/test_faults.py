@@ -289,7 +289,8 @@ def test_workers_that_never_start_are_killed_at_their_deadline_and_the_sweep_say
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
         "import sys, time\n"
-        "if 'orchestrator.running.worker' in getattr(sys, 'orig_argv', []):\n"
+        "if {'orchestrator.running.worker', 'orchestrator.running.spawner'} & "
+        "set(getattr(sys, 'orig_argv', [])):\n"
         "    time.sleep(3600)\n")
     spec = write_spec(tiny_spec(trials=2, workers=2, start_timeout_s=2))
     t0 = time.monotonic()

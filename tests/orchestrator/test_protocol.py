@@ -117,31 +117,42 @@ def test_the_pool_raises_on_an_unknown_op_from_a_worker(tmp_path):
             pool.wait(timeout=5)
 
 
-def started_worker(tmp_path) -> tuple[WorkerPool, Worker]:
-    """A real worker process on one CPU slot, once it said it is ready."""
-    pool = WorkerPool([Slot(0, None, 1)], tmp_path / "logs")
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    """One CPU slot for the cases below: each starts the worker again, forked by the one
+    spawner that imported torch (orchestrator/running/spawner.py)."""
+    pool = WorkerPool([Slot(0, None, 1)], tmp_path_factory.mktemp("pool") / "logs")
     pool.start()
+    yield pool
+    pool.stop()
+
+
+def started_worker(pool: WorkerPool) -> Worker:
+    """The pool's worker once it said it is ready: the one there, or a new one where the
+    last case's has ended."""
+    worker = pool.workers[0]
+    if worker.info is not None:  # a case used it: it has ended (or ends now)
+        worker.proc.kill()
+        worker.exit_reason()
+        worker = pool.restart(worker)
     deadline = time.monotonic() + 120
-    while not pool.workers[0].ready and time.monotonic() < deadline:
+    while not worker.ready and time.monotonic() < deadline:
         for _, msg in pool.wait(timeout=0.5):
             assert isinstance(msg, Ready), msg
-            pool.workers[0].info = msg
-    return pool, pool.workers[0]
+            worker.info = msg
+    return worker
 
 
-@pytest.mark.slow  # a worker process a case, each importing torch
+@pytest.mark.slow  # worker processes
 @pytest.mark.parametrize("raw, error", [
     ({"op": "bogus", "number": 0}, "unknown op 'bogus'"),
     ({"op": "train", "number": 0}, "bad train message"),
     ({"op": "decision", "stop": False}, "unexpected decision message"),  # not between trials
 ])
-def test_a_worker_sent_what_is_not_a_request_exits_without_training(tmp_path, raw, error):
-    pool, worker = started_worker(tmp_path)
-    try:
-        worker.conn.send(raw)  # as a runner with a bug would: past encode()
-        replies = pool.wait(timeout=60)
-        assert replies == [(worker, None)]  # its pipe closed: no epoch, no answer
-        reason = worker.exit_reason()
-        assert "exited with code 2" in reason and error in reason
-    finally:
-        pool.stop()
+def test_a_worker_sent_what_is_not_a_request_exits_without_training(pool, raw, error):
+    worker = started_worker(pool)
+    worker.conn.send(raw)  # as a runner with a bug would: past encode()
+    replies = pool.wait(timeout=60)
+    assert replies == [(worker, None)]  # its pipe closed: no epoch, no answer
+    reason = worker.exit_reason()
+    assert "exited with code 2" in reason and error in reason

@@ -1,0 +1,151 @@
+"""The CPU workers forked from one spawner process (orchestrator/running/spawner.py): real
+processes, real signals, the pool's own handles."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config.slots import Slot
+from orchestrator.running.pool import Forked, WorkerPool
+from orchestrator.running.protocol import Ready
+
+pytestmark = pytest.mark.slow  # worker processes importing torch
+
+
+def ready(pool: WorkerPool, timeout: float = 120) -> None:
+    """Wait till every worker of ``pool`` said Ready."""
+    deadline = time.monotonic() + timeout
+    while not all(w.ready for w in pool.workers):
+        assert time.monotonic() < deadline, "the workers did not start in time"
+        for worker, msg in pool.wait(timeout=0.5):
+            assert isinstance(msg, Ready), (worker.slot, msg, worker.exit_reason())
+            worker.info = msg
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def gone(pid: int) -> bool:
+    """Whether ``pid`` has ended and been reaped (no zombie left)."""
+    return not Path(f"/proc/{pid}").exists()
+
+
+def wait_gone(pids, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while not all(gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return all(gone(p) for p in pids)
+
+
+def test_cpu_workers_are_forked_from_one_spawner_and_one_restarted_is_forked_again(tmp_path):
+    pool = WorkerPool([Slot(0, None, 1), Slot(1, None, 1)], tmp_path / "logs")
+    pool.start()
+    try:
+        ready(pool)
+        spawner = pool.spawner.proc.pid
+        first = [w.info.pid for w in pool.workers]
+        # both children of the one process that imported torch, none a fresh interpreter
+        assert [parent_of(p) for p in first] == [spawner, spawner]
+        assert [w.proc.pid for w in pool.workers] == first
+        assert {Path(f"/proc/{p}/comm").read_text().strip() for p in first} == {"sweep-worker"}
+        assert [w.info.torch_threads for w in pool.workers] == [1, 1]
+        assert all(isinstance(w.proc, Forked) and w.proc.poll() is None for w in pool.workers)
+
+        # a worker killed: its end (and its exit code, read by the spawner) reaches the pool
+        victim = pool.workers[0]
+        os.kill(victim.info.pid, signal.SIGKILL)
+        assert pool.wait(timeout=30) == [(victim, None)]
+        assert victim.exit_reason().startswith(f"worker 0 (pid {first[0]}) killed by SIGKILL")
+        assert victim.proc.returncode == -signal.SIGKILL and wait_gone([first[0]])  # reaped
+
+        # started again: forked by the same spawner, in a moment, with no new import
+        again = pool.restart(victim)
+        t0 = time.monotonic()
+        ready(pool)
+        assert again.info.pid not in first and parent_of(again.info.pid) == spawner
+        assert pool.spawner.proc.pid == spawner
+        assert time.monotonic() - t0 < 30
+        workers = [w.info.pid for w in pool.workers]
+    finally:
+        pool.stop()
+    # stopped: every worker and the spawner ended and reaped, nothing left behind
+    assert wait_gone([*workers, spawner])
+    assert pool.spawner.proc.returncode == 0
+
+
+def test_a_dead_spawner_takes_its_workers_and_a_restart_starts_a_new_one(tmp_path):
+    pool = WorkerPool([Slot(0, None, 1), Slot(1, None, 1)], tmp_path / "logs")
+    pool.start()
+    try:
+        ready(pool)
+        old, workers = pool.spawner, [w.info.pid for w in pool.workers]
+        old.proc.kill()
+        ends = []
+        deadline = time.monotonic() + 30
+        while len(ends) < 2 and time.monotonic() < deadline:
+            ends += pool.wait(timeout=0.5)
+        assert sorted(w.slot.index for w, msg in ends if msg is None) == [0, 1]
+        assert wait_gone(workers)  # they died with it, none left training
+        # no exit code to read any more: told as a kill, which it was
+        assert all(w.exit_reason().startswith(f"worker {w.slot.index} (pid {pid}) killed by "
+                                              f"SIGKILL") for w, pid in zip(pool.workers,
+                                                                            workers))
+        for w in list(pool.workers):
+            pool.restart(w)
+        ready(pool)
+        assert pool.spawner is not old and pool.spawner.proc.poll() is None
+        assert {parent_of(w.info.pid) for w in pool.workers} == {pool.spawner.proc.pid}
+    finally:
+        pool.stop()
+
+
+def test_a_worker_not_yet_forked_is_killed_with_its_spawner_and_says_so(tmp_path):
+    """While the spawner imports (here: forever), a worker owed is killed by killing the
+    spawner, and its end names the spawner; the pool stops at once, not after its graces."""
+    pool = WorkerPool([Slot(0, None, 1)], tmp_path / "logs")
+    hang = tmp_path / "hook"
+    hang.mkdir()
+    (hang / "sitecustomize.py").write_text(
+        "import sys, time\n"
+        "if 'orchestrator.running.spawner' in sys.orig_argv:\n"
+        "    time.sleep(3600)\n")
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = f"{hang}{os.pathsep}{old}" if old else str(hang)
+    try:
+        pool.start()
+    finally:
+        os.environ.pop("PYTHONPATH") if old is None else os.environ.update(PYTHONPATH=old)
+    worker = pool.workers[0]
+    try:
+        assert pool.wait(timeout=1) == [] and worker.alive and worker.proc.pid is None
+        pool.kill_one(worker, "it did not start within 1 s")
+        assert pool.wait(timeout=10) == [(worker, None)]
+        reason = worker.exit_reason()
+        assert reason.startswith(f"worker 0 never started: its spawner (pid "
+                                 f"{pool.spawner.proc.pid}) was killed by SIGKILL"), reason
+        assert reason.endswith("(it did not start within 1 s)"), reason
+    finally:
+        t0 = time.monotonic()
+        pool.stop()
+        assert time.monotonic() - t0 < 5
+
+
+def test_a_gpu_slot_starts_a_fresh_process_not_a_fork(tmp_path):
+    """A process that forks must not have started CUDA: a worker on a GPU is a fresh
+    interpreter, its devices set before it imports torch."""
+    pool = WorkerPool([Slot(0, "0", 1)], tmp_path / "logs")
+    pool.start()
+    try:
+        ready(pool)
+        (worker,) = pool.workers
+        assert isinstance(worker.proc, subprocess.Popen) and pool.spawner is None
+        assert parent_of(worker.info.pid) == os.getpid()
+        assert worker.info.cuda_visible_devices == "0"
+    finally:
+        pool.stop()
