@@ -165,12 +165,13 @@ def test_a_machine_killed_mid_trial_is_failed_by_heartbeat_and_retried(databases
     while victim is None and time.monotonic() < deadline:
         assert doomed.poll() is None, doomed.communicate()
         assert survivor.poll() is None, survivor.communicate()
-        try:
-            running = {t.user_attrs.get("sweep.owner", {}).get("pid"): t.number
-                       for t in _study(storage, "survivor").trials if t.state.name == "RUNNING"}
-        except KeyError:  # the study is not created yet
-            running = {}
-        victim = running.get(doomed.pid) if survivor.pid in running else None
+        victim = _running(storage, doomed.pid) if _running(storage, survivor.pid) is not None \
+            else None
+        if victim is not None:  # frozen, then seen still running: it ends with the kill
+            doomed.send_signal(signal.SIGSTOP)
+            if _running(storage, doomed.pid) != victim:  # it ended meanwhile: again
+                victim = None
+                doomed.send_signal(signal.SIGCONT)
         time.sleep(0.1)
     assert victim is not None, "the two machines never ran trials at one time"
     doomed.kill()  # kill -9: no cleanup of any kind
@@ -195,6 +196,16 @@ def test_a_machine_killed_mid_trial_is_failed_by_heartbeat_and_retried(databases
     dead = [r for r in runs if r.data.tags.get("sweep.trial_number") == str(victim)]
     assert all(r.info.status == "FAILED" and "no heartbeat" in r.data.tags["sweep.fail_reason"]
                for r in dead)
+
+
+def _running(storage: str, pid: int) -> int | None:
+    """The number of a trial of sweep "survivor" that process ``pid`` runs, if any."""
+    try:
+        trials = _study(storage, "survivor").trials
+    except KeyError:  # the study is not created yet
+        return None
+    return next((t.number for t in trials if t.state.name == "RUNNING"
+                 and t.user_attrs.get("sweep.owner", {}).get("pid") == pid), None)
 
 
 def test_two_machines_finishing_together_end_the_sweep_once(two_machines, server):
