@@ -12,6 +12,7 @@ again after a crash, skip the seconds of imports. Workers on GPUs start as fresh
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -270,12 +271,16 @@ class Spawner:
         self.gone = False  # its socket closed: it ended (or was closed)
 
     @staticmethod
+    @functools.cache
     def supported() -> bool:
-        return (sys.platform == "linux" and hasattr(os, "pidfd_open")
-                and hasattr(signal, "pidfd_send_signal") and hasattr(socket, "send_fds"))
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
+        """Linux with pidfds (kernel 5.3 or later): elsewhere workers start as fresh processes."""
+        if sys.platform != "linux" or not hasattr(signal, "pidfd_send_signal"):
+            return False
+        try:
+            os.close(os.pidfd_open(os.getpid()))
+        except OSError:  # an older kernel
+            return False
+        return True
 
     def spawn(self, conn_fd: int, threads: int, log: Path, warm: str,
               env: dict[str, str]) -> Forked:
@@ -319,7 +324,8 @@ class Spawner:
                 except ProcessLookupError:  # reaped already: the spawner died, and it with it
                     self.pidfds[answer["token"]] = None
             elif answer["op"] == "reaped":
-                self.codes[answer["pid"]] = answer["code"]
+                self.codes[answer["pid"]] = SPAWNER_DIED if answer["code"] is None \
+                    else answer["code"]
 
     def ended(self) -> bool:
         self.read()

@@ -16,8 +16,8 @@ pool over a ``SOCK_SEQPACKET`` socket (file descriptor FD), one JSON object a me
   ``{"op": "forked", "token": T, "pid": PID}``.
 * ``{"op": "reap", "pid": PID}``: wait for that worker, which has ended; answered
   ``{"op": "reaped", "pid": PID, "code": C}`` (C as ``Popen.returncode``: negative for a
-  signal). A worker is reaped only when the pool asks, so its pid is never reused while the
-  pool may still signal it.
+  signal; null for a pid that is none of its workers). A worker is reaped only when the
+  pool asks, so its pid is never reused while the pool may still signal it.
 
 It dies with the pool's process and its workers die with it (``PR_SET_PDEATHSIG``), and it
 leaves when the pool closes the socket.
@@ -60,9 +60,12 @@ def main(fd: int) -> int:
             os.close(conn_fd)
             reply = {"op": "forked", "token": request["token"], "pid": pid}
         elif request["op"] == "reap":
-            _, status = os.waitpid(request["pid"], 0)
-            reply = {"op": "reaped", "pid": request["pid"],
-                     "code": os.waitstatus_to_exitcode(status)}
+            try:
+                _, status = os.waitpid(request["pid"], 0)
+                code = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:  # not a worker of this spawner: nothing to read
+                code = None
+            reply = {"op": "reaped", "pid": request["pid"], "code": code}
         else:
             raise ValueError(f"unknown request {request!r}")
         sock.sendall(json.dumps(reply).encode())
