@@ -490,8 +490,12 @@ def test_a_real_comparison_in_two_processes_records_one_answer(stores, write_spe
     """Two `sweep run` processes of one study (one worker each, the journal and the MLflow
     file shared): whichever ends the last trial, and whichever ends the sweep. The second
     joins once the first has created the study, while the first one's worker still starts:
-    both run trials however fast the machine trains (the CNN's epochs add margin)."""
-    path = write_spec(optimizer_spec("small_cnn"))
+    both run trials however fast the machine trains (three epochs a trial add margin: on one,
+    the first process, whose worker is forked from a spawner that imported torch, could run
+    all nine trials before the second's worker was ready)."""
+    spec = optimizer_spec("small_cnn")
+    spec["train"]["epochs"] = 3
+    path = write_spec(spec)
     procs = [start_sweep(path, stores.dir)]
     wait_for_study(stores, "opt3", procs[0], pace)
     procs.append(start_sweep(path, stores.dir))
