@@ -20,7 +20,8 @@ pool over a ``SOCK_SEQPACKET`` socket (file descriptor FD), one JSON object a me
   pool asks, so its pid is never reused while the pool may still signal it.
 
 It dies with the pool's process and its workers die with it (``PR_SET_PDEATHSIG``), and it
-leaves when the pool closes the socket.
+leaves when the pool closes the socket. It ignores Ctrl-C and SIGTERM: a signal sent to every
+process of a job reaches the pool's process and the workers as if there were no spawner.
 """
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ def main(fd: int) -> int:
     if not die_with_parent():
         return 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the pool's process's to handle
+    # a SIGTERM to every process of a job (`scancel`) is the pool's process's and each
+    # worker's to act on, as if there were no spawner: it leaves when its pool closes or dies
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sock = socket.socket(fileno=fd)
     preload()
     while True:
@@ -112,6 +116,7 @@ def become_worker(request: dict, conn_fd: int) -> int:
     os.close(log)
     os.close(null)
     os.environ.update(request["env"])  # its thread count, for what it starts in turn
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # ignored by the spawner alone
     try:
         ctypes.CDLL(None).prctl(PR_SET_NAME, b"sweep-worker")
     except (OSError, AttributeError):

@@ -71,6 +71,20 @@ def test_cpu_workers_are_forked_from_one_spawner_and_one_restarted_is_forked_aga
         assert again.info.pid not in first and parent_of(again.info.pid) == spawner
         assert pool.spawner.proc.pid == spawner
         assert time.monotonic() - t0 < 30
+
+        # a SIGTERM sent to every process of a job (`scancel`, a terminal's hang-up of the
+        # group) reaches the spawner and each worker: the spawner stays, each worker ends
+        # by SIGTERM itself (not by SIGKILL when its spawner dies first)
+        os.kill(spawner, signal.SIGTERM)
+        other = pool.workers[1]
+        os.kill(other.info.pid, signal.SIGTERM)
+        assert pool.wait(timeout=30) == [(other, None)]
+        assert other.exit_reason().startswith(f"worker 1 (pid {other.info.pid}) killed by "
+                                              f"SIGTERM")
+        assert pool.spawner.proc.poll() is None and again.proc.poll() is None
+        pool.restart(other)
+        ready(pool)
+        assert pool.spawner.proc.pid == spawner
         workers = [w.info.pid for w in pool.workers]
     finally:
         pool.stop()

@@ -489,6 +489,14 @@ def _stop(cluster: Cluster, daemons: list[subprocess.Popen]) -> None:
             proc.wait(timeout=15)
 
 
+def _states(study, tmp_path: Path, task: str) -> str:
+    """What a failed assertion shows: every trial's state and owner, and a task's log's end."""
+    log = tmp_path / ".sweep" / study.study_name / "submit" / f"slurm-{task}.log"
+    trials = [(t.number, t.state.name, t.user_attrs.get("sweep.owner", {}).get("pid"))
+              for t in study.trials]
+    return f"trials {trials}; {log.name}: {log.read_text()[-3000:] if log.exists() else '-'}"
+
+
 def _task_of(pid: int) -> str:
     """The array task (``JOB_TASK``) a process on this node runs in, from its environment."""
     env = dict(item.split("=", 1) for item in
@@ -524,9 +532,19 @@ def test_a_slurm_array_sweeps_together_and_a_cancelled_task_is_retried_by_the_ot
     # and marked so, for the tasks that join it at once to draw their own trials (see
     # test_tasks_joining_a_submitted_study_at_once_draw_their_own_trials)
     assert study().user_attrs["sweep.submitted"] is True
-    victim = _wait(lambda: next((t for t in study().get_trials(deepcopy=False)
-                                 if t.state.name == "RUNNING" and t.intermediate_values), None),
-                   pace.budget(epochs=4, starts=2), "a trial to report its first epoch")
+
+    def both_train():
+        """A trial that reported an epoch, once each task owns a running trial: the task that
+        started second may still be importing when the first reports (then no trial of the
+        other would be running, and a cancelled task rightly ends the parent run)."""
+        running = [t for t in study().get_trials(deepcopy=False) if t.state.name == "RUNNING"
+                   and "sweep.owner" in t.user_attrs]
+        if len({t.user_attrs["sweep.owner"]["pid"] for t in running}) < 2:
+            return None
+        return next((t for t in running if t.intermediate_values), None)
+
+    victim = _wait(both_train, pace.budget(epochs=4, starts=2),
+                   "both tasks to train, one of them past its first epoch")
     owner = victim.user_attrs["sweep.owner"]["pid"]
     cancelled = _task_of(owner)
     assert slurm.run("scancel", cancelled).returncode == 0
@@ -535,7 +553,7 @@ def test_a_slurm_array_sweeps_together_and_a_cancelled_task_is_retried_by_the_ot
     client = MlflowClient(tracking_uri=server)
     shared = client.get_run(study().user_attrs["sweep.parent_run_id"])
     assert survivor in slurm.jobs()  # it still trains: the parent run stays open for it
-    assert shared.info.status == "RUNNING"
+    assert shared.info.status == "RUNNING", _states(study(), tmp_path, cancelled)
     _wait(lambda: not slurm.jobs(), pace.budget(epochs=4 * 4, starts=2), "the job to end")
 
     trials = {t.number: t for t in study().trials}
