@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import forkcli
+
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "sweeps"
 
@@ -60,6 +62,9 @@ os.environ.setdefault("SWEEP_CACHE_DIR", str(Path(tempfile.gettempdir()) /
 # stopped. A handler of our own is reset to the default in each child (an ignored signal is not).
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# the environment above is the one run_cli's commands are forked in (tests/forkcli.py)
+forkcli.settle()
 
 
 def pytest_configure(config):
@@ -290,9 +295,14 @@ AS_STARTED = " ".join(as_typed(".venv/bin/sweep"))
 
 
 def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None):
-    """Run ``sweep ARGS`` as a user would (a real process); returns CompletedProcess."""
+    """Run ``sweep ARGS`` as a user would (a process of its own: forked from one that imported
+    the CLI's modules, or a fresh interpreter where only that is faithful, see
+    :mod:`tests.forkcli`); returns CompletedProcess."""
     full_env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     full_env.update(env or {})
+    forked = forkcli.run(args, cwd, timeout, full_env)
+    if forked is not None:
+        return forked
     return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, env=full_env)
 

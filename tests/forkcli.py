@@ -1,0 +1,236 @@
+"""``sweep`` commands for the tests, forked from one process that imported the CLI's modules.
+
+A fresh ``python -m orchestrator`` pays 1 to 3 CPU-seconds importing MLflow, Optuna, pandas and
+the CLI before it does anything; the suite runs hundreds of them. :func:`run` gives each
+command a process of its own all the same (its own pid, working folder, environment, output
+pipes, signals and exit code; ``runpy`` runs ``orchestrator`` as ``__main__`` and the
+interpreter exits as a fresh one does: threads joined, ``atexit``, finalizers), forked from a
+server that imported those modules once, without torch.
+
+Only what an interpreter start would make differently is left to fresh processes: a command
+with an environment other than the server's (``PYTHONPATH`` hooks, thread variables, a
+changed ``HOME``) runs as ``python -m orchestrator``, and so does every command when
+``SWEEP_TEST_FRESH_CLI=1``. The tests that watch a process's start itself (imports, signals
+while it starts, its parent) start their own.
+
+The server (``python -m tests.forkcli FD``, in the repository's root) dies with the test
+process. Each request is one message on a ``SOCK_SEQPACKET`` socket, with the command's
+connection and its output pipes attached. An intermediate process forks the command, sends
+its pid, waits for it and sends its exit code (as ``Popen.returncode``): the server itself
+never waits.
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_MESSAGE = 1 << 20
+# what the commands import; torch is none of it (a command that needs it imports it itself)
+PRELOAD = ("orchestrator.commands.cli", "orchestrator.commands.handlers",
+           "orchestrator.commands.api", "orchestrator.stores.tracking",
+           "orchestrator.running.runner", "mlflow.store.tracking.sqlalchemy_store",
+           "mlflow.tracking", "mlflow.tracing.processor.base_mlflow", "optuna",
+           "optuna.storages.journal", "sqlalchemy.dialects.sqlite", "pandas", "rich.console",
+           "rich.table", "orchestrator.report.plots", "orchestrator.report.comparison_plots",
+           "orchestrator.report.many", "matplotlib", "scipy.stats", "scipy.special")
+
+
+# ---------------------------------------------------------------------------- the server
+
+
+def serve(fd: int) -> dict:
+    """The server's loop; returns only in a forked command's process, with its request."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: gone with the tests
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the test process's
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # intermediates reaped by the kernel
+    import importlib
+
+    control = socket.socket(fileno=fd)
+    try:
+        for name in PRELOAD:
+            importlib.import_module(name)
+    except Exception as e:  # noqa: BLE001 - told to the test process, which starts fresh ones
+        control.sendall(json.dumps({"ready": False, "problem": repr(e)}).encode())
+        return {}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    said = os.fstat(2).st_size if stat.S_ISREG(os.fstat(2).st_mode) else 0
+    problem = ("torch was imported" if "torch" in sys.modules else
+               f"{threading.active_count()} threads run" if threading.active_count() > 1
+               else "the imports printed warnings (a fresh process shows them)" if said
+               else None)
+    control.sendall(json.dumps({"ready": problem is None, "problem": problem}).encode())
+    if problem:
+        return {}
+    while True:
+        raw, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 3)
+        if not raw:
+            os._exit(0)
+        if os.fork():
+            for f in fds:
+                os.close(f)
+            continue
+        # the intermediate: forks the command, tells its pid and its end
+        control.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        conn, out, err = fds
+        pid = os.fork()
+        if pid == 0:
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+            for f in (conn, out, err):
+                os.close(f)
+            return json.loads(raw)
+        os.close(out)
+        os.close(err)
+        reply = socket.socket(fileno=conn)
+        reply.sendall(json.dumps({"pid": pid}).encode())
+        _, status = os.waitpid(pid, 0)
+        reply.sendall(json.dumps({"code": os.waitstatus_to_exitcode(status)}).encode())
+        os._exit(0)
+
+
+def become(request: dict) -> None:
+    """In the command's process: what ``python -m orchestrator ARGS`` would have, started in
+    ``cwd`` (with the server's environment, as it stands after the imports: what the
+    command's own imports of ``orchestrator`` would have set in a fresh process)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.chdir(request["cwd"])  # its environment is the server's: only then is it forked
+    sys.path[0] = os.getcwd()  # -m puts the working folder first
+    import orchestrator
+
+    sys.argv = [str(Path(orchestrator.__file__).parent / "__main__.py"), *request["args"]]
+    sys.orig_argv = [sys.executable, "-m", "orchestrator", *request["args"]]
+    if "numpy" in sys.modules:  # seeded from the system at import, as in a fresh process
+        sys.modules["numpy"].random.seed()
+
+
+# ---------------------------------------------------------------------------- the client
+
+
+class _Server:
+    def __init__(self, env: dict):
+        self.env = env
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.log = tempfile.TemporaryFile()  # what the imports print: nothing, or no server
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.forkcli", str(theirs.fileno())],
+                                     pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                     stdout=self.log, stderr=self.log, env=env, cwd=ROOT)
+        theirs.close()
+        self.sock = ours
+        self.lock = threading.Lock()
+        answer = json.loads(ours.recv(MAX_MESSAGE) or b"{}")
+        self.ready = bool(answer.get("ready"))
+        self.problem = answer.get("problem", "it did not start")
+
+    def run(self, args, cwd, timeout: float) -> subprocess.CompletedProcess:
+        conn, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        request = {"args": list(args), "cwd": str(Path(cwd).resolve())}
+        try:
+            with self.lock:
+                socket.send_fds(self.sock, [json.dumps(request).encode()],
+                                [theirs.fileno(), out_w, err_w])
+        finally:
+            for f in (theirs.fileno(), out_w, err_w):
+                os.close(f)
+            theirs.detach()
+        deadline = time.monotonic() + timeout
+        conn.settimeout(timeout)
+        pid = json.loads(conn.recv(MAX_MESSAGE))["pid"]
+        chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+        sel = selectors.DefaultSelector()
+        for f in (out_r, err_r):
+            sel.register(f, selectors.EVENT_READ)
+        code = None
+        try:
+            while sel.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    os.kill(pid, signal.SIGKILL)
+                    raise subprocess.TimeoutExpired(["sweep", *args], timeout)
+                for key, _ in sel.select(timeout=min(left, 1.0)):
+                    data = os.read(key.fd, 1 << 16)
+                    if data:
+                        chunks[key.fd].append(data)
+                    else:
+                        sel.unregister(key.fd)
+            conn.settimeout(max(deadline - time.monotonic(), 0.1))
+            try:
+                code = json.loads(conn.recv(MAX_MESSAGE))["code"]
+            except TimeoutError:  # its output closed, the process still runs
+                os.kill(pid, signal.SIGKILL)
+                raise subprocess.TimeoutExpired(["sweep", *args], timeout) from None
+        finally:
+            sel.close()
+            for f in (out_r, err_r):
+                os.close(f)
+            conn.close()
+        text = {f: b"".join(c).decode().replace("\r\n", "\n").replace("\r", "\n")
+                for f, c in chunks.items()}
+        return subprocess.CompletedProcess([sys.executable, "-m", "orchestrator", *args], code,
+                                           text[out_r], text[err_r])
+
+
+_SERVER: _Server | None = None
+FORKED = 0  # the commands this process had forked: test_forkcli checks that run_cli forks
+# the environment the server runs in (the tests' own once conftest set its variables, as
+# ``run_cli`` passes it on: :func:`settle`): a command with another environment runs fresh
+BASE_ENV: dict[str, str] = {}
+
+
+# what may differ: MLflow's URI is never passed on; pytest names the test running, which no
+# command reads
+IGNORED = ("MLFLOW_TRACKING_URI", "PYTEST_CURRENT_TEST")
+
+
+def settle() -> None:
+    """Take this process's environment, as it is now, as the one commands are forked in."""
+    BASE_ENV.clear()
+    BASE_ENV.update((k, v) for k, v in os.environ.items() if k not in IGNORED)
+
+
+def _same_env(env: dict) -> bool:
+    return {k: v for k, v in env.items() if k not in IGNORED} == BASE_ENV
+
+
+def run(args, cwd, timeout: float, env: dict) -> subprocess.CompletedProcess | None:
+    """``sweep ARGS`` forked from the server (started on first use); None where only a fresh
+    process is faithful (see the module's docstring): the caller starts one."""
+    global _SERVER, FORKED
+    if os.environ.get("SWEEP_TEST_FRESH_CLI") == "1" or not BASE_ENV or not _same_env(env):
+        return None
+    if _SERVER is None or _SERVER.proc.poll() is not None:
+        _SERVER = _Server(BASE_ENV)
+    if not _SERVER.ready:
+        return None
+    FORKED += 1
+    return _SERVER.run(args, cwd, timeout)
+
+
+if __name__ == "__main__":
+    request = serve(int(sys.argv[1]))
+    if not request:
+        sys.exit(0)
+    become(request)
+    del request
+    import runpy
+
+    runpy.run_module("orchestrator", run_name="__main__", alter_sys=True)

@@ -1,0 +1,78 @@
+"""The tests' ``sweep`` commands forked from one process that imported the CLI's modules
+(tests/forkcli.py) are the commands a fresh ``python -m orchestrator`` runs: the same output,
+exit codes and files, in a process of their own."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import yaml
+
+from tests import forkcli
+from tests.conftest import run_cli, tiny_spec
+
+
+def fresh(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300, env=forkcli.BASE_ENV)
+
+
+def same(text: str) -> str:
+    """Output with what differs between two runs of one command masked: ids, times, paths."""
+    text = re.sub(r"[0-9a-f]{32}", "ID", text)
+    text = re.sub(r"\d+(\.\d+)? (s|ms|min)\b", "T", text)
+    return re.sub(r"/tmp/\S+", "PATH", text)
+
+
+def test_the_tests_commands_are_forked_from_a_server_without_torch_or_threads(tmp_path):
+    before = forkcli.FORKED
+    done = run_cli("--help", cwd=tmp_path)  # as every test's commands: the tests' environment
+    assert forkcli._SERVER is not None and forkcli._SERVER.ready, forkcli._SERVER.problem
+    assert forkcli.FORKED == before + 1 and done.returncode == 0 and "sweep" in done.stdout
+    # a command with another environment is never forked: only a fresh process reads it
+    other = {**forkcli.BASE_ENV, "PYTHONPATH": "/nowhere"}
+    assert forkcli.run(["--help"], cwd=forkcli.ROOT, timeout=60, env=other) is None
+
+
+def test_a_forked_command_does_what_a_fresh_one_does(tmp_path):
+    spec = tiny_spec(trials=1, train={"dataset": "digits", "model": "small_cnn", "epochs": 1})
+    for how in ("forked", "fresh"):
+        folder = tmp_path / how
+        folder.mkdir()
+        (folder / "s.yaml").write_text(yaml.safe_dump(spec))
+        (folder / "bad.yaml").write_text(yaml.safe_dump({**spec, "trials": -1}))
+    got = {}
+    for how in ("forked", "fresh"):
+        folder = tmp_path / how
+        runs = []
+        for args in (["run", "s.yaml"], ["status"], ["report", "tiny"], ["validate", "bad.yaml"],
+                     ["run", "nope.yaml"], ["run", "--bogus"]):
+            if how == "forked":
+                done = forkcli.run(args, cwd=folder, timeout=300, env=forkcli.BASE_ENV)
+                assert done is not None
+            else:
+                done = fresh(*args, cwd=folder)
+            runs.append((args, done.returncode, same(done.stdout), same(done.stderr)))
+        got[how] = runs
+        files = sorted(same(str(p.relative_to(folder))) for p in folder.rglob("*")
+                       if ".sweep" not in p.parts and "mlruns" not in p.parts)
+        got[how].append(files)
+    assert got["forked"][0][1] == 0 and got["forked"][3][1] == 2  # a sweep ran; bad YAML refused
+    assert got["forked"] == got["fresh"]
+
+
+def test_a_forked_command_is_a_process_of_its_own_killed_at_its_timeout(tmp_path):
+    shutil.copy(forkcli.ROOT / "sweeps" / "quickstart.yaml", tmp_path / "q.yaml")
+    before = forkcli._SERVER.proc.pid if forkcli._SERVER else None
+    try:
+        forkcli.run(["run", "q.yaml"], cwd=tmp_path, timeout=3, env=forkcli.BASE_ENV)
+    except subprocess.TimeoutExpired:
+        pass
+    else:
+        raise AssertionError("the sweep was not stopped at its timeout")
+    assert forkcli._SERVER.proc.poll() is None  # the server goes on
+    assert before in (None, forkcli._SERVER.proc.pid)
+    assert os.getpid() != forkcli._SERVER.proc.pid
