@@ -59,6 +59,7 @@ def serve(fd: int) -> dict:
     import importlib
 
     control = socket.socket(fileno=fd)
+    before = dict(os.environ)
     try:
         for name in PRELOAD:
             importlib.import_module(name)
@@ -72,7 +73,10 @@ def serve(fd: int) -> dict:
                f"{threading.active_count()} threads run" if threading.active_count() > 1
                else "the imports printed warnings (a fresh process shows them)" if said
                else None)
-    control.sendall(json.dumps({"ready": problem is None, "problem": problem}).encode())
+    # what the imports set (``orchestrator`` sets MLflow's variables): a command gets them too
+    added = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    control.sendall(json.dumps({"ready": problem is None, "problem": problem,
+                                "added": added}).encode())
     if problem:
         return {}
     while True:
@@ -105,13 +109,16 @@ def serve(fd: int) -> dict:
 
 def become(request: dict) -> None:
     """In the command's process: what ``python -m orchestrator ARGS`` would have, started in
-    ``cwd`` (with the server's environment, as it stands after the imports: what the
-    command's own imports of ``orchestrator`` would have set in a fresh process)."""
+    ``cwd`` with ``env``."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    os.chdir(request["cwd"])  # its environment is the server's: only then is it forked
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    for k, v in request["added"].items():  # what its own import of orchestrator would set
+        os.environ.setdefault(k, v)
     sys.path[0] = os.getcwd()  # -m puts the working folder first
     import orchestrator
 
@@ -138,12 +145,23 @@ class _Server:
         answer = json.loads(ours.recv(MAX_MESSAGE) or b"{}")
         self.ready = bool(answer.get("ready"))
         self.problem = answer.get("problem", "it did not start")
+        self.added = answer.get("added", {})
 
-    def run(self, args, cwd, timeout: float) -> subprocess.CompletedProcess:
+    def forks(self, env: dict) -> bool:
+        """Whether a command with ``env`` may be forked: it differs from the server's only in
+        what no preloaded module reads as it is imported (:data:`IGNORED`, what the imports
+        set themselves, variables of torch and its libraries, which are not preloaded)."""
+        differ = {k for k in {*env, *self.env} if env.get(k) != self.env.get(k)}
+        return self.ready and all(
+            k in IGNORED or k in TORCH_ONLY or (k in self.added and env.get(k, self.added[k])
+                                                 == self.added[k]) for k in differ)
+
+    def run(self, args, cwd, env: dict, timeout: float) -> subprocess.CompletedProcess:
         conn, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        request = {"args": list(args), "cwd": str(Path(cwd).resolve())}
+        request = {"args": list(args), "cwd": str(Path(cwd).resolve()), "env": env,
+                   "added": self.added}
         try:
             with self.lock:
                 socket.send_fds(self.sock, [json.dumps(request).encode()],
@@ -199,6 +217,10 @@ BASE_ENV: dict[str, str] = {}
 # what may differ: MLflow's URI is never passed on; pytest names the test running, which no
 # command reads
 IGNORED = ("MLFLOW_TRACKING_URI", "PYTEST_CURRENT_TEST")
+# set in the test process once torch or a trainer was imported there; read by torch and the
+# OpenMP and CUDA libraries it loads, none of which the server imports
+TORCH_ONLY = ("KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "CUBLAS_WORKSPACE_CONFIG",
+              "TORCHINDUCTOR_CACHE_DIR")
 
 
 def settle() -> None:
@@ -207,22 +229,18 @@ def settle() -> None:
     BASE_ENV.update((k, v) for k, v in os.environ.items() if k not in IGNORED)
 
 
-def _same_env(env: dict) -> bool:
-    return {k: v for k, v in env.items() if k not in IGNORED} == BASE_ENV
-
-
 def run(args, cwd, timeout: float, env: dict) -> subprocess.CompletedProcess | None:
     """``sweep ARGS`` forked from the server (started on first use); None where only a fresh
     process is faithful (see the module's docstring): the caller starts one."""
     global _SERVER, FORKED
-    if os.environ.get("SWEEP_TEST_FRESH_CLI") == "1" or not BASE_ENV or not _same_env(env):
+    if os.environ.get("SWEEP_TEST_FRESH_CLI") == "1" or not BASE_ENV:
         return None
     if _SERVER is None or _SERVER.proc.poll() is not None:
         _SERVER = _Server(BASE_ENV)
-    if not _SERVER.ready:
+    if not _SERVER.forks(env):
         return None
     FORKED += 1
-    return _SERVER.run(args, cwd, timeout)
+    return _SERVER.run(args, cwd, env, timeout)
 
 
 if __name__ == "__main__":

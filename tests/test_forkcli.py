@@ -28,13 +28,17 @@ def same(text: str) -> str:
 
 
 def test_the_tests_commands_are_forked_from_a_server_without_torch_or_threads(tmp_path):
+    import torch  # noqa: F401 - what it sets in this process's environment changes nothing
+
     before = forkcli.FORKED
     done = run_cli("--help", cwd=tmp_path)  # as every test's commands: the tests' environment
     assert forkcli._SERVER is not None and forkcli._SERVER.ready, forkcli._SERVER.problem
     assert forkcli.FORKED == before + 1 and done.returncode == 0 and "sweep" in done.stdout
     # a command with another environment is never forked: only a fresh process reads it
-    other = {**forkcli.BASE_ENV, "PYTHONPATH": "/nowhere"}
-    assert forkcli.run(["--help"], cwd=forkcli.ROOT, timeout=60, env=other) is None
+    for changed in ({"PYTHONPATH": "/nowhere"}, {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "true"}):
+        other = {**forkcli.BASE_ENV, **changed}
+        assert forkcli.run(["--help"], cwd=forkcli.ROOT, timeout=60, env=other) is None
+    assert forkcli.FORKED == before + 1
 
 
 def test_a_forked_command_does_what_a_fresh_one_does(tmp_path):
