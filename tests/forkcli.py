@@ -8,10 +8,11 @@ interpreter exits as a fresh one does: threads joined, ``atexit``, finalizers), 
 server that imported those modules once, without torch.
 
 Only what an interpreter start would make differently is left to fresh processes: a command
-with an environment other than the server's (``PYTHONPATH`` hooks, thread variables, a
-changed ``HOME``) runs as ``python -m orchestrator``, and so does every command when
-``SWEEP_TEST_FRESH_CLI=1``. The tests that watch a process's start itself (imports, signals
-while it starts, its parent) start their own.
+whose environment differs from the server's in a variable a preloaded import may read
+(``PYTHONPATH`` hooks, thread variables, a changed ``HOME``: :meth:`_Server.forks`) runs as
+``python -m orchestrator``, and so does every command when ``SWEEP_TEST_FRESH_CLI=1``. The
+tests that watch a process's start itself (imports, signals while it starts, its parent)
+start their own.
 
 The server (``python -m tests.forkcli FD``, in the repository's root) dies with the test
 process. Each request is one message on a ``SOCK_SEQPACKET`` socket, with the command's
