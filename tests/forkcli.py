@@ -37,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_MESSAGE = 1 << 20
+START_TIMEOUT_S = 120  # the server's imports, on a loaded machine
 # what the commands import; torch is none of it (a command that needs it imports it itself)
 PRELOAD = ("orchestrator.commands.cli", "orchestrator.commands.handlers",
            "orchestrator.commands.api", "orchestrator.stores.tracking",
@@ -143,7 +144,13 @@ class _Server:
         theirs.close()
         self.sock = ours
         self.lock = threading.Lock()
-        answer = json.loads(ours.recv(MAX_MESSAGE) or b"{}")
+        ours.settimeout(START_TIMEOUT_S)
+        try:
+            answer = json.loads(ours.recv(MAX_MESSAGE) or b"{}")
+        except TimeoutError:  # imports that hang: the commands run fresh, as without it
+            self.proc.kill()
+            answer = {"problem": f"it did not start within {START_TIMEOUT_S} s"}
+        ours.settimeout(None)
         self.ready = bool(answer.get("ready"))
         self.problem = answer.get("problem", "it did not start")
         self.added = answer.get("added", {})
