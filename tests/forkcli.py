@@ -144,6 +144,7 @@ class _Server:
         theirs.close()
         self.sock = ours
         self.lock = threading.Lock()
+        self.last_pid = 0  # the last command's (test_forkcli checks it ended)
         ours.settimeout(START_TIMEOUT_S)
         try:
             answer = json.loads(ours.recv(MAX_MESSAGE) or b"{}")
@@ -180,7 +181,7 @@ class _Server:
             theirs.detach()
         deadline = time.monotonic() + timeout
         conn.settimeout(timeout)
-        pid = json.loads(conn.recv(MAX_MESSAGE))["pid"]
+        pid = self.last_pid = json.loads(conn.recv(MAX_MESSAGE))["pid"]
         chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
         sel = selectors.DefaultSelector()
         for f in (out_r, err_r):

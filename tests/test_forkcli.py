@@ -8,6 +8,8 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import yaml
 
@@ -77,6 +79,11 @@ def test_a_forked_command_is_a_process_of_its_own_killed_at_its_timeout(tmp_path
         pass
     else:
         raise AssertionError("the sweep was not stopped at its timeout")
+    pid = forkcli._SERVER.last_pid
+    assert pid not in (0, os.getpid(), forkcli._SERVER.proc.pid)  # a process of its own
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists()  # killed, and reaped by its intermediate
     assert forkcli._SERVER.proc.poll() is None  # the server goes on
     assert before in (None, forkcli._SERVER.proc.pid)
-    assert os.getpid() != forkcli._SERVER.proc.pid
