@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import forkcli
+from tests import forkcli, zygote
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "sweeps"
@@ -62,6 +62,11 @@ os.environ.setdefault("SWEEP_CACHE_DIR", str(Path(tempfile.gettempdir()) /
 # stopped. A handler of our own is reset to the default in each child (an ignored signal is not).
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# the sweeps' worker spawners forked from this process's zygote (tests/zygote.py), in this
+# process and in the commands run_cli forks; the address is this process's own
+os.environ[zygote.VAR] = zygote.address()
+zygote.install(owner=True)
 
 # the environment above is the one run_cli's commands are forked in (tests/forkcli.py)
 forkcli.settle()

@@ -65,6 +65,9 @@ def serve(fd: int) -> dict:
     try:
         for name in PRELOAD:
             importlib.import_module(name)
+        from tests import zygote
+
+        zygote.install(owner=False)  # a command's spawner forked by the test process's zygote
     except Exception as e:  # noqa: BLE001 - told to the test process, which starts fresh ones
         control.sendall(json.dumps({"ready": False, "problem": repr(e)}).encode())
         return {}
@@ -232,6 +235,10 @@ TORCH_ONLY = ("KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "CUBLAS_WORKSPACE_CONF
               "TORCHINDUCTOR_CACHE_DIR")
 
 
+# the commands that may start a pool of workers (tests/zygote.py forks their spawners)
+POOLS = {"run", "doctor", "reproduce", "export"}
+
+
 def settle() -> None:
     """Take this process's environment, as it is now, as the one commands are forked in."""
     BASE_ENV.clear()
@@ -249,6 +256,10 @@ def run(args, cwd, timeout: float, env: dict) -> subprocess.CompletedProcess | N
     if not _SERVER.forks(env):
         return None
     FORKED += 1
+    if POOLS.intersection(args):  # its sweep's spawner will ask for the zygote
+        from tests import zygote
+
+        zygote.ensure()
     return _SERVER.run(args, cwd, env, timeout)
 
 

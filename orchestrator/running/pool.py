@@ -257,11 +257,7 @@ class Spawner:
         env = {**os.environ, **{var: str(threads) for var in THREAD_VARS},
                "PYTHONUNBUFFERED": "1"}
         self.log_path = log_dir / "spawner.log"
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator.running.spawner", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, env=env, cwd=os.getcwd(), close_fds=True)
+        self.proc = self.start(theirs, env, self.log_path)
         theirs.close()
         self.sock = ours
         self.tokens = itertools.count()
@@ -269,6 +265,16 @@ class Spawner:
         self.codes: dict[int, int] = {}  # pid -> its exit code, once reaped
         self.pidfds: dict[int, int | None] = {}  # token -> its pidfd, till its handle takes it
         self.gone = False  # its socket closed: it ended (or was closed)
+
+    @staticmethod
+    def start(theirs: socket.socket, env: dict[str, str], log_path: Path) -> subprocess.Popen:
+        """The spawner's process, on its end of the socket (the caller closes its copy), in
+        ``env`` and this process's working folder, writing to ``log_path``."""
+        with open(log_path, "ab") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.running.spawner", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, env=env, cwd=os.getcwd(), close_fds=True)
 
     @staticmethod
     @functools.cache

@@ -17,6 +17,15 @@ from orchestrator.running.protocol import Ready
 pytestmark = pytest.mark.slow  # worker processes importing torch
 
 
+@pytest.fixture(autouse=True)
+def _spawners_started_by_the_pool(monkeypatch):
+    """The pool's own spawners, children of this process (the tests' zygote forks the other
+    tests' ones, tests/zygote.py; test_zygote checks those against these)."""
+    from tests import zygote
+
+    monkeypatch.delenv(zygote.VAR, raising=False)
+
+
 def ready(pool: WorkerPool, timeout: float = 120) -> None:
     """Wait till every worker of ``pool`` said Ready."""
     deadline = time.monotonic() + timeout
