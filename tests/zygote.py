@@ -46,7 +46,12 @@ START_TIMEOUT_S = 120  # the zygote's first answer waits for its imports, on a l
 # used, never at import), the thread variables the pool sets (each worker applies its own with
 # torch.set_num_threads), and the spawner's unbuffered output (set up here, as Python does)
 IGNORED = ("PYTEST_CURRENT_TEST", "MLFLOW_TRACKING_URI", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-           "OPENBLAS_NUM_THREADS", "PYTHONUNBUFFERED")
+           "OPENBLAS_NUM_THREADS", "PYTHONUNBUFFERED",
+           # read when torch compiles or first uses CUDA, in the worker (the zygote does neither)
+           "TORCHINDUCTOR_CACHE_DIR", "CUBLAS_WORKSPACE_CONFIG")
+# set in the test process by scikit-learn's and joblib's imports; read by Intel's OpenMP as it
+# loads: ignored where the zygote's torch loaded GNU's (libgomp) instead, as pip's wheels do
+KMP = ("KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK")
 
 FORKED = 0  # spawners this process had forked by the zygote (test_zygote checks it)
 REFUSED: list[str] = []  # the zygote's reasons, where it refused this process
@@ -79,6 +84,8 @@ def serve(fd: int) -> tuple[dict, int]:
                           "its imports printed something (a fresh spawner logs it)"
                           if printed else None)
     added = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    with open("/proc/self/maps") as f:
+        ignored = IGNORED if "libiomp" in f.read() else IGNORED + KMP
     while True:
         conn, _ = listener.accept()
         conn.settimeout(10)
@@ -87,7 +94,7 @@ def serve(fd: int) -> tuple[dict, int]:
             raw, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 1)
             request = json.loads(raw)
             why = problem or ("no socket sent" if len(fds) != 1 else
-                              refusal(conn, request["env"], before, added))
+                              refusal(conn, request["env"], before, added, ignored))
             if why:
                 conn.sendall(json.dumps({"refused": why}).encode())
         except (OSError, ValueError, KeyError, TypeError):
@@ -121,7 +128,8 @@ def serve(fd: int) -> tuple[dict, int]:
         os._exit(0)
 
 
-def refusal(conn: socket.socket, env: dict, base: dict, added: dict) -> str | None:
+def refusal(conn: socket.socket, env: dict, base: dict, added: dict,
+            ignored: tuple[str, ...]) -> str | None:
     """Why a spawner forked for this pool would not be the one it starts itself; None if it
     would be."""
     peer, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
@@ -131,7 +139,7 @@ def refusal(conn: socket.socket, env: dict, base: dict, added: dict) -> str | No
             return "the pool's process is in another process group"
     except ProcessLookupError:
         return "the pool's process has ended"
-    differ = sorted(k for k in {*env, *base} if env.get(k) != base.get(k) and k not in IGNORED
+    differ = sorted(k for k in {*env, *base} if env.get(k) != base.get(k) and k not in ignored
                     and not (k in added and env.get(k, added[k]) == added[k]))
     return f"the pool's environment differs in {', '.join(differ)}" if differ else None
 
