@@ -19,7 +19,8 @@ faithful:
 * a pool whose environment differs from the zygote's in a variable its imports may have read
   (other than the pool's thread variables, which each worker applies itself, and what the
   imports set themselves, at the value they set);
-* a pool in another process group (a signal to its group would miss the spawner);
+* a pool in another process group (a signal to its group would miss the spawner), or of
+  another user (the zygote's abstract socket address has no permissions to keep them out);
 * a zygote whose imports failed, started a thread or printed something.
 
 Tests that look at a spawner's own start or parentage unset ``SWEEP_TEST_ZYGOTE`` (the
@@ -132,8 +133,10 @@ def refusal(conn: socket.socket, env: dict, base: dict, added: dict,
             ignored: tuple[str, ...]) -> str | None:
     """Why a spawner forked for this pool would not be the one it starts itself; None if it
     would be."""
-    peer, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                      struct.calcsize("3i")))
+    peer, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                        struct.calcsize("3i")))
+    if uid != os.getuid():  # an abstract address has no file permissions to guard it
+        return "the pool's process is another user's"
     try:
         if os.getpgid(peer) != os.getpgrp():
             return "the pool's process is in another process group"
