@@ -71,12 +71,14 @@ def serve(fd: int) -> tuple[dict, int]:
     listener = socket.socket(fileno=fd)
     before = dict(os.environ)
     problem = None
+    signal.alarm(START_TIMEOUT_S)  # imports that hang end it: the pools waiting start fresh ones
     try:
         from orchestrator.running import spawner
 
         spawner.preload()
     except Exception as e:  # noqa: BLE001 - each pool is told, and starts a fresh spawner
         problem = f"its imports failed: {e!r}"
+    signal.alarm(0)
     sys.stdout.flush()
     sys.stderr.flush()
     threads = len(os.listdir("/proc/self/task"))
@@ -288,14 +290,15 @@ def address() -> str:
 
 
 def ensure() -> None:
-    """In the test process: the zygote started (once; again if it died), listening at once."""
+    """In the test process: the zygote started, once, listening at once. One that ended (its
+    imports hung, or it was killed) is not started again: the pools start fresh spawners."""
     global _ZYGOTE
-    if _ZYGOTE is not None and _ZYGOTE.poll() is None:
+    if _ZYGOTE is not None:
         return
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         listener.bind("\0" + address())
-    except OSError:  # held by a zygote of ours still ending
+    except OSError:  # taken (by whom?): the pools start fresh spawners
         listener.close()
         return
     listener.listen(64)
