@@ -94,6 +94,33 @@ def worker_pids(parent: int) -> list[int]:
                   if p in worker)
 
 
+def pool_ready(pool, timeout: float = 120) -> None:
+    """Wait till every worker of ``pool`` (a :class:`~orchestrator.running.pool.WorkerPool`)
+    said Ready; each worker's ``info`` is its Ready message."""
+    deadline = time.monotonic() + timeout
+    while not all(w.ready for w in pool.workers):
+        assert time.monotonic() < deadline, "the workers did not start in time"
+        for worker, msg in pool.wait(timeout=0.5):
+            assert isinstance(msg, Ready), (worker.slot, msg, worker.exit_reason())
+            worker.info = msg
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def gone(pid: int) -> bool:
+    """Whether ``pid`` has ended and been reaped (no zombie left)."""
+    return not Path(f"/proc/{pid}").exists()
+
+
+def wait_gone(pids, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while not all(gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return all(gone(p) for p in pids)
+
+
 def long_spec(**overrides):
     """A 2-configuration grid of 40 epochs each: still training when the test acts on it."""
     return tiny_spec(train={"dataset": "digits", "epochs": 40, "batch_size": 32},

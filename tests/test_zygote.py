@@ -16,9 +16,9 @@ import yaml
 
 from orchestrator.config.slots import Slot
 from orchestrator.running.pool import WorkerPool
-from orchestrator.running.protocol import Ready
 from tests import forkcli, zygote
 from tests.conftest import ROOT, Stores, run_cli, tiny_spec
+from tests.helpers import parent_of, pool_ready, wait_gone
 
 pytestmark = pytest.mark.slow  # worker processes, sweeps
 
@@ -43,28 +43,8 @@ def build(num_classes, in_channels):
 '''
 
 
-def parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
 def cmdline(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-
-
-def ready(pool: WorkerPool, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not all(w.ready for w in pool.workers):
-        assert time.monotonic() < deadline, "the workers did not start in time"
-        for worker, msg in pool.wait(timeout=0.5):
-            assert isinstance(msg, Ready), (worker.slot, msg, worker.exit_reason())
-            worker.info = msg
-
-
-def gone(pids, seconds: float = 10) -> bool:
-    deadline = time.monotonic() + seconds
-    while any(Path(f"/proc/{p}").exists() for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not any(Path(f"/proc/{p}").exists() for p in pids)
 
 
 def test_a_sweep_trains_the_same_with_its_spawner_forked_by_the_zygote_or_fresh(tmp_path):
@@ -106,7 +86,7 @@ def test_a_spawner_from_the_zygote_is_killed_reaped_and_replaced_as_a_fresh_one(
     pool = WorkerPool([Slot(0, None, 1), Slot(1, None, 1)], tmp_path / "logs")
     pool.start()
     try:
-        ready(pool)
+        pool_ready(pool)
         old = pool.spawner.proc
         assert isinstance(old, zygote.Remote)
         # forked by an intermediate of this test process's zygote; the workers by it
@@ -122,7 +102,7 @@ def test_a_spawner_from_the_zygote_is_killed_reaped_and_replaced_as_a_fresh_one(
         assert pool.workers[1].exit_reason().startswith(f"worker 1 (pid {workers[1]}) killed "
                                                         f"by SIGTERM")
         pool.restart(pool.workers[1])
-        ready(pool)
+        pool_ready(pool)
         workers = [w.info.pid for w in pool.workers]
         assert {parent_of(p) for p in workers} == {old.pid}
         # a SIGTERM to it is ignored, as by a fresh one
@@ -136,20 +116,20 @@ def test_a_spawner_from_the_zygote_is_killed_reaped_and_replaced_as_a_fresh_one(
         while len(ends) < 2 and time.monotonic() < deadline:
             ends += pool.wait(timeout=0.5)
         assert sorted(w.slot.index for w, msg in ends if msg is None) == [0, 1]
-        assert gone(workers)
+        assert wait_gone(workers)
         assert all(w.exit_reason().startswith(f"worker {w.slot.index} (pid {pid}) killed by "
                                               f"SIGKILL") for w, pid in zip(pool.workers,
                                                                             workers))
         for w in list(pool.workers):
             pool.restart(w)
-        ready(pool)
+        pool_ready(pool)
         new = pool.spawner.proc
         assert isinstance(new, zygote.Remote) and new.pid != old.pid
         workers = [w.info.pid for w in pool.workers]
     finally:
         pool.stop()
     # stopped: its socket closed, it left by itself (code 0), and its workers with it
-    assert new.wait(timeout=10) == 0 and gone([*workers, new.pid])
+    assert new.wait(timeout=10) == 0 and wait_gone([*workers, new.pid])
 
 
 def test_the_zygote_refuses_what_a_fork_would_change(tmp_path):
@@ -165,7 +145,7 @@ def test_the_zygote_refuses_what_a_fork_would_change(tmp_path):
     finally:
         os.environ.pop("PYTHONPATH") if old is None else os.environ.update(PYTHONPATH=old)
     try:
-        ready(pool)
+        pool_ready(pool)
         assert isinstance(pool.spawner.proc, subprocess.Popen)
         assert zygote.REFUSED[refused:] == ["the pool's environment differs in PYTHONPATH"]
     finally:

@@ -152,13 +152,9 @@ def refusal(conn: socket.socket, env: dict, base: dict, added: dict,
 def become(request: dict, fd: int) -> int:
     """In the forked spawner: what ``python -m orchestrator.running.spawner FD`` would have,
     started in ``cwd`` with ``env`` and its output to ``log``; then its loop."""
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    os.close(null)
+    from orchestrator.running import spawner
+
+    spawner.output_to(request["log"])
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -167,8 +163,6 @@ def become(request: dict, fd: int) -> int:
         setattr(sys, name, io.TextIOWrapper(io.FileIO(f, "w", closefd=False),
                                             encoding=getattr(sys, name).encoding,
                                             errors="backslashreplace", write_through=True))
-    from orchestrator.running import spawner
-
     sys.argv = [spawner.__file__, str(fd)]
     if "numpy" in sys.modules:  # seeded from the system at import, as in a fresh process
         sys.modules["numpy"].random.seed()

@@ -106,15 +106,20 @@ def fork_worker(sock: socket.socket, request: dict, conn_fd: int) -> int:
         os._exit(code)
 
 
-def become_worker(request: dict, conn_fd: int) -> int:
-    """In the forked child: its log as its output, its slot's environment, then the worker."""
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+def output_to(path: str) -> None:
+    """This process's stdout and stderr appended to ``path``; its stdin ``/dev/null``."""
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
     os.close(null)
+
+
+def become_worker(request: dict, conn_fd: int) -> int:
+    """In the forked child: its log as its output, its slot's environment, then the worker."""
+    output_to(request["log"])
     os.environ.update(request["env"])  # its thread count, for what it starts in turn
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # ignored by the spawner alone
     try:

@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.config.slots import Slot
 from orchestrator.running.pool import Forked, WorkerPool
-from orchestrator.running.protocol import Ready
+from tests.helpers import parent_of, pool_ready, wait_gone
 
 pytestmark = pytest.mark.slow  # worker processes importing torch
 
@@ -26,37 +26,11 @@ def _spawners_started_by_the_pool(monkeypatch):
     monkeypatch.delenv(zygote.VAR, raising=False)
 
 
-def ready(pool: WorkerPool, timeout: float = 120) -> None:
-    """Wait till every worker of ``pool`` said Ready."""
-    deadline = time.monotonic() + timeout
-    while not all(w.ready for w in pool.workers):
-        assert time.monotonic() < deadline, "the workers did not start in time"
-        for worker, msg in pool.wait(timeout=0.5):
-            assert isinstance(msg, Ready), (worker.slot, msg, worker.exit_reason())
-            worker.info = msg
-
-
-def parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
-def gone(pid: int) -> bool:
-    """Whether ``pid`` has ended and been reaped (no zombie left)."""
-    return not Path(f"/proc/{pid}").exists()
-
-
-def wait_gone(pids, seconds: float = 10) -> bool:
-    deadline = time.monotonic() + seconds
-    while not all(gone(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return all(gone(p) for p in pids)
-
-
 def test_cpu_workers_are_forked_from_one_spawner_and_one_restarted_is_forked_again(tmp_path):
     pool = WorkerPool([Slot(0, None, 1), Slot(1, None, 1)], tmp_path / "logs")
     pool.start()
     try:
-        ready(pool)
+        pool_ready(pool)
         spawner = pool.spawner.proc.pid
         first = [w.info.pid for w in pool.workers]
         # both children of the one process that imported torch, none a fresh interpreter
@@ -76,7 +50,7 @@ def test_cpu_workers_are_forked_from_one_spawner_and_one_restarted_is_forked_aga
         # started again: forked by the same spawner, in a moment, with no new import
         again = pool.restart(victim)
         t0 = time.monotonic()
-        ready(pool)
+        pool_ready(pool)
         assert again.info.pid not in first and parent_of(again.info.pid) == spawner
         assert pool.spawner.proc.pid == spawner
         assert time.monotonic() - t0 < 30
@@ -92,7 +66,7 @@ def test_cpu_workers_are_forked_from_one_spawner_and_one_restarted_is_forked_aga
                                               f"SIGTERM")
         assert pool.spawner.proc.poll() is None and again.proc.poll() is None
         pool.restart(other)
-        ready(pool)
+        pool_ready(pool)
         assert pool.spawner.proc.pid == spawner
         workers = [w.info.pid for w in pool.workers]
     finally:
@@ -106,7 +80,7 @@ def test_a_dead_spawner_takes_its_workers_and_a_restart_starts_a_new_one(tmp_pat
     pool = WorkerPool([Slot(0, None, 1), Slot(1, None, 1)], tmp_path / "logs")
     pool.start()
     try:
-        ready(pool)
+        pool_ready(pool)
         old, workers = pool.spawner, [w.info.pid for w in pool.workers]
         old.proc.kill()
         ends = []
@@ -121,7 +95,7 @@ def test_a_dead_spawner_takes_its_workers_and_a_restart_starts_a_new_one(tmp_pat
                                                                             workers))
         for w in list(pool.workers):
             pool.restart(w)
-        ready(pool)
+        pool_ready(pool)
         assert pool.spawner is not old and pool.spawner.proc.poll() is None
         assert {parent_of(w.info.pid) for w in pool.workers} == {pool.spawner.proc.pid}
     finally:
@@ -165,7 +139,7 @@ def test_a_gpu_slot_starts_a_fresh_process_not_a_fork(tmp_path):
     pool = WorkerPool([Slot(0, "0", 1)], tmp_path / "logs")
     pool.start()
     try:
-        ready(pool)
+        pool_ready(pool)
         (worker,) = pool.workers
         assert isinstance(worker.proc, subprocess.Popen) and pool.spawner is None
         assert parent_of(worker.info.pid) == os.getpid()
