@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests import forkcli
@@ -43,6 +44,7 @@ def test_the_tests_commands_are_forked_from_a_server_without_torch_or_threads(tm
     assert forkcli.FORKED == before + 1
 
 
+@pytest.mark.slow  # sweeps
 def test_a_forked_command_does_what_a_fresh_one_does(tmp_path):
     spec = tiny_spec(trials=1, train={"dataset": "digits", "model": "small_cnn", "epochs": 1})
     for how in ("forked", "fresh"):
@@ -70,6 +72,7 @@ def test_a_forked_command_does_what_a_fresh_one_does(tmp_path):
     assert got["forked"] == got["fresh"]
 
 
+@pytest.mark.slow  # sweeps
 def test_a_forked_command_is_a_process_of_its_own_killed_at_its_timeout(tmp_path):
     shutil.copy(forkcli.ROOT / "sweeps" / "quickstart.yaml", tmp_path / "q.yaml")
     before = forkcli._SERVER.proc.pid if forkcli._SERVER else None
