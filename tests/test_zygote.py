@@ -84,7 +84,9 @@ def test_a_spawner_from_the_zygote_is_killed_reaped_and_replaced_as_a_fresh_one(
         tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     pool = WorkerPool([Slot(0, None, 1), Slot(1, None, 1)], tmp_path / "logs")
+    forked = zygote.FORKED
     pool.start()
+    assert zygote.FORKED == forked + 1  # one spawner for both workers
     try:
         pool_ready(pool)
         old = pool.spawner.proc

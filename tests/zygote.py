@@ -54,7 +54,7 @@ IGNORED = ("PYTEST_CURRENT_TEST", "MLFLOW_TRACKING_URI", "OMP_NUM_THREADS", "MKL
 # loads: ignored where the zygote's torch loaded GNU's (libgomp) instead, as pip's wheels do
 KMP = ("KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK")
 
-FORKED = 0  # spawners this process had forked by the zygote (test_zygote checks it)
+FORKED = 0  # spawners the zygote forked for this process's pools
 REFUSED: list[str] = []  # the zygote's reasons, where it refused this process
 
 
