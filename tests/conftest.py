@@ -71,6 +71,13 @@ zygote.install(owner=True)
 # the environment above is the one run_cli's commands are forked in (tests/forkcli.py)
 forkcli.settle()
 
+# The test modules as pytest rewrites their asserts, cached as bytecode (in their
+# __pycache__/, beside what pytest_configure compiles) even where PYTHONDONTWRITEBYTECODE is
+# set (this project's development machines set it): otherwise each test process rewrites and
+# compiles every test file again as it collects, about 7 of its 17 CPU-seconds of collection.
+# This process alone: the processes the tests start keep the environment's setting.
+sys.dont_write_bytecode = False
+
 
 def pytest_configure(config):
     """The project's own modules compiled to bytecode once, before any test. Where
