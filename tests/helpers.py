@@ -121,6 +121,23 @@ def wait_gone(pids, seconds: float = 10) -> bool:
     return all(gone(p) for p in pids)
 
 
+def died_with_their_spawner(pool, workers: list[int], seconds: float = 30) -> None:
+    """After ``pool``'s spawner was killed: each of its ``workers`` (pids) ended with it, none
+    left training, each end told as the kill it was; then each is started again."""
+    ends = []
+    deadline = time.monotonic() + seconds
+    while len(ends) < len(workers) and time.monotonic() < deadline:
+        ends += pool.wait(timeout=0.5)
+    assert sorted(w.slot.index for w, msg in ends if msg is None) == \
+        [w.slot.index for w in pool.workers]
+    assert wait_gone(workers)
+    assert all(w.exit_reason().startswith(f"worker {w.slot.index} (pid {pid}) killed by "
+                                          f"SIGKILL") for w, pid in zip(pool.workers, workers))
+    for w in list(pool.workers):
+        pool.restart(w)
+    pool_ready(pool)
+
+
 def long_spec(**overrides):
     """A 2-configuration grid of 40 epochs each: still training when the test acts on it."""
     return tiny_spec(train={"dataset": "digits", "epochs": 40, "batch_size": 32},

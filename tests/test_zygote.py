@@ -18,7 +18,7 @@ from orchestrator.config.slots import Slot
 from orchestrator.running.pool import WorkerPool
 from tests import forkcli, zygote
 from tests.conftest import ROOT, Stores, run_cli, tiny_spec
-from tests.helpers import parent_of, pool_ready, wait_gone
+from tests.helpers import died_with_their_spawner, parent_of, pool_ready, wait_gone
 
 pytestmark = pytest.mark.slow  # worker processes, sweeps
 
@@ -113,18 +113,7 @@ def test_a_spawner_from_the_zygote_is_killed_reaped_and_replaced_as_a_fresh_one(
         assert old.poll() is None
         old.kill()  # its workers die with it, and their ends say so
         assert old.wait(timeout=10) == -signal.SIGKILL
-        ends = []
-        deadline = time.monotonic() + 30
-        while len(ends) < 2 and time.monotonic() < deadline:
-            ends += pool.wait(timeout=0.5)
-        assert sorted(w.slot.index for w, msg in ends if msg is None) == [0, 1]
-        assert wait_gone(workers)
-        assert all(w.exit_reason().startswith(f"worker {w.slot.index} (pid {pid}) killed by "
-                                              f"SIGKILL") for w, pid in zip(pool.workers,
-                                                                            workers))
-        for w in list(pool.workers):
-            pool.restart(w)
-        pool_ready(pool)
+        died_with_their_spawner(pool, workers)
         new = pool.spawner.proc
         assert isinstance(new, zygote.Remote) and new.pid != old.pid
         workers = [w.info.pid for w in pool.workers]

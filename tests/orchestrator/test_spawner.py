@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.config.slots import Slot
 from orchestrator.running.pool import Forked, WorkerPool
-from tests.helpers import parent_of, pool_ready, wait_gone
+from tests.helpers import died_with_their_spawner, parent_of, pool_ready, wait_gone
 
 pytestmark = pytest.mark.slow  # worker processes importing torch
 
@@ -83,19 +83,7 @@ def test_a_dead_spawner_takes_its_workers_and_a_restart_starts_a_new_one(tmp_pat
         pool_ready(pool)
         old, workers = pool.spawner, [w.info.pid for w in pool.workers]
         old.proc.kill()
-        ends = []
-        deadline = time.monotonic() + 30
-        while len(ends) < 2 and time.monotonic() < deadline:
-            ends += pool.wait(timeout=0.5)
-        assert sorted(w.slot.index for w, msg in ends if msg is None) == [0, 1]
-        assert wait_gone(workers)  # they died with it, none left training
-        # no exit code to read any more: told as a kill, which it was
-        assert all(w.exit_reason().startswith(f"worker {w.slot.index} (pid {pid}) killed by "
-                                              f"SIGKILL") for w, pid in zip(pool.workers,
-                                                                            workers))
-        for w in list(pool.workers):
-            pool.restart(w)
-        pool_ready(pool)
+        died_with_their_spawner(pool, workers)
         assert pool.spawner is not old and pool.spawner.proc.poll() is None
         assert {parent_of(w.info.pid) for w in pool.workers} == {pool.spawner.proc.pid}
     finally:
