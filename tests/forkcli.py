@@ -8,9 +8,12 @@ interpreter exits as a fresh one does: threads joined, ``atexit``, finalizers), 
 server that imported those modules once, without torch.
 
 Only what an interpreter start would make differently is left to fresh processes: a command
-whose environment differs from the server's in a variable a preloaded import may read
-(``PYTHONPATH`` hooks, thread variables, a changed ``HOME``: :meth:`_Server.forks`) runs as
-``python -m orchestrator``, and so does every command when ``SWEEP_TEST_FRESH_CLI=1``. The
+whose environment differs from the server's in a variable a preloaded import may read (thread
+variables, a changed ``HOME``: :meth:`_Server.forks`) runs as ``python -m orchestrator``, and
+so does every command when ``SWEEP_TEST_FRESH_CLI=1``. A ``PYTHONPATH`` of folders is put on
+``sys.path`` as the interpreter puts it (:func:`python_path`), unless a folder holds a hook
+the interpreter would run as it starts (``sitecustomize``) or a module that would shadow one
+the server imported: such a command runs fresh. The
 tests that watch a process's start itself (imports, signals while it starts, its parent)
 start their own.
 
@@ -81,7 +84,7 @@ def serve(fd: int) -> dict:
     # what the imports set (``orchestrator`` sets MLflow's variables): a command gets them too
     added = {k: v for k, v in os.environ.items() if before.get(k) != v}
     control.sendall(json.dumps({"ready": problem is None, "problem": problem,
-                                "added": added}).encode())
+                                "added": added, "modules": top_modules()}).encode())
     if problem:
         return {}
     while True:
@@ -125,12 +128,87 @@ def become(request: dict) -> None:
     for k, v in request["added"].items():  # what its own import of orchestrator would set
         os.environ.setdefault(k, v)
     sys.path[0] = os.getcwd()  # -m puts the working folder first
+    use_path(request["path"])
     import orchestrator
 
     sys.argv = [str(Path(orchestrator.__file__).parent / "__main__.py"), *request["args"]]
     sys.orig_argv = [sys.executable, "-m", "orchestrator", *request["args"]]
     if "numpy" in sys.modules:  # seeded from the system at import, as in a fresh process
         sys.modules["numpy"].random.seed()
+
+
+
+# ------------------------------------------------------------------------------ PYTHONPATH
+
+
+def top_modules() -> dict[str, str | None]:
+    """This process's imported top-level modules and where each was found (None: built in)."""
+    return {name: getattr(module, "__file__", None) for name, module in list(sys.modules.items())
+            if "." not in name and name != "__main__"}
+
+
+def _importable(folder: str) -> set[str]:
+    """The top-level names ``import`` finds in ``folder`` as a module or a regular package (a
+    folder without ``__init__.py`` is a namespace portion, which any of those wins over)."""
+    import importlib.machinery
+
+    suffixes = tuple(importlib.machinery.all_suffixes())
+    try:
+        entries = os.listdir(folder)
+    except OSError:  # missing or unreadable: the interpreter skips it too
+        return set()
+    names = set()
+    for entry in entries:
+        path = os.path.join(folder, entry)
+        if os.path.isdir(path):
+            if os.path.isfile(os.path.join(path, "__init__.py")):
+                names.add(entry)
+        elif entry.endswith(suffixes):
+            names.add(entry.split(".", 1)[0])
+    return names
+
+
+def python_path(env: dict, base: dict, modules: dict[str, str | None]) -> tuple[list[str],
+                                                                             str | None]:
+    """(the folders ``env``'s ``PYTHONPATH`` puts on a fresh interpreter's ``sys.path``, right
+    after its first entry; why a process forked from one whose environment is ``base`` and
+    whose imports are ``modules`` would not be that fresh interpreter, or None).
+
+    Not faithful: a ``PYTHONPATH`` beside another in ``base`` (already on the forking
+    process's path); a relative or zipped entry; a folder holding ``sitecustomize`` or
+    ``usercustomize`` (the interpreter runs them as it starts); a folder holding a module
+    that would shadow one of ``modules`` found elsewhere (a fresh interpreter imports the
+    folder's)."""
+    value = env.get("PYTHONPATH", "")
+    if value == base.get("PYTHONPATH", ""):
+        return [], None
+    if base.get("PYTHONPATH"):
+        return [], "the forking process has a PYTHONPATH of its own"
+    folders: list[str] = []
+    for folder in value.split(os.pathsep):
+        if not folder or not os.path.isabs(folder) or os.path.isfile(folder):
+            return [], f"PYTHONPATH entry {folder!r} is not an absolute folder"
+        for name in sorted(_importable(folder)):
+            found = modules.get(name, "")
+            if name in ("sitecustomize", "usercustomize"):
+                return [], f"{folder} holds {name}, which a fresh interpreter runs"
+            if found and not Path(found).resolve().is_relative_to(Path(folder).resolve()):
+                return [], f"{folder} holds {name}, imported already from {found}"
+        folder = os.path.abspath(folder)
+        if folder not in folders:
+            folders.append(folder)
+    return folders, None
+
+
+def use_path(folders: list[str]) -> None:
+    """``folders`` on ``sys.path`` after its first entry, each once, as the interpreter puts
+    ``PYTHONPATH`` there (then ``site`` drops the later duplicates); the tests' own package,
+    imported by the forking process from the repository, forgotten: a fresh interpreter finds
+    it only on a path that holds it."""
+    for name in [n for n in sys.modules if n == "tests" or n.startswith("tests.")]:
+        del sys.modules[name]
+    added = [f for f in folders if f != sys.path[0]]
+    sys.path[:] = [sys.path[0], *added, *(p for p in sys.path[1:] if p not in added)]
 
 
 # ---------------------------------------------------------------------------- the client
@@ -158,12 +236,15 @@ class _Server:
         self.ready = bool(answer.get("ready"))
         self.problem = answer.get("problem", "it did not start")
         self.added = answer.get("added", {})
+        self.modules = answer.get("modules", {})
 
     def forks(self, env: dict) -> bool:
         """Whether a command with ``env`` may be forked: it differs from the server's only in
         what no preloaded module reads as it is imported (:data:`IGNORED`, what the imports
         set themselves, variables of torch and its libraries, which are not preloaded)."""
         differ = {k for k in {*env, *self.env} if env.get(k) != self.env.get(k)}
+        if "PYTHONPATH" in differ and python_path(env, self.env, self.modules)[1] is None:
+            differ.discard("PYTHONPATH")
         return self.ready and all(
             k in IGNORED or k in TORCH_ONLY or (k in self.added and env.get(k, self.added[k])
                                                  == self.added[k]) for k in differ)
@@ -173,7 +254,8 @@ class _Server:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         request = {"args": list(args), "cwd": str(Path(cwd).resolve()), "env": env,
-                   "added": self.added}
+                   "added": self.added,
+                   "path": python_path(env, self.env, self.modules)[0]}
         try:
             with self.lock:
                 socket.send_fds(self.sock, [json.dumps(request).encode()],

@@ -38,10 +38,45 @@ def test_the_tests_commands_are_forked_from_a_server_without_torch_or_threads(tm
     assert forkcli._SERVER is not None and forkcli._SERVER.ready, forkcli._SERVER.problem
     assert forkcli.FORKED == before + 1 and done.returncode == 0 and "sweep" in done.stdout
     # a command with another environment is never forked: only a fresh process reads it
-    for changed in ({"PYTHONPATH": "/nowhere"}, {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "true"}):
+    for changed in ({"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "true"},
+                    {"PYTHONPATH": "relative/folder"}):
         other = {**forkcli.BASE_ENV, **changed}
         assert forkcli.run(["--help"], cwd=forkcli.ROOT, timeout=60, env=other) is None
     assert forkcli.FORKED == before + 1
+
+
+def test_a_pythonpath_is_read_as_a_fresh_interpreter_reads_it_or_the_command_runs_fresh(
+        tmp_path):
+    """A folder of user code on PYTHONPATH is importable, the tests' own package is not (the
+    server imported it from the repository); a folder with a start-up hook, or with a module
+    that shadows one the server imported, sends the command to a fresh interpreter."""
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "usermod.py").write_text("def top1(outputs, labels):\n    return 1.0\n")
+    hook, shadow = tmp_path / "hook", tmp_path / "shadow"
+    for folder, module in ((hook, "sitecustomize.py"), (shadow, "yaml.py")):
+        folder.mkdir()
+        (folder / module).write_text("")
+    spec = tmp_path / "s.yaml"
+    cases = [({"PYTHONPATH": str(user)}, "usermod:nope"),  # found, and no such function
+             ({"PYTHONPATH": f"{user}{os.pathsep}{forkcli.ROOT}"}, "tests.trainers.test_seams:nope"),
+             ({}, "tests.trainers.test_seams:nope"),  # not importable without PYTHONPATH
+             ({}, "usermod:nope")]
+    for changed, metric in cases:
+        spec.write_text(yaml.safe_dump(tiny_spec(train={"epochs": 1, "metrics": [metric]})))
+        env = {**forkcli.BASE_ENV, **changed}
+        before = forkcli.FORKED
+        forked = forkcli.run(["validate", str(spec)], cwd=tmp_path, timeout=60, env=env)
+        assert forked is not None and forkcli.FORKED == before + 1, changed
+        done = subprocess.run([sys.executable, "-m", "orchestrator", "validate", str(spec)],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+        assert (forked.returncode, forked.stdout, forked.stderr) == \
+            (done.returncode, done.stdout, done.stderr) and done.returncode == 2, changed
+        said = "has no attribute 'nope'" if changed else "No module named"
+        assert said in done.stderr, (changed, done.stderr)
+    for folder in (hook, shadow):
+        env = {**forkcli.BASE_ENV, "PYTHONPATH": f"{user}{os.pathsep}{folder}"}
+        assert forkcli.run(["--help"], cwd=tmp_path, timeout=60, env=env) is None, folder
 
 
 @pytest.mark.slow  # sweeps

@@ -22,11 +22,13 @@ from tests.helpers import died_with_their_spawner, parent_of, pool_ready, wait_g
 
 pytestmark = pytest.mark.slow  # worker processes, sweeps
 
-# a model that says where it was built: the worker, its spawner and the spawner's parent
+# a model that says where it was built: the worker, its spawner and the spawner's parent, the
+# path it imports from (a helper module on PYTHONPATH), whether the tests' package is in reach
 PROBE = '''
-import json, os, sys
+import importlib.util, json, os, sys
 import torch
 from torch import nn
+from probe_lib import LAYERS
 
 
 def build(num_classes, in_channels):
@@ -37,10 +39,16 @@ def build(num_classes, in_channels):
             "spawner": spawner,
             "spawner_parent": open(f"/proc/{parent}/cmdline", "rb").read().decode(),
             "cwd": os.getcwd(), "path0": sys.path[0], "threads": torch.get_num_threads(),
-            "omp": os.environ.get("OMP_NUM_THREADS"),
+            "omp": os.environ.get("OMP_NUM_THREADS"), "path": sys.path[:2],
+            "tests": importlib.util.find_spec("tests") is not None,
             "test": os.environ.get("PYTEST_CURRENT_TEST")}) + "\\n")
-    return nn.Sequential(nn.Flatten(), nn.Linear(64 * in_channels, num_classes))
+    return nn.Sequential(*LAYERS(64 * in_channels, num_classes))
 '''
+PROBE_LIB = """
+from torch import nn
+def LAYERS(inputs, classes):
+    return [nn.Flatten(), nn.Linear(inputs, classes)]
+"""
 
 
 def cmdline(pid: int) -> str:
@@ -49,6 +57,9 @@ def cmdline(pid: int) -> str:
 
 def test_a_sweep_trains_the_same_with_its_spawner_forked_by_the_zygote_or_fresh(tmp_path):
     spec = tiny_spec(train={"dataset": "digits", "model": "probe:build", "epochs": 2})
+    lib = tmp_path / "lib"  # on PYTHONPATH: forked, it is put on sys.path as a fresh one puts it
+    lib.mkdir()
+    (lib / "probe_lib.py").write_text(PROBE_LIB)
     got = {}
     for how in ("zygote", "fresh"):
         folder = tmp_path / how
@@ -56,8 +67,11 @@ def test_a_sweep_trains_the_same_with_its_spawner_forked_by_the_zygote_or_fresh(
         (folder / "probe.py").write_text(PROBE)
         (folder / "s.yaml").write_text(yaml.safe_dump(spec))
         # fresh: the zygote's address unset, the command too is a fresh process
-        done = run_cli("run", "s.yaml", cwd=folder, env={} if how == "zygote" else {zygote.VAR: ""})
+        forked = forkcli.FORKED
+        done = run_cli("run", "s.yaml", cwd=folder, env={"PYTHONPATH": str(lib)} if
+                       how == "zygote" else {"PYTHONPATH": str(lib), zygote.VAR: ""})
         assert done.returncode == 0, done.stderr[-3000:]
+        assert forkcli.FORKED == forked + (how == "zygote")
         trials = [(t.params, t.values, t.intermediate_values)
                   for t in Stores(folder).study("tiny").trials]
         probes = [json.loads(line) for line in (folder / "probe.json").read_text().splitlines()]
@@ -75,6 +89,9 @@ def test_a_sweep_trains_the_same_with_its_spawner_forked_by_the_zygote_or_fresh(
         folder = str(tmp_path / how)
         assert {(p["cwd"], p["path0"], p["threads"], p["omp"]) for p in probes} == \
             {(folder, folder, 1, "1")}
+        # PYTHONPATH's folder next, and the tests' package out of reach (the zygote and the
+        # server imported it from the repository: each forked process forgets it)
+        assert [(p["path"], p["tests"]) for p in probes] == [([folder, str(lib)], False)] * 2
     # the pool's own environment: the test's name pytest set, which the zygote's lacks
     assert {p["test"].split("::")[-1].split(" ")[0] for p in zp + fp} == \
         {"test_a_sweep_trains_the_same_with_its_spawner_forked_by_the_zygote_or_fresh"}
@@ -129,8 +146,11 @@ def test_the_zygote_refuses_what_a_fork_would_change(tmp_path):
     zygote.ensure()
     refused = len(zygote.REFUSED)
     pool = WorkerPool([Slot(0, None, 1)], tmp_path / "logs")
+    hook = tmp_path / "hook"  # a start-up hook, which only a fresh interpreter runs
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text("")
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(tmp_path)
+    os.environ["PYTHONPATH"] = str(hook)
     try:
         pool.start()
     finally:
@@ -138,7 +158,8 @@ def test_the_zygote_refuses_what_a_fork_would_change(tmp_path):
     try:
         pool_ready(pool)
         assert isinstance(pool.spawner.proc, subprocess.Popen)
-        assert zygote.REFUSED[refused:] == ["the pool's environment differs in PYTHONPATH"]
+        assert zygote.REFUSED[refused:] == [f"the pool's PYTHONPATH: {hook} holds "
+                                            f"sitecustomize, which a fresh interpreter runs"]
     finally:
         pool.stop()
     # a process of another group (a `sweep run` started in a session of its own)

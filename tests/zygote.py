@@ -17,8 +17,10 @@ The zygote refuses, and the pool starts a fresh spawner as without it, where a f
 faithful:
 
 * a pool whose environment differs from the zygote's in a variable its imports may have read
-  (other than the pool's thread variables, which each worker applies itself, and what the
-  imports set themselves, at the value they set);
+  (other than the pool's thread variables, which each worker applies itself, what the
+  imports set themselves, at the value they set, and a ``PYTHONPATH`` of folders that hold no
+  start-up hook and shadow no module the zygote imported: :func:`tests.forkcli.python_path`,
+  put on the spawner's ``sys.path`` as the interpreter would);
 * a pool in another process group (a signal to its group would miss the spawner), or of
   another user (the zygote's abstract socket address has no permissions to keep them out);
 * a zygote whose imports failed, started a thread or printed something.
@@ -97,7 +99,7 @@ def serve(fd: int) -> tuple[dict, int]:
             raw, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 1)
             request = json.loads(raw)
             why = problem or ("no socket sent" if len(fds) != 1 else
-                              refusal(conn, request["env"], before, added, ignored))
+                              refusal(conn, request, before, added, ignored))
             if why:
                 conn.sendall(json.dumps({"refused": why}).encode())
         except (OSError, ValueError, KeyError, TypeError):
@@ -131,10 +133,12 @@ def serve(fd: int) -> tuple[dict, int]:
         os._exit(0)
 
 
-def refusal(conn: socket.socket, env: dict, base: dict, added: dict,
+def refusal(conn: socket.socket, request: dict, base: dict, added: dict,
             ignored: tuple[str, ...]) -> str | None:
     """Why a spawner forked for this pool would not be the one it starts itself; None if it
-    would be."""
+    would be (then ``request["path"]`` holds the folders its ``PYTHONPATH`` adds)."""
+    from tests.forkcli import python_path, top_modules
+
     peer, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                         struct.calcsize("3i")))
     if uid != os.getuid():  # an abstract address has no file permissions to guard it
@@ -144,7 +148,12 @@ def refusal(conn: socket.socket, env: dict, base: dict, added: dict,
             return "the pool's process is in another process group"
     except ProcessLookupError:
         return "the pool's process has ended"
+    env = request["env"]
+    request["path"], why = python_path(env, base, top_modules())
+    if why:
+        return f"the pool's PYTHONPATH: {why}"
     differ = sorted(k for k in {*env, *base} if env.get(k) != base.get(k) and k not in ignored
+                    and k != "PYTHONPATH"
                     and not (k in added and env.get(k, added[k]) == added[k]))
     return f"the pool's environment differs in {', '.join(differ)}" if differ else None
 
@@ -153,12 +162,14 @@ def become(request: dict, fd: int) -> int:
     """In the forked spawner: what ``python -m orchestrator.running.spawner FD`` would have,
     started in ``cwd`` with ``env`` and its output to ``log``; then its loop."""
     from orchestrator.running import spawner
+    from tests.forkcli import use_path
 
     spawner.output_to(request["log"])
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
     sys.path[0] = os.getcwd()  # -m puts the working folder first
+    use_path(request["path"])
     for name, f in (("stdout", 1), ("stderr", 2)):  # PYTHONUNBUFFERED, as the pool sets it
         setattr(sys, name, io.TextIOWrapper(io.FileIO(f, "w", closefd=False),
                                             encoding=getattr(sys, name).encoding,
