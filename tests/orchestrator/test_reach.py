@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, free_port, tiny_spec
+from tests.conftest import ROOT, free_port, run_cli, tiny_spec
 
 pytestmark = pytest.mark.slow  # end to end: the CLI as a process in every case
 
@@ -64,20 +64,29 @@ def check_refused(started: Started) -> str:
     """Assert the command :func:`start` started was refused (exit 2, one line, no traceback)
     within :data:`BOUND_S` and left its folder as it was; return its line."""
     started.waiter.join()
-    elapsed, err = started.ended - started.t0, started.stderr
-    assert started.proc.returncode == 2, (started.proc.returncode, err)
+    return _refusal(started.proc.returncode, started.stderr, started.ended - started.t0,
+                    started.folder, started.before)
+
+
+def _refusal(code: int, err: str, elapsed: float, folder: Path, before: list[str]) -> str:
+    assert code == 2, (code, err)
     assert "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("sweep: "), err
     assert elapsed < BOUND_S, f"refused after {elapsed:.0f} s"
-    assert listing(started.folder) == started.before, "a refused command left files behind"
+    assert listing(folder) == before, "a refused command left files behind"
     return lines[0]
 
 
 def refused(folder: Path, *args: str) -> str:
-    """Run ``sweep ARGS`` in ``folder``; assert it is refused (exit 2, one line, no traceback)
-    within :data:`BOUND_S` and left ``folder`` as it was; return its line."""
-    return check_refused(start(folder, *args))
+    """Run ``sweep ARGS`` in ``folder`` (as the tests' commands run: forked from a process that
+    imported the CLI, :func:`tests.conftest.run_cli`); assert it is refused (exit 2, one line,
+    no traceback) within :data:`BOUND_S` and left ``folder`` as it was; return its line.
+    What a refusal imports first is checked in a process that imported the CLI alone
+    (:func:`test_a_refused_command_imports_neither_mlflow_nor_torch_before_it_refuses`)."""
+    before, t0 = listing(folder), time.monotonic()
+    done = run_cli(*args, cwd=folder, timeout=BOUND_S * 3)
+    return _refusal(done.returncode, done.stderr, time.monotonic() - t0, folder, before)
 
 
 @pytest.fixture
