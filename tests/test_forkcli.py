@@ -58,8 +58,9 @@ def test_a_pythonpath_is_read_as_a_fresh_interpreter_reads_it_or_the_command_run
         folder.mkdir()
         (folder / module).write_text("")
     spec = tmp_path / "s.yaml"
+    both = f"{user}{os.pathsep}{forkcli.ROOT}"
     cases = [({"PYTHONPATH": str(user)}, "usermod:nope"),  # found, and no such function
-             ({"PYTHONPATH": f"{user}{os.pathsep}{forkcli.ROOT}"}, "tests.trainers.test_seams:nope"),
+             ({"PYTHONPATH": both}, "tests.trainers.test_seams:nope"),
              ({}, "tests.trainers.test_seams:nope"),  # not importable without PYTHONPATH
              ({}, "usermod:nope")]
     for changed, metric in cases:
