@@ -240,16 +240,18 @@ class _Server:
 
     def forks(self, env: dict) -> bool:
         """Whether a command with ``env`` may be forked: it differs from the server's only in
-        what no preloaded module reads as it is imported (:data:`IGNORED`, what the imports
-        set themselves, variables of torch and its libraries, which are not preloaded)."""
+        what no preloaded module reads as it is imported (:data:`IGNORED`, what the command
+        reads only as it runs, what the imports set themselves, variables of torch and its
+        libraries, which are not preloaded, a ``PYTHONPATH`` :func:`python_path` accepts)."""
         differ = {k for k in {*env, *self.env} if env.get(k) != self.env.get(k)}
         if "PYTHONPATH" in differ and python_path(env, self.env, self.modules)[1] is None:
             differ.discard("PYTHONPATH")
         return self.ready and all(
-            k in IGNORED or k in TORCH_ONLY or (k in self.added and env.get(k, self.added[k])
-                                                 == self.added[k]) for k in differ)
+            k in IGNORED or k in TORCH_ONLY or k in RUNTIME or
+            (k in self.added and env.get(k, self.added[k]) == self.added[k]) for k in differ)
 
-    def run(self, args, cwd, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    def start(self, args, cwd, env: dict) -> Forked:
+        """``sweep ARGS`` forked in ``cwd`` with ``env``, its output piped; it runs on."""
         conn, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -264,41 +266,115 @@ class _Server:
             for f in (theirs.fileno(), out_w, err_w):
                 os.close(f)
             theirs.detach()
-        deadline = time.monotonic() + timeout
-        conn.settimeout(timeout)
-        pid = self.last_pid = json.loads(conn.recv(MAX_MESSAGE))["pid"]
-        chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
-        sel = selectors.DefaultSelector()
-        for f in (out_r, err_r):
-            sel.register(f, selectors.EVENT_READ)
-        code = None
+        conn.settimeout(START_TIMEOUT_S)
         try:
-            while sel.get_map():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    os.kill(pid, signal.SIGKILL)
-                    raise subprocess.TimeoutExpired(["sweep", *args], timeout)
-                for key, _ in sel.select(timeout=min(left, 1.0)):
-                    data = os.read(key.fd, 1 << 16)
-                    if data:
-                        chunks[key.fd].append(data)
-                    else:
-                        sel.unregister(key.fd)
-            conn.settimeout(max(deadline - time.monotonic(), 0.1))
-            try:
-                code = json.loads(conn.recv(MAX_MESSAGE))["code"]
-            except TimeoutError:  # its output closed, the process still runs
-                os.kill(pid, signal.SIGKILL)
-                raise subprocess.TimeoutExpired(["sweep", *args], timeout) from None
-        finally:
-            sel.close()
+            pid = self.last_pid = json.loads(conn.recv(MAX_MESSAGE))["pid"]
+        except BaseException:
             for f in (out_r, err_r):
                 os.close(f)
             conn.close()
-        text = {f: b"".join(c).decode().replace("\r\n", "\n").replace("\r", "\n")
-                for f, c in chunks.items()}
-        return subprocess.CompletedProcess([sys.executable, "-m", "orchestrator", *args], code,
-                                           text[out_r], text[err_r])
+            raise
+        return Forked([sys.executable, "-m", "orchestrator", *args], pid, conn, out_r, err_r)
+
+    def run(self, args, cwd, env: dict, timeout: float) -> subprocess.CompletedProcess:
+        proc = self.start(args, cwd, env)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.close()
+            raise subprocess.TimeoutExpired(["sweep", *args], timeout) from None
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+class Forked:
+    """A command the server forked, with what the tests use of a ``Popen`` started with
+    ``stdout=PIPE, stderr=PIPE, text=True``: ``pid``, ``args``, ``returncode``, ``stdout`` and
+    ``stderr`` (text), ``poll``, ``wait``, ``communicate``, ``send_signal``, ``terminate``,
+    ``kill``. Its exit code comes from the intermediate that waits for it (a ``Popen``'s
+    sign convention: minus the signal that killed it); signals go through a pidfd, which
+    names this process and no other."""
+
+    def __init__(self, args: list[str], pid: int, conn: socket.socket, out: int, err: int):
+        self.args, self.pid, self.returncode = args, pid, None
+        self._conn = conn
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except ProcessLookupError:  # ended already: its code is on its way
+            self._pidfd = None
+        self.stdout = open(out, encoding="utf-8", errors="strict")  # noqa: SIM115
+        self.stderr = open(err, encoding="utf-8", errors="strict")  # noqa: SIM115
+        self._read: dict[int, list[bytes]] = {out: [], err: []}
+        self._open = {out, err}
+
+    def _take(self, timeout: float | None) -> None:
+        if self.returncode is not None:
+            return
+        self._conn.settimeout(timeout)
+        try:
+            raw = self._conn.recv(MAX_MESSAGE)
+        except (BlockingIOError, TimeoutError):
+            return
+        except OSError:
+            raw = b""
+        # no code: its intermediate was killed (with the server), and the command with it
+        self.returncode = json.loads(raw)["code"] if raw else -signal.SIGKILL
+        self._conn.close()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def poll(self) -> int | None:
+        self._take(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._take(timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Both outputs read to their end, then its exit waited for, as ``Popen.communicate``
+        (what a call that timed out read is kept for the next)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            for f in self._open:
+                sel.register(f, selectors.EVENT_READ)
+            while sel.get_map():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise subprocess.TimeoutExpired(self.args, timeout)
+                for key, _ in sel.select(timeout=left):
+                    data = os.read(key.fd, 1 << 16)
+                    if data:
+                        self._read[key.fd].append(data)
+                    else:
+                        sel.unregister(key.fd)
+                        self._open.discard(key.fd)
+        self.wait(None if deadline is None else max(deadline - time.monotonic(), 0.1))
+        out, err = (b"".join(c).decode().replace("\r\n", "\n").replace("\r", "\n")
+                    for c in self._read.values())
+        self.close()
+        return out, err
+
+    def close(self) -> None:
+        """Its output pipes closed (``communicate`` does it)."""
+        for f in (self.stdout, self.stderr):
+            f.close()
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None and self._pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 _SERVER: _Server | None = None
@@ -311,6 +387,9 @@ BASE_ENV: dict[str, str] = {}
 # what may differ: MLflow's URI is never passed on; pytest names the test running, which no
 # command reads
 IGNORED = ("MLFLOW_TRACKING_URI", "PYTEST_CURRENT_TEST")
+# read by the command as it runs, never at import: the zygote's address, read as a pool starts
+# (empty: the pool's spawner a child of its own, as a fresh command's)
+RUNTIME = ("SWEEP_TEST_ZYGOTE",)
 # set in the test process once torch or a trainer was imported there; read by torch and the
 # OpenMP and CUDA libraries it loads, none of which the server imports
 TORCH_ONLY = ("KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK", "CUBLAS_WORKSPACE_CONFIG",
@@ -327,9 +406,8 @@ def settle() -> None:
     BASE_ENV.update((k, v) for k, v in os.environ.items() if k not in IGNORED)
 
 
-def run(args, cwd, timeout: float, env: dict) -> subprocess.CompletedProcess | None:
-    """``sweep ARGS`` forked from the server (started on first use); None where only a fresh
-    process is faithful (see the module's docstring): the caller starts one."""
+def _server(args, env: dict) -> _Server | None:
+    """The server (started on first use), where it may fork ``sweep ARGS`` with ``env``."""
     global _SERVER, FORKED
     if os.environ.get("SWEEP_TEST_FRESH_CLI") == "1" or not BASE_ENV:
         return None
@@ -338,11 +416,25 @@ def run(args, cwd, timeout: float, env: dict) -> subprocess.CompletedProcess | N
     if not _SERVER.forks(env):
         return None
     FORKED += 1
-    if POOLS.intersection(args):  # its sweep's spawner will ask for the zygote
+    if POOLS.intersection(args) and env.get("SWEEP_TEST_ZYGOTE"):  # its spawner will ask
         from tests import zygote
 
         zygote.ensure()
-    return _SERVER.run(args, cwd, env, timeout)
+    return _SERVER
+
+
+def run(args, cwd, timeout: float, env: dict) -> subprocess.CompletedProcess | None:
+    """``sweep ARGS`` forked from the server, waited for; None where only a fresh process is
+    faithful (see the module's docstring): the caller starts one."""
+    server = _server(args, env)
+    return server.run(args, cwd, env, timeout) if server else None
+
+
+def start(args, cwd, env: dict) -> Forked | None:
+    """``sweep ARGS`` forked from the server, running on (the caller waits); None where only a
+    fresh process is faithful: the caller starts one."""
+    server = _server(args, env)
+    return server.start(args, cwd, env) if server else None
 
 
 if __name__ == "__main__":

@@ -9,17 +9,23 @@ import time
 from pathlib import Path
 
 from orchestrator.running.protocol import Done, Epoch, Ready
+from tests import forkcli, zygote
 from tests.conftest import SLACK, tiny_spec
 
 # ------------------------------------------------------------------ a sweep as a process
 
 
-def start_sweep(spec_path: Path, cwd: Path) -> subprocess.Popen:
-    """``sweep run SPEC`` in ``cwd`` as a real process, its output piped; the caller waits."""
+def start_sweep(spec_path: Path, cwd: Path) -> subprocess.Popen | forkcli.Forked:
+    """``sweep run SPEC`` in ``cwd`` as a real process, its output piped; the caller waits.
+    Forked as the tests' other commands (:func:`tests.forkcli.start`), with its worker spawner
+    its own child, as a fresh one's (the zygote's address empty): these tests signal it, kill
+    it and read its process tree (:func:`worker_pids`)."""
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return subprocess.Popen([sys.executable, "-m", "orchestrator", "run", str(spec_path)],
-                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    env[zygote.VAR] = ""
+    args = ["run", str(spec_path)]
+    return forkcli.start(args, cwd, env) or subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", *args], cwd=cwd, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=env)
 
 
 def wait_for_epoch(stores, name: str, proc: subprocess.Popen, pace):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -106,6 +107,51 @@ def test_a_forked_command_does_what_a_fresh_one_does(tmp_path):
         got[how].append(files)
     assert got["forked"][0][1] == 0 and got["forked"][3][1] == 2  # a sweep ran; bad YAML refused
     assert got["forked"] == got["fresh"]
+
+
+@pytest.mark.slow  # a sweep
+def test_a_started_command_is_signalled_waited_for_and_read_as_a_popen(tmp_path):
+    """:func:`forkcli.start` (the tests' ``start_sweep``): its output read to the end, a
+    ``communicate`` that timed out kept for the next, SIGINT and SIGKILL as a ``Popen``'s."""
+    spec = tiny_spec(trials=50, train={"dataset": "digits", "model": "mlp", "epochs": 1})
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    env = {**forkcli.BASE_ENV, "SWEEP_TEST_ZYGOTE": ""}
+    forked = forkcli.start(["--help"], tmp_path, env)
+    fresh = subprocess.Popen([sys.executable, "-m", "orchestrator", "--help"], cwd=tmp_path,
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert forked.communicate(timeout=60) == fresh.communicate(timeout=60)
+    assert forked.returncode == fresh.returncode == 0 and forked.poll() == 0
+    ends = []
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        proc = forkcli.start(["run", "s.yaml"], tmp_path, env)
+        assert isinstance(proc, forkcli.Forked) and proc.poll() is None
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.communicate(timeout=0.5)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.1)
+        deadline = time.monotonic() + 120  # till it trains: its spawner a child of its own
+        while not _children(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _children(proc.pid), "no spawner started"
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+        ends.append((proc.returncode, out, err))
+        proc.kill()  # ended: nothing happens
+    (code, out, err), (killed, _, _) = ends
+    assert code == 130, err  # interrupted: what was printed before and after the signal
+    assert "tiny" in out + err and "interrupted" in (out + err).lower(), (out, err)
+    assert killed == -signal.SIGKILL
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 @pytest.mark.slow  # sweeps

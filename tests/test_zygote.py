@@ -55,7 +55,8 @@ def cmdline(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
 
 
-def test_a_sweep_trains_the_same_with_its_spawner_forked_by_the_zygote_or_fresh(tmp_path):
+def test_a_sweep_trains_the_same_with_its_spawner_forked_by_the_zygote_or_fresh(tmp_path,
+                                                                               monkeypatch):
     spec = tiny_spec(train={"dataset": "digits", "model": "probe:build", "epochs": 2})
     lib = tmp_path / "lib"  # on PYTHONPATH: forked, it is put on sys.path as a fresh one puts it
     lib.mkdir()
@@ -67,6 +68,8 @@ def test_a_sweep_trains_the_same_with_its_spawner_forked_by_the_zygote_or_fresh(
         (folder / "probe.py").write_text(PROBE)
         (folder / "s.yaml").write_text(yaml.safe_dump(spec))
         # fresh: the zygote's address unset, the command too is a fresh process
+        if how == "fresh":
+            monkeypatch.setenv("SWEEP_TEST_FRESH_CLI", "1")
         forked = forkcli.FORKED
         done = run_cli("run", "s.yaml", cwd=folder, env={"PYTHONPATH": str(lib)} if
                        how == "zygote" else {"PYTHONPATH": str(lib), zygote.VAR: ""})

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from orchestrator.core import keys
+from tests import forkcli
 from tests.conftest import rdb_storage, tiny_spec
 
 # the heartbeat interval of the tests of a machine that dies or stalls: a trial is failed after
@@ -51,18 +52,20 @@ def model(num_classes, in_channels):
 
 
 def _machine(root: Path, name: str, spec: dict, storage: str, tracking: str,
-             extra_env=None) -> subprocess.Popen:
+             extra_env=None) -> subprocess.Popen | forkcli.Forked:
     """One `sweep run` as a separate machine would start it: its own working folder (with
-    :data:`PACED_MODEL` in it)."""
+    :data:`PACED_MODEL` in it); forked as the tests' other commands where its environment
+    allows (:func:`tests.forkcli.start`)."""
     folder = root / name
     folder.mkdir()
     (folder / "paced.py").write_text(PACED_MODEL)
     (folder / "s.yaml").write_text(yaml.safe_dump(spec))
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "run", "s.yaml", "--storage", storage,
-         "--tracking-uri", tracking], cwd=folder, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env={**env, **(extra_env or {})})
+    env.update(extra_env or {})
+    args = ["run", "s.yaml", "--storage", storage, "--tracking-uri", tracking]
+    return forkcli.start(args, folder, env) or subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", *args], cwd=folder, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=env)
 
 
 def _said(machines: list[subprocess.Popen], outs: list[tuple[str, str]]) -> str:
