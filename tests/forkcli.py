@@ -287,42 +287,36 @@ class _Server:
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-class Forked:
-    """A command the server forked, with what the tests use of a ``Popen`` started with
-    ``stdout=PIPE, stderr=PIPE, text=True``: ``pid``, ``args``, ``returncode``, ``stdout`` and
-    ``stderr`` (text), ``poll``, ``wait``, ``communicate``, ``send_signal``, ``terminate``,
-    ``kill``. Its exit code comes from the intermediate that waits for it (a ``Popen``'s
-    sign convention: minus the signal that killed it); signals go through a pidfd, which
-    names this process and no other."""
+class Handle:
+    """A process an intermediate forked, which sends its pid and then its exit code, with what
+    a ``Popen`` gives of it: ``pid``, ``returncode`` (minus the signal that killed it),
+    ``poll``, ``wait``, ``send_signal``, ``terminate``, ``kill`` (through a pidfd: it names
+    this process and no other). ``what`` names it in a ``TimeoutExpired``."""
 
-    def __init__(self, args: list[str], pid: int, conn: socket.socket, out: int, err: int):
-        self.args, self.pid, self.returncode = args, pid, None
-        self._conn = conn
+    def __init__(self, conn: socket.socket, pid: int, what):
+        self.conn, self.pid, self.what = conn, pid, what
+        self.returncode: int | None = None
         try:
-            self._pidfd: int | None = os.pidfd_open(pid)
+            self.pidfd: int | None = os.pidfd_open(pid)
         except ProcessLookupError:  # ended already: its code is on its way
-            self._pidfd = None
-        self.stdout = open(out, encoding="utf-8", errors="strict")  # noqa: SIM115
-        self.stderr = open(err, encoding="utf-8", errors="strict")  # noqa: SIM115
-        self._read: dict[int, list[bytes]] = {out: [], err: []}
-        self._open = {out, err}
+            self.pidfd = None
 
     def _take(self, timeout: float | None) -> None:
         if self.returncode is not None:
             return
-        self._conn.settimeout(timeout)
+        self.conn.settimeout(timeout)
         try:
-            raw = self._conn.recv(MAX_MESSAGE)
+            raw = self.conn.recv(MAX_MESSAGE)
         except (BlockingIOError, TimeoutError):
             return
         except OSError:
             raw = b""
-        # no code: its intermediate was killed (with the server), and the command with it
+        # no code: its intermediate was killed (with its server), and the process with it
         self.returncode = json.loads(raw)["code"] if raw else -signal.SIGKILL
-        self._conn.close()
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
+        self.conn.close()
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
 
     def poll(self) -> int | None:
         self._take(0)
@@ -331,8 +325,35 @@ class Forked:
     def wait(self, timeout: float | None = None) -> int:
         self._take(timeout)
         if self.returncode is None:
-            raise subprocess.TimeoutExpired(self.args, timeout)
+            raise subprocess.TimeoutExpired(self.what, timeout)
         return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None and self.pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self.pidfd, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class Forked(Handle):
+    """A command the server forked, with what the tests use of a ``Popen`` started with
+    ``stdout=PIPE, stderr=PIPE, text=True``: :class:`Handle`'s, ``args``, ``stdout`` and
+    ``stderr`` (text) and ``communicate``."""
+
+    def __init__(self, args: list[str], pid: int, conn: socket.socket, out: int, err: int):
+        super().__init__(conn, pid, args)
+        self.args = args
+        self.stdout = open(out, encoding="utf-8", errors="strict")  # noqa: SIM115
+        self.stderr = open(err, encoding="utf-8", errors="strict")  # noqa: SIM115
+        self._read: dict[int, list[bytes]] = {out: [], err: []}
+        self._open = {out, err}
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         """Both outputs read to their end, then its exit waited for, as ``Popen.communicate``
@@ -362,19 +383,6 @@ class Forked:
         """Its output pipes closed (``communicate`` does it)."""
         for f in (self.stdout, self.stderr):
             f.close()
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None and self._pidfd is not None:
-            try:
-                signal.pidfd_send_signal(self._pidfd, sig)
-            except ProcessLookupError:
-                pass
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
 
 
 _SERVER: _Server | None = None

@@ -41,6 +41,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests import forkcli
+
 ROOT = Path(__file__).resolve().parent.parent
 VAR = "SWEEP_TEST_ZYGOTE"  # the zygote's abstract socket address (without the leading NUL)
 MAX_MESSAGE = 1 << 20
@@ -183,58 +185,12 @@ def become(request: dict, fd: int) -> int:
 # ---------------------------------------------------------------------------- the pools' side
 
 
-class Remote:
+class Remote(forkcli.Handle):
     """A spawner forked by the zygote, with what the pool uses of a ``Popen``: ``pid``,
-    ``poll``, ``wait``, ``kill`` (through a pidfd: it names this process and no other)."""
+    ``poll``, ``wait``, ``kill`` (:class:`tests.forkcli.Handle`)."""
 
     def __init__(self, conn: socket.socket, pid: int):
-        self.conn = conn
-        self.pid = pid
-        self.returncode: int | None = None
-        try:
-            self.pidfd: int | None = os.pidfd_open(pid)
-        except ProcessLookupError:  # ended already: its code is on its way
-            self.pidfd = None
-
-    def _take(self, timeout: float | None) -> None:
-        if self.returncode is not None:
-            return
-        self.conn.settimeout(timeout)
-        try:
-            raw = self.conn.recv(MAX_MESSAGE)
-        except (BlockingIOError, TimeoutError):
-            return
-        except OSError:
-            raw = b""
-        # no code: its intermediate was killed (with the zygote), and the spawner with it
-        self.returncode = json.loads(raw)["code"] if raw else -signal.SIGKILL
-        self.conn.close()
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
-
-    def poll(self) -> int | None:
-        self._take(0)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        self._take(timeout)
-        if self.returncode is None:
-            raise subprocess.TimeoutExpired(f"spawner pid {self.pid}", timeout)
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None and self.pidfd is not None:
-            try:
-                signal.pidfd_send_signal(self.pidfd, sig)
-            except ProcessLookupError:
-                pass
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
+        super().__init__(conn, pid, f"spawner pid {pid}")
 
 
 _ORIGINAL = None
@@ -307,8 +263,6 @@ def ensure() -> None:
         listener.close()
         return
     listener.listen(64)
-    from tests import forkcli
-
     _ZYGOTE = subprocess.Popen([sys.executable, "-m", "tests.zygote", str(listener.fileno())],
                                pass_fds=(listener.fileno(),), stdin=subprocess.DEVNULL,
                                stdout=tempfile.TemporaryFile(), stderr=subprocess.STDOUT,
