@@ -413,14 +413,17 @@ class Cluster:
         return out.stdout.split()
 
 
-def _wait(ready, timeout: float, what: str):
+def _wait(ready, timeout: float, what: str, explain=None):
+    """``ready()``'s first true value within ``timeout`` seconds; else an assertion that says
+    what was awaited and, where given, ``explain()``: what the test saw instead."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = ready()
         if value:
             return value
         time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    seen = f": {explain()}" if explain else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{seen}")
 
 
 def _start(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
@@ -497,6 +500,37 @@ def _states(study, tmp_path: Path, task: str) -> str:
     return f"trials {trials}; {log.name}: {log.read_text()[-3000:] if log.exists() else '-'}"
 
 
+# a user model (train.model: gated:model, beside the spec) whose training waits at its gate
+# (the file GATE names) until the test opens it: a task that starts first, however much
+# sooner on a loaded machine, trains nothing until both tasks own a running trial. Each batch
+# is then held 20 ms without using the CPU: a trial lasts a few seconds, on an idle machine as
+# on a loaded one, long enough to be seen running and cancelled.
+GATED_MODEL = """
+import time
+from pathlib import Path
+from torch import nn
+
+GATE = Path({gate!r})
+
+
+class Gated(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes))
+
+    def forward(self, x):
+        deadline = time.monotonic() + 600  # the test's own waits end well before
+        while not GATE.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.02)
+        return self.net(x)
+
+
+def model(num_classes, in_channels):
+    return Gated(num_classes)
+"""
+
+
 def _task_of(pid: int) -> str:
     """The array task (``JOB_TASK``) a process on this node runs in, from its environment."""
     env = dict(item.split("=", 1) for item in
@@ -511,8 +545,10 @@ def test_a_slurm_array_sweeps_together_and_a_cancelled_task_is_retried_by_the_ot
 
     storage = databases()
     spec = tiny_spec(name="slurm", trials=4, workers=2, heartbeat_seconds=1, retries=1,
-                     train={"dataset": "digits", "model": "small_cnn", "epochs": 4})
+                     train={"dataset": "digits", "model": "gated:model", "epochs": 4})
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    gate = tmp_path / "gate"
+    (tmp_path / "gated.py").write_text(GATED_MODEL.format(gate=str(gate)))
     submit = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit", "s.yaml",
                                "--slurm", "--jobs", "2", "--cpus-per-job", "1", "--storage",
                                storage, "--tracking-uri", server], cwd=tmp_path, env=slurm.env,
@@ -533,18 +569,21 @@ def test_a_slurm_array_sweeps_together_and_a_cancelled_task_is_retried_by_the_ot
     # test_tasks_joining_a_submitted_study_at_once_draw_their_own_trials)
     assert study().user_attrs["sweep.submitted"] is True
 
-    def both_train():
-        """A trial that reported an epoch, once each task owns a running trial: the task that
-        started second may still be importing when the first reports (then no trial of the
-        other would be running, and a cancelled task rightly ends the parent run)."""
-        running = [t for t in study().get_trials(deepcopy=False) if t.state.name == "RUNNING"
-                   and "sweep.owner" in t.user_attrs]
-        if len({t.user_attrs["sweep.owner"]["pid"] for t in running}) < 2:
-            return None
-        return next((t for t in running if t.intermediate_values), None)
+    def running():
+        return [t for t in study().get_trials(deepcopy=False) if t.state.name == "RUNNING"
+                and "sweep.owner" in t.user_attrs]
 
-    victim = _wait(both_train, pace.budget(epochs=4, starts=2),
-                   "both tasks to train, one of them past its first epoch")
+    def seen() -> str:
+        return " / ".join(_states(study(), tmp_path, f"{job}_{i}") for i in (0, 1))
+
+    # the gate opens once each task owns a running trial: the task that starts second may
+    # still be importing when the first would have trained every trial (then no trial of the
+    # other would be running, and a cancelled task rightly ends the parent run)
+    _wait(lambda: len({t.user_attrs["sweep.owner"]["pid"] for t in running()}) == 2,
+          pace.budget(epochs=1, starts=2), "both tasks to own a running trial", seen)
+    gate.touch()
+    victim = _wait(lambda: next((t for t in running() if t.intermediate_values), None),
+                   pace.budget(epochs=1), "a trial past its first epoch", seen)
     owner = victim.user_attrs["sweep.owner"]["pid"]
     cancelled = _task_of(owner)
     assert slurm.run("scancel", cancelled).returncode == 0
