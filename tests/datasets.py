@@ -133,6 +133,20 @@ def hangs_once_loaded(num_classes: int, in_channels: int):
     training waits at its 61st batch (two minutes at most) until a process loaded weights and is
     gone (killed at its deadline): a longer trial is still training when another process's
     export of a trial hangs and is stopped, however fast the machine."""
+    return _marks_loads(num_classes, in_channels, hang_loaded=True, until=_loader_gone)
+
+
+def waits_for_a_loader(num_classes: int, in_channels: int):
+    """:func:`hangs_once_loaded`'s model, but for two things: a model with saved weights loaded
+    runs as any other, and training at its 61st batch waits only until some process loaded
+    saved weights (the mark ``loaded`` is written): a trial longer than 60 batches (digits at
+    batch 64: three epochs) is still training when another worker exports a finished trial
+    ahead of the end, however fast or loaded the machine."""
+    return _marks_loads(num_classes, in_channels, hang_loaded=False,
+                        until=lambda mark: mark.exists())
+
+
+def _marks_loads(num_classes: int, in_channels: int, hang_loaded: bool, until):
     import os
     import time
     from pathlib import Path
@@ -141,7 +155,7 @@ def hangs_once_loaded(num_classes: int, in_channels: int):
 
     marks = os.environ.get("SWEEP_TEST_MARKS")
 
-    class HangsLoaded(nn.Module):
+    class MarksLoads(nn.Module):
         def __init__(self):
             super().__init__()
             self.loaded, self.batches = False, 0
@@ -155,18 +169,17 @@ def hangs_once_loaded(num_classes: int, in_channels: int):
             return super().load_state_dict(*args, **kwargs)
 
         def forward(self, x):
-            if self.loaded:
+            if self.loaded and hang_loaded:
                 time.sleep(3600)
             if self.training and marks:
                 self.batches += 1
                 if self.batches == 61:  # once, two minutes at most
                     deadline = time.monotonic() + 120
-                    while not _loader_gone(Path(marks) / "loaded") and \
-                            time.monotonic() < deadline:
+                    while not until(Path(marks) / "loaded") and time.monotonic() < deadline:
                         time.sleep(0.05)
             return self.net(x)
 
-    return HangsLoaded()
+    return MarksLoads()
 
 
 def _loader_gone(mark) -> bool:

@@ -171,21 +171,35 @@ def _exported_ahead(stores) -> list[tuple[str, int, int]]:
         r"exported ([\w, ]+) into \S*export-ahead-(\d+)/part-(\d+)", logs))
 
 
-# lr 1e-5 learns nothing in 2 epochs, 0.03 learns digits: the random sampler's seed 8 draws
-# (0.03, 1e-5, 1e-5) for trials 0-2, seed 6 draws (1e-5, 1e-5, 0.03)
+# lr 1e-5 learns nothing, 0.03 learns digits; a 1-epoch trial trains 21 batches, a 4-epoch
+# one waits at its 61st (tests.datasets.waits_for_a_loader) until an export ahead loaded the
+# best trial's weights: the last trial is still training then, however fast or loaded the
+# machine. The random sampler's seed 142 draws (lr, epochs) (0.03, 1), (1e-5, 1), (1e-5, 4)
+# for trials 0-2; seed 61 draws (1e-5, 1), (1e-5, 1), (0.03, 4)
 AHEAD = {"trials": 3, "workers": 2, "export_for": "best", "export": ["torch_export"],
-         "space": {"lr": [1e-5, 0.03]}}
+         "space": {"lr": [1e-5, 0.03], "epochs": [1, 4]},
+         "train": {"dataset": "digits", "model": "tests.datasets:waits_for_a_loader"}}
+
+
+def _run_ahead(stores, write_spec, seed: int, **overrides):
+    """``sweep run`` of :data:`AHEAD` with the random sampler's ``seed``."""
+    marks = stores.dir / "marks"
+    marks.mkdir()
+    spec = tiny_spec(sampler={"name": "random", "seed": seed}, **{**AHEAD, **overrides})
+    done = run_cli("run", str(write_spec(spec)), cwd=stores.dir,
+                   env={**USER_CODE, "SWEEP_TEST_MARKS": str(marks)}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    runs = {int(r.data.tags["sweep.trial_number"]): r for r in stores.runs("tiny", "trial")}
+    return done, runs
 
 
 def test_the_best_trial_exported_while_the_last_trial_trains_is_logged_at_the_end(
-        stores, cli, write_spec):
+        stores, write_spec):
     # two formats, two workers: the idle one takes the heavier share (onnx) while trial 2
     # trains; the other share is asked of whichever worker is free first
-    done = cli(write_spec(tiny_spec(sampler={"name": "random", "seed": 8},
-                                    **{**AHEAD, "export": ["torch_export", "onnx"]})))
-    assert done.returncode == 0, done.stderr
-    runs = {int(r.data.tags["sweep.trial_number"]): r for r in stores.runs("tiny", "trial")}
-    assert [runs[n].data.params["lr"] for n in range(3)] == ["0.03", "1e-05", "1e-05"]
+    done, runs = _run_ahead(stores, write_spec, 142, export=["torch_export", "onnx"])
+    assert [(runs[n].data.params["lr"], runs[n].data.params["epochs"]) for n in range(3)] == [
+        ("0.03", "1"), ("1e-05", "1"), ("1e-05", "4")]
     assert _exported_ahead(stores) == [("onnx", 0, 0), ("torch_export", 0, 1)]  # once each
     logs = [p.read_text() for p in (stores.dir / ".sweep" / "tiny" / "logs").iterdir()]
     assert any("warmed up for training while idle" in text for text in logs), logs
@@ -221,11 +235,10 @@ def test_an_export_ahead_that_hangs_is_stopped_at_the_exports_deadline(stores, c
 
 
 def test_an_export_run_ahead_for_a_trial_that_is_not_the_best_at_the_end_is_dropped(
-        stores, cli, write_spec):
-    done = cli(write_spec(tiny_spec(sampler={"name": "random", "seed": 6}, **AHEAD)))
-    assert done.returncode == 0, done.stderr
-    runs = {int(r.data.tags["sweep.trial_number"]): r for r in stores.runs("tiny", "trial")}
-    assert runs[2].data.params["lr"] == "0.03"
+        stores, write_spec):
+    done, runs = _run_ahead(stores, write_spec, 61)
+    assert [(runs[n].data.params["lr"], runs[n].data.params["epochs"]) for n in range(3)] == [
+        ("1e-05", "1"), ("1e-05", "1"), ("0.03", "4")]
     assert max(runs, key=lambda n: runs[n].data.metrics["val_acc"]) == 2
     ahead = _exported_ahead(stores)
     assert ahead and ahead[0][1] in (0, 1), ahead  # the best while trial 2 trained
