@@ -140,7 +140,7 @@ def waits_for_a_loader(num_classes: int, in_channels: int):
     """:func:`hangs_once_loaded`'s model, but for two things: a model with saved weights loaded
     runs as any other, and training at its 61st batch waits only until some process loaded
     saved weights (the mark ``loaded`` is written): a trial longer than 60 batches (digits at
-    batch 64: three epochs) is still training when another worker exports a finished trial
+    batch 64: 23 an epoch) is still training when another worker exports a finished trial
     ahead of the end, however fast or loaded the machine."""
     return _marks_loads(num_classes, in_channels, hang_loaded=False,
                         until=lambda mark: mark.exists())

@@ -171,7 +171,7 @@ def _exported_ahead(stores) -> list[tuple[str, int, int]]:
         r"exported ([\w, ]+) into \S*export-ahead-(\d+)/part-(\d+)", logs))
 
 
-# lr 1e-5 learns nothing, 0.03 learns digits; a 1-epoch trial trains 21 batches, a 4-epoch
+# lr 1e-5 learns nothing, 0.03 learns digits; a 1-epoch trial trains 23 batches, a 4-epoch
 # one waits at its 61st (tests.datasets.waits_for_a_loader) until an export ahead loaded the
 # best trial's weights: the last trial is still training then, however fast or loaded the
 # machine. The random sampler's seed 142 draws (lr, epochs) (0.03, 1), (1e-5, 1), (1e-5, 4)
