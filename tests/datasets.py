@@ -147,6 +147,9 @@ def waits_for_a_loader(num_classes: int, in_channels: int):
 
 
 def _marks_loads(num_classes: int, in_channels: int, hang_loaded: bool, until):
+    """The model of :func:`hangs_once_loaded` and :func:`waits_for_a_loader`: with
+    ``hang_loaded``, a model with saved weights loaded never returns; training waits at its 61st
+    batch until ``until(mark)`` holds for the mark ``loaded``, two minutes at most."""
     import os
     import time
     from pathlib import Path
