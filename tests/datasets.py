@@ -136,14 +136,23 @@ def hangs_once_loaded(num_classes: int, in_channels: int):
     return _marks_loads(num_classes, in_channels, hang_loaded=True, until=_loader_gone)
 
 
-def waits_for_a_loader(num_classes: int, in_channels: int):
+def waits_for_an_export_ahead(num_classes: int, in_channels: int):
     """:func:`hangs_once_loaded`'s model, but for two things: a model with saved weights loaded
-    runs as any other, and training at its 61st batch waits only until some process loaded
-    saved weights (the mark ``loaded`` is written): a trial longer than 60 batches (digits at
-    batch 64: 23 an epoch) is still training when another worker exports a finished trial
-    ahead of the end, however fast or loaded the machine."""
+    runs as any other, and training at its 61st batch waits (two minutes at most) until a
+    worker's log in the folder ``SWEEP_TEST_LOGS`` names says it exported a trial ahead of the
+    end (``export-ahead-``): a trial longer than 60 batches (digits at batch 64: 23 an epoch) is
+    still training when another worker's export ahead ends, however fast or loaded the
+    machine."""
+    import os
+
+    logs = os.environ.get("SWEEP_TEST_LOGS")
     return _marks_loads(num_classes, in_channels, hang_loaded=False,
-                        until=lambda mark: mark.exists())
+                        until=lambda mark: _export_ahead_logged(logs))
+
+
+def _export_ahead_logged(logs: str | None) -> bool:
+    return logs is not None and any("export-ahead-" in log.read_text()
+                                    for log in Path(logs).glob("*.log"))
 
 
 def _marks_loads(num_classes: int, in_channels: int, hang_loaded: bool, until):

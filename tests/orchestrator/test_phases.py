@@ -172,13 +172,15 @@ def _exported_ahead(stores) -> list[tuple[str, int, int]]:
 
 
 # lr 1e-5 learns nothing, 0.03 learns digits; a 1-epoch trial trains 23 batches, a 4-epoch
-# one waits at its 61st (tests.datasets.waits_for_a_loader) until an export ahead loaded the
-# best trial's weights: the last trial is still training then, however fast or loaded the
-# machine. The random sampler's seed 142 draws (lr, epochs) (0.03, 1), (1e-5, 1), (1e-5, 4)
-# for trials 0-2; seed 61 draws (1e-5, 1), (1e-5, 1), (0.03, 4)
+# one waits at its 61st (tests.datasets.waits_for_an_export_ahead) until a worker's log says it
+# exported the best trial ahead: the last trial is still training when that export ends,
+# however fast or loaded the machine (the sweep's end stops a worker still exporting a trial
+# that is no longer the best, and its export is never logged). The random sampler's seed 142
+# draws (lr, epochs) (0.03, 1), (1e-5, 1), (1e-5, 4) for trials 0-2; seed 61 draws (1e-5, 1),
+# (1e-5, 1), (0.03, 4)
 AHEAD = {"trials": 3, "workers": 2, "export_for": "best", "export": ["torch_export"],
          "space": {"lr": [1e-5, 0.03], "epochs": [1, 4]},
-         "train": {"dataset": "digits", "model": "tests.datasets:waits_for_a_loader"}}
+         "train": {"dataset": "digits", "model": "tests.datasets:waits_for_an_export_ahead"}}
 
 
 def _run_ahead(stores, write_spec, seed: int, **overrides):
@@ -186,8 +188,9 @@ def _run_ahead(stores, write_spec, seed: int, **overrides):
     marks = stores.dir / "marks"
     marks.mkdir()
     spec = tiny_spec(sampler={"name": "random", "seed": seed}, **{**AHEAD, **overrides})
-    done = run_cli("run", str(write_spec(spec)), cwd=stores.dir,
-                   env={**USER_CODE, "SWEEP_TEST_MARKS": str(marks)}, timeout=300)
+    logs = stores.dir / ".sweep" / "tiny" / "logs"  # where the workers say what they exported
+    done = run_cli("run", str(write_spec(spec)), cwd=stores.dir, timeout=300,
+                   env={**USER_CODE, "SWEEP_TEST_MARKS": str(marks), "SWEEP_TEST_LOGS": str(logs)})
     assert done.returncode == 0, done.stderr
     runs = {int(r.data.tags["sweep.trial_number"]): r for r in stores.runs("tiny", "trial")}
     return done, runs
@@ -241,7 +244,7 @@ def test_an_export_run_ahead_for_a_trial_that_is_not_the_best_at_the_end_is_drop
         ("1e-05", "1"), ("1e-05", "1"), ("0.03", "4")]
     assert max(runs, key=lambda n: runs[n].data.metrics["val_acc"]) == 2
     ahead = _exported_ahead(stores)
-    assert ahead and ahead[0][1] in (0, 1), ahead  # the best while trial 2 trained
+    assert ahead and ahead[0][1] in (0, 1), (ahead, done.stdout)  # the best while 2 trained
     assert "while the last trials trained" not in done.stdout
     assert "trial 2 export: torch_export passed" in done.stdout
     assert [n for n, r in runs.items() if r.data.tags.get("sweep.exported") == "true"] == [2]
