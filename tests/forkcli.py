@@ -238,26 +238,29 @@ class _Server:
         self.added = answer.get("added", {})
         self.modules = answer.get("modules", {})
 
-    def forks(self, env: dict) -> bool:
-        """Whether a command with ``env`` may be forked: it differs from the server's only in
-        what no preloaded module reads as it is imported (:data:`IGNORED`, what the command
+    def forks(self, env: dict) -> list[str] | None:
+        """The folders a command with ``env`` puts on its path (:func:`python_path`) where it
+        may be forked, else None. It may where it differs from the server's environment only
+        in what no preloaded module reads as it is imported (:data:`IGNORED`, what the command
         reads only as it runs, what the imports set themselves, variables of torch and its
         libraries, which are not preloaded, a ``PYTHONPATH`` :func:`python_path` accepts)."""
         differ = {k for k in {*env, *self.env} if env.get(k) != self.env.get(k)}
-        if "PYTHONPATH" in differ and python_path(env, self.env, self.modules)[1] is None:
+        path, why = python_path(env, self.env, self.modules)
+        if why is None:
             differ.discard("PYTHONPATH")
-        return self.ready and all(
+        return path if self.ready and all(
             k in IGNORED or k in TORCH_ONLY or k in RUNTIME or
-            (k in self.added and env.get(k, self.added[k]) == self.added[k]) for k in differ)
+            (k in self.added and env.get(k, self.added[k]) == self.added[k])
+            for k in differ) else None
 
-    def start(self, args, cwd, env: dict) -> Forked:
-        """``sweep ARGS`` forked in ``cwd`` with ``env``, its output piped; it runs on."""
+    def start(self, args, cwd, env: dict, path: list[str]) -> Forked:
+        """``sweep ARGS`` forked in ``cwd`` with ``env`` and the ``PYTHONPATH`` folders
+        ``path`` (from :meth:`forks`), its output piped; it runs on."""
         conn, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         request = {"args": list(args), "cwd": str(Path(cwd).resolve()), "env": env,
-                   "added": self.added,
-                   "path": python_path(env, self.env, self.modules)[0]}
+                   "added": self.added, "path": path}
         try:
             with self.lock:
                 socket.send_fds(self.sock, [json.dumps(request).encode()],
@@ -276,8 +279,9 @@ class _Server:
             raise
         return Forked([sys.executable, "-m", "orchestrator", *args], pid, conn, out_r, err_r)
 
-    def run(self, args, cwd, env: dict, timeout: float) -> subprocess.CompletedProcess:
-        proc = self.start(args, cwd, env)
+    def run(self, args, cwd, env: dict, timeout: float,
+            path: list[str]) -> subprocess.CompletedProcess:
+        proc = self.start(args, cwd, env, path)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -414,35 +418,37 @@ def settle() -> None:
     BASE_ENV.update((k, v) for k, v in os.environ.items() if k not in IGNORED)
 
 
-def _server(args, env: dict) -> _Server | None:
-    """The server (started on first use), where it may fork ``sweep ARGS`` with ``env``."""
+def _server(args, env: dict) -> tuple[_Server, list[str]] | None:
+    """The server (started on first use) and the command's ``PYTHONPATH`` folders, where it
+    may fork ``sweep ARGS`` with ``env``."""
     global _SERVER, FORKED
     if os.environ.get("SWEEP_TEST_FRESH_CLI") == "1" or not BASE_ENV:
         return None
     if _SERVER is None or _SERVER.proc.poll() is not None:
         _SERVER = _Server(BASE_ENV)
-    if not _SERVER.forks(env):
+    path = _SERVER.forks(env)
+    if path is None:
         return None
     FORKED += 1
     if POOLS.intersection(args) and env.get("SWEEP_TEST_ZYGOTE"):  # its spawner will ask
         from tests import zygote
 
         zygote.ensure()
-    return _SERVER
+    return _SERVER, path
 
 
 def run(args, cwd, timeout: float, env: dict) -> subprocess.CompletedProcess | None:
     """``sweep ARGS`` forked from the server, waited for; None where only a fresh process is
     faithful (see the module's docstring): the caller starts one."""
-    server = _server(args, env)
-    return server.run(args, cwd, env, timeout) if server else None
+    found = _server(args, env)
+    return found[0].run(args, cwd, env, timeout, found[1]) if found else None
 
 
 def start(args, cwd, env: dict) -> Forked | None:
     """``sweep ARGS`` forked from the server, running on (the caller waits); None where only a
     fresh process is faithful: the caller starts one."""
-    server = _server(args, env)
-    return server.start(args, cwd, env) if server else None
+    found = _server(args, env)
+    return found[0].start(args, cwd, env, found[1]) if found else None
 
 
 if __name__ == "__main__":

@@ -12,6 +12,44 @@ from orchestrator.running.protocol import Done, Epoch, Ready
 from tests import forkcli, zygote
 from tests.conftest import SLACK, tiny_spec
 
+# ------------------------------------------------------------------ a paced user model
+
+# a user model (train.model: paced:model, its file beside the spec) whose trials last about as
+# long on an idle machine as on a loaded one: the perceptron, each batch held PAUSE seconds
+# without using the CPU; with a GATE (a file path), training first waits (10 minutes at most)
+# until that file exists: the test opens the gate once what it must see at once is there
+PACED_MODEL = """
+import time
+from pathlib import Path
+from torch import nn
+
+PAUSE, GATE = {pause!r}, {gate!r}
+
+
+class Paced(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes))
+
+    def forward(self, x):
+        deadline = time.monotonic() + 600  # the tests' own waits end well before
+        while GATE and not Path(GATE).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(PAUSE)
+        return self.net(x)
+
+
+def model(num_classes, in_channels):
+    return Paced(num_classes)
+"""
+
+
+def write_paced_model(folder: Path, pause_s: float, gate: Path | None = None) -> None:
+    """``paced.py`` (:data:`PACED_MODEL`) in ``folder``."""
+    (folder / "paced.py").write_text(PACED_MODEL.format(pause=pause_s,
+                                                        gate=str(gate) if gate else None))
+
+
 # ------------------------------------------------------------------ a sweep as a process
 
 

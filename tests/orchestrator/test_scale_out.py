@@ -21,6 +21,7 @@ import yaml
 from orchestrator.core import keys
 from tests import forkcli
 from tests.conftest import rdb_storage, tiny_spec
+from tests.helpers import write_paced_model
 
 # the heartbeat interval of the tests of a machine that dies or stalls: a trial is failed after
 # two intervals without a beat. With 1 s, a beat held back a second longer than it should (a
@@ -29,36 +30,14 @@ from tests.conftest import rdb_storage, tiny_spec
 HEARTBEAT_S = 2
 
 
-# a user model (train.model: paced:model) whose trials last about as long on an idle machine as
-# on a loaded one: the perceptron, each batch held 50 ms without using the CPU
-PACED_MODEL = '''
-import time
-from torch import nn
-
-
-class Paced(nn.Module):
-    def __init__(self, num_classes):
-        super().__init__()
-        self.net = nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes))
-
-    def forward(self, x):
-        time.sleep(0.05)
-        return self.net(x)
-
-
-def model(num_classes, in_channels):
-    return Paced(num_classes)
-'''
-
-
 def _machine(root: Path, name: str, spec: dict, storage: str, tracking: str,
              extra_env=None) -> subprocess.Popen | forkcli.Forked:
     """One `sweep run` as a separate machine would start it: its own working folder (with
-    :data:`PACED_MODEL` in it); forked as the tests' other commands where its environment
-    allows (:func:`tests.forkcli.start`)."""
+    :data:`tests.helpers.PACED_MODEL` in it, 50 ms a batch); forked as the tests' other
+    commands where its environment allows (:func:`tests.forkcli.start`)."""
     folder = root / name
     folder.mkdir()
-    (folder / "paced.py").write_text(PACED_MODEL)
+    write_paced_model(folder, 0.05)
     (folder / "s.yaml").write_text(yaml.safe_dump(spec))
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env.update(extra_env or {})

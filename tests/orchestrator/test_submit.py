@@ -39,6 +39,7 @@ from orchestrator.running.submit import (
     workdir_problem,
 )
 from tests.conftest import free_port, rdb_storage, run_cli, tiny_spec
+from tests.helpers import write_paced_model
 
 PG = "postgresql://postgres@db.example:5432/sweeps"
 SERVER = "http://mlflow.example:5000"
@@ -492,43 +493,15 @@ def _stop(cluster: Cluster, daemons: list[subprocess.Popen]) -> None:
             proc.wait(timeout=15)
 
 
-def _states(study, tmp_path: Path, task: str) -> str:
-    """What a failed assertion shows: every trial's state and owner, and a task's log's end."""
-    log = tmp_path / ".sweep" / study.study_name / "submit" / f"slurm-{task}.log"
+def _states(study, tmp_path: Path, *tasks: str) -> str:
+    """What a failed assertion shows: every trial's state and owner, and the end of each of
+    the ``tasks``' logs."""
     trials = [(t.number, t.state.name, t.user_attrs.get("sweep.owner", {}).get("pid"))
               for t in study.trials]
-    return f"trials {trials}; {log.name}: {log.read_text()[-3000:] if log.exists() else '-'}"
-
-
-# a user model (train.model: gated:model, beside the spec) whose training waits at its gate
-# (the file GATE names) until the test opens it: a task that starts first, however much
-# sooner on a loaded machine, trains nothing until both tasks own a running trial. Each batch
-# is then held 20 ms without using the CPU: a trial lasts a few seconds, on an idle machine as
-# on a loaded one, long enough to be seen running and cancelled.
-GATED_MODEL = """
-import time
-from pathlib import Path
-from torch import nn
-
-GATE = Path({gate!r})
-
-
-class Gated(nn.Module):
-    def __init__(self, num_classes):
-        super().__init__()
-        self.net = nn.Sequential(nn.Flatten(), nn.LazyLinear(num_classes))
-
-    def forward(self, x):
-        deadline = time.monotonic() + 600  # the test's own waits end well before
-        while not GATE.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.02)
-        return self.net(x)
-
-
-def model(num_classes, in_channels):
-    return Gated(num_classes)
-"""
+    logs = [tmp_path / ".sweep" / study.study_name / "submit" / f"slurm-{task}.log"
+            for task in tasks]
+    return f"trials {trials}" + "".join(
+        f"; {log.name}: {log.read_text()[-3000:] if log.exists() else '-'}" for log in logs)
 
 
 def _task_of(pid: int) -> str:
@@ -545,10 +518,13 @@ def test_a_slurm_array_sweeps_together_and_a_cancelled_task_is_retried_by_the_ot
 
     storage = databases()
     spec = tiny_spec(name="slurm", trials=4, workers=2, heartbeat_seconds=1, retries=1,
-                     train={"dataset": "digits", "model": "gated:model", "epochs": 4})
+                     train={"dataset": "digits", "model": "paced:model", "epochs": 4})
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    # the tasks' model waits at a gate the test opens once both tasks own a running trial: a
+    # task that starts first, however much sooner on a loaded machine, trains nothing alone;
+    # then each batch is held 20 ms, a trial lasts long enough to be seen running and cancelled
     gate = tmp_path / "gate"
-    (tmp_path / "gated.py").write_text(GATED_MODEL.format(gate=str(gate)))
+    write_paced_model(tmp_path, 0.02, gate)
     submit = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit", "s.yaml",
                                "--slurm", "--jobs", "2", "--cpus-per-job", "1", "--storage",
                                storage, "--tracking-uri", server], cwd=tmp_path, env=slurm.env,
@@ -574,7 +550,7 @@ def test_a_slurm_array_sweeps_together_and_a_cancelled_task_is_retried_by_the_ot
                 and "sweep.owner" in t.user_attrs]
 
     def seen() -> str:
-        return " / ".join(_states(study(), tmp_path, f"{job}_{i}") for i in (0, 1))
+        return _states(study(), tmp_path, f"{job}_0", f"{job}_1")
 
     # the gate opens once each task owns a running trial: the task that starts second may
     # still be importing when the first would have trained every trial (then no trial of the
