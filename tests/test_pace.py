@@ -29,7 +29,10 @@ def test_the_probe_sees_load_that_comes_after_the_measurement():
             p.kill()
             p.wait()
             p.stdout.close()
-    assert loaded > 1.3 * before, (before, loaded)
+    after = cpu_probe_s()
+    # without the spinners: the lesser of the probes before and after them, as the other test
+    # process's own load comes and goes (one full run saw 9.1 ms before and 7.5 ms loaded)
+    assert loaded > 1.3 * min(before, after), (before, loaded, after)
 
 
 def test_each_test_gets_the_measured_pace_or_a_slower_one(pace, measured_pace):
