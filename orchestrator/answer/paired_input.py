@@ -123,16 +123,46 @@ def _value(level, seed, value, low: float | None, high: float | None) -> None:
     if not is_number(value):
         _refuse(name, value, "a number (NaN or infinite for a seed that gave no finite value, "
                              "None for a seed not run)", TypeError)
-    if not math.isfinite(value):
+    value = _widened(value)
+    if not _finite(value):
         return  # a failed seed: its level's worst outcome, whatever the bounds
     if abs(value) > MAX_VALUE:
-        raise ValueError(f"compare_paired: {name} = {float(value)!r} is out of range: a "
+        raise ValueError(f"compare_paired: {name} = {_number(value)} is out of range: a "
                          f"finite value must lie within +-{MAX_VALUE:.4g} (half the largest "
                          f"float, so that every difference is finite)")
     if (low is not None and value < low) or (high is not None and value > high):
-        raise ValueError(f"compare_paired: {name} = {float(value)!r} is out of range: "
+        raise ValueError(f"compare_paired: {name} = {_number(value)} is out of range: "
                          f"outside bounds [{_end(low)}, {_end(high)}] (the metric's range); "
                          f"pass values within bounds, or the metric's true bounds")
+
+
+def _widened(value):
+    """``value`` as a number whose comparisons with a float never overflow, equal to it: a
+    numpy float no wider than a float becomes that float, a numpy integer a Python int; a long
+    double stays as it is. Compared as it is, a float16 or float32 would have MAX_VALUE and the
+    bounds cast down to its own type (numpy's rule for a Python float beside a numpy scalar),
+    and ``abs`` of an int8's -128 overflows: each with a RuntimeWarning."""
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating) and np.can_cast(value.dtype, np.float64, "safe"):
+        return float(value)
+    return value
+
+
+def _finite(value) -> bool:
+    """Finite in the value's own type: a whole number or a fraction always is, and so is a long
+    double beyond the largest float (``math.isfinite`` would round it to infinity first)."""
+    if isinstance(value, numbers.Rational):
+        return True
+    if isinstance(value, np.floating):
+        return bool(np.isfinite(value))
+    return math.isfinite(value)
+
+
+def _number(value) -> str:
+    """A refused value as the message shows it: the float's repr, or a short repr of a number
+    no float holds (a long double or a whole number past the largest float)."""
+    return repr(float(value)) if abs(value) <= sys.float_info.max else _short.repr(value)
 
 
 def _end(end: float | None) -> str:

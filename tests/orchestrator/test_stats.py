@@ -509,6 +509,71 @@ def test_a_value_whose_difference_could_overflow_is_refused_as_out_of_range(valu
              values=values)
 
 
+# every real numpy scalar type (numpy registers each as a numbers.Real; a timedelta64 is no number)
+NUMPY_REALS = sorted({t for t in np.sctypeDict.values() if issubclass(t, (np.integer, np.floating))
+                      and t is not np.timedelta64}, key=lambda t: t.__name__)
+
+
+def _extremes(kind) -> tuple[list, list]:
+    """Two columns of ``kind`` scalars at its edges: its largest magnitude (capped at HUGE, the
+    most a value may be), its least (a subnormal for a float), zero and one."""
+    if issubclass(kind, np.floating):
+        info = np.finfo(kind)
+        top = kind(HUGE) if float(info.max) > HUGE else info.max
+        bottom, tiny = -top, info.smallest_subnormal
+    else:
+        info = np.iinfo(kind)
+        top, bottom, tiny = kind(info.max), kind(info.min), kind(1)
+    a = [top, bottom, tiny, kind(1), kind(0), top]
+    b = [bottom, top, kind(1), tiny, kind(0), kind(0)]
+    return a, b
+
+
+@pytest.mark.parametrize("kind", NUMPY_REALS, ids=lambda t: t.__name__)
+@pytest.mark.parametrize("bounds", [None, (-9e307, 9e307)])
+def test_numpy_scalars_of_every_type_are_compared_as_their_floats_without_a_warning(
+        kind, bounds):
+    """A float16's largest value (65504) and its subnormals, an int64's extremes: no
+    RuntimeWarning (MAX_VALUE and the bounds are never cast to a float16), the same result as
+    the same values given as Python floats."""
+    a, b = _extremes(kind)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        [r] = compare_paired(_levels(a=a, b=b), bounds=bounds)
+    [as_floats] = compare_paired(_levels(a=[float(v) for v in a], b=[float(v) for v in b]),
+                                 bounds=bounds)
+    assert r.diffs == tuple(float(y) - float(x) for x, y in zip(a, b))
+    # repr: the same floats to the last bit, NaN (no spread) equal to NaN
+    assert repr(r) == repr(as_floats)
+
+
+@pytest.mark.parametrize("kind", [np.float16, np.float32, np.float64, np.longdouble, np.int8,
+                                  np.uint64], ids=lambda t: t.__name__)
+def test_a_numpy_scalar_outside_the_bounds_is_refused_in_one_line_without_a_warning(kind):
+    values = {"a": {1: kind(2), 2: kind(0), 3: kind(1)}, "b": {1: kind(1), 2: kind(1),
+                                                                3: kind(0)}}
+    _refused(ValueError, "values['a'][1] = 2.0", "outside bounds [0, 1]", values=values,
+             bounds=(0.0, 1.0))
+    _refused(ValueError, "values['a'][1] = 2.0", "outside bounds [-1e+300, 1]", values=values,
+             bounds=(-1e300, 1.0))
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).max <= np.finfo(np.float64).max,
+                    reason="this platform's long double is a float")
+@pytest.mark.parametrize("value, shown", [(np.longdouble("1e400"), "1e+400"),
+                                          (-np.longdouble("1e4000"), "-1e+4000")])
+def test_a_long_double_past_the_largest_float_is_refused_not_taken_for_a_failed_seed(
+        value, shown):
+    """Finite in its own type: rounded to a float it would be infinite, a failed seed."""
+    values = {"a": {1: value, 2: 0.0, 3: 1.0}, "b": {1: 1.0, 2: 1.0, 3: 0.5}}
+    _refused(ValueError, "values['a'][1] = ", shown, "out of range", values=values)
+
+
+def test_a_whole_number_past_the_largest_float_is_refused_in_one_line():
+    values = {"a": {1: 10 ** 400, 2: 0.0, 3: 1.0}, "b": {1: 1.0, 2: 1.0, 3: 0.5}}
+    _refused(ValueError, "values['a'][1] = 1000", "out of range", "8.988e+307", values=values)
+
+
 @settings(max_examples=200, deadline=None)
 @given(hs.data())
 def test_any_finite_values_within_any_bounds_give_an_ordered_interval_holding_the_difference(
