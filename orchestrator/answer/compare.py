@@ -2,6 +2,18 @@
 level's best configuration trained again on fresh paired seeds, and the levels decided by
 :mod:`orchestrator.answer.stats`.
 
+What it estimates (``compare.tuning``):
+
+- ``each_seed`` (the default): the expected score of a level after tuning with this budget.
+  Each paired seed ``k`` is a replicate: every level is tuned anew (``tune_trials`` trials, its
+  sampler seeded for replicate ``k`` alike for every level, its trials trained on the replicate's
+  tuning seed), and the replicate's best configuration is trained once on the confirmation seed
+  ``seed + k``. A replicate's difference of two levels is an independent draw of tuning and
+  seed, so the paired interval over replicates holds the tuning draw too: a re-run with another
+  base seed lands inside it at the stated rate (``bench/tuning_draw.py`` measures it).
+- ``once``: one tuning per level, its best trained on every confirmation seed: the interval
+  holds the seed-to-seed spread of those two configurations, not the tuning draw.
+
 :func:`plan` is the whole procedure as a pure function of the study's trials: start a tuning trial
 of a level (:class:`Tune`), a confirmation trial (:class:`Confirm`), :class:`Wait` for running
 trials, or :class:`Done`. Every ``sweep run`` process replays it from the trials alone, so an
@@ -20,12 +32,15 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ..config.rules import compare_levels
+# replicate k (each_seed) tunes on training seed seed + TUNING_SEEDS + k: never a confirmation
+# seed (seed + 1 ... seed + max_seeds, at most MAX_COMPARE_SEEDS + MAX_LOOKS)
+from ..config.rules import TUNING_SEEDS, compare_levels
 from ..config.spec import SweepSpec
 from ..core import compat, keys
 from . import objectives, stats
 
 TUNE, CONFIRM = "tune", "confirm"  # the values of keys.PHASE
+EACH_SEED, ONCE = "each_seed", "once"  # the values of compare.tuning
 
 
 def level_label(factors: Sequence[str], values: Sequence[Any]) -> str:
@@ -56,9 +71,10 @@ class Comparison:
     seeds: int
     max_seeds: int
     precision: float | None
-    seed: int  # the tuning seed; confirmation seeds are seed + 1 ... seed + max_seeds
+    seed: int  # the base seed; confirmation seeds are seed + 1 ... seed + max_seeds
     direction: str
     metric: str
+    tuning: str = EACH_SEED  # EACH_SEED: a fresh tuning per paired seed; ONCE: one tuning
 
     @classmethod
     def of(cls, spec: SweepSpec) -> Comparison | None:
@@ -69,7 +85,23 @@ class Comparison:
         levels = tuple(Level(level_label(c.factors, list(p.values())), p)
                        for p in compare_levels(spec.space, c.factors))
         return cls(",".join(c.factors), levels, c.tune_trials, c.seeds, c.most_seeds,
-                   c.precision, spec.seed, spec.objective.direction, spec.objective.metric)
+                   c.precision, spec.seed, spec.objective.direction, spec.objective.metric,
+                   c.tuning)
+
+    @property
+    def replicated(self) -> bool:
+        """Whether every paired seed tunes each level anew (``tuning: each_seed``)."""
+        return self.tuning == EACH_SEED
+
+    def replicate_of(self, k: int) -> int:
+        """The tuning replicate whose best the ``k``-th confirmation seed trains: ``k``
+        (each_seed), or 0, the one tuning (once)."""
+        return k if self.replicated else 0
+
+    def tuning_seed(self, replicate: int) -> int:
+        """The training seed of replicate ``replicate``'s tuning trials: ``seed`` for the one
+        tuning, else ``seed + TUNING_SEEDS + replicate`` (never a confirmation seed)."""
+        return self.seed if replicate == 0 else self.seed + TUNING_SEEDS + replicate
 
     def confirm_seeds(self, rounds: int) -> list[int]:
         """The paired seeds of the first ``rounds`` rounds; never the tuning seed."""
@@ -77,6 +109,8 @@ class Comparison:
 
     def total(self, rounds: int) -> int:
         """The trials planned with ``rounds`` confirmation seeds."""
+        if self.replicated:
+            return len(self.levels) * rounds * (self.tune_trials + 1)
         return len(self.levels) * (self.tune_trials + rounds)
 
 
@@ -84,9 +118,11 @@ class Comparison:
 
 @dataclass(frozen=True)
 class Tune:
-    """Start a tuning trial of ``level`` (its factor fixed, the rest sampled)."""
+    """Start a tuning trial of ``level`` (its factor fixed, the rest sampled) in tuning
+    replicate ``replicate`` (0: the one tuning of ``tuning: once``)."""
 
     level: Level
+    replicate: int = 0
 
 
 @dataclass(frozen=True)
@@ -146,41 +182,74 @@ def best_tuned(trials: Sequence[FrozenTrial], direction: str) -> FrozenTrial | N
                default=None)
 
 
+def replicate(trial: FrozenTrial) -> int:
+    """The tuning replicate a tuning trial belongs to (0: the one tuning of ``once``)."""
+    return int(trial.user_attrs.get(keys.REPLICATE, 0))
+
+
 def plan(c: Comparison, trials: Sequence[FrozenTrial]) -> Plan:
     """The next step of comparison ``c`` given every trial of its study (any state).
 
-    Tune: the level with the fewest tuning trials started goes next (ties: level order), until
-    each has ``tune_trials``. Confirm, once every tuning trial finished: each level's best tuning
-    trial's parameters on the seeds of the current round count, seed-major; after each round
-    has finished, the levels are decided (look ``rounds - seeds + 1`` of ``max_seeds - seeds +
-    1``) and, while undecided and below ``max_seeds``, one more paired seed is added.
+    The ``k``-th confirmation seed ``seed + k`` trains the best configuration of tuning
+    replicate ``c.replicate_of(k)``. Tune: in replicate order, the level of that replicate with
+    the fewest tuning trials started goes next (ties: level order), until each has
+    ``tune_trials``. Confirm, once a replicate's tuning trials all finished: each level's best
+    (:func:`best_tuned`) on the replicate's seed; a level without a complete tuning trial in it
+    has no finite value there (its worst outcome). While a replicate waits on running trials,
+    the next one starts. After the seeds of the current round count have all finished, the
+    levels are decided (look ``rounds - seeds + 1`` of ``max_seeds - seeds + 1``) and, while
+    undecided and below ``max_seeds``, one more paired seed (and, each_seed, its replicate) is
+    added.
     """
     trials = counted(trials)
-    tuning = {lv.label: [t for t in trials if t.user_attrs.get(keys.PHASE) == TUNE
-                         and t.user_attrs.get(keys.LEVEL) == lv.label] for lv in c.levels}
-    short = [lv for lv in c.levels if len(tuning[lv.label]) < c.tune_trials]
-    if short:
-        return Plan(Tune(min(short, key=lambda lv: len(tuning[lv.label]))), c.total(c.seeds))
-    if any(not t.state.is_finished() for ts in tuning.values() for t in ts):
-        return Plan(Wait(), c.total(c.seeds))
-    best = {lv.label: best_tuned(tuning[lv.label], c.direction) for lv in c.levels}
-    levels = [lv for lv in c.levels if best[lv.label] is not None]
-    confirms = {(t.user_attrs.get(keys.LEVEL), t.user_attrs.get(keys.SEED)): t for t in trials
-                if t.user_attrs.get(keys.PHASE) == CONFIRM}
+    tuning: dict[tuple[str, int], list[FrozenTrial]] = {}
+    confirms: dict[tuple[Any, Any], FrozenTrial] = {}
+    for t in trials:
+        if t.user_attrs.get(keys.PHASE) == TUNE:
+            tuning.setdefault((t.user_attrs.get(keys.LEVEL), replicate(t)), []).append(t)
+        elif t.user_attrs.get(keys.PHASE) == CONFIRM:
+            confirms[t.user_attrs.get(keys.LEVEL), t.user_attrs.get(keys.SEED)] = t
     for rounds in range(c.seeds, c.max_seeds + 1):
-        seeds = c.confirm_seeds(rounds)
-        for seed, lv in itertools.product(seeds, levels):
-            if (lv.label, seed) not in confirms:
-                return Plan(Confirm(lv, dict(best[lv.label].params), seed), c.total(rounds))
-        mine = [confirms[lv.label, s] for s, lv in itertools.product(seeds, levels)]
-        if any(not t.state.is_finished() for t in mine):
-            return Plan(Wait(), c.total(rounds))
-        values = {lv.label: {s: confirmed_value(confirms[lv.label, s]) for s in seeds}
-                  for lv in levels}
+        step, values = _round(c, rounds, tuning, confirms)
+        if step is not None:
+            return Plan(step, c.total(rounds))
+        # a level no replicate tuned to completion is left out: there is nothing to compare
+        values = {label: v for label, v in values.items()
+                  if any(x is not None and not math.isnan(x) for x in v.values())
+                  or any(best_tuned(tuning.get((label, c.replicate_of(k)), ()), c.direction)
+                         for k in range(1, rounds + 1))}
         results = decide_look(c, values, rounds)
         if rounds == c.max_seeds or stats.decided(results):
             return Plan(Done(results, values), c.total(rounds))
     raise AssertionError("unreachable: the last round is always Done")
+
+
+def _round(c: Comparison, rounds: int, tuning: dict, confirms: dict
+           ) -> tuple[Tune | Confirm | Wait | None, dict[str, dict[int, float | None]]]:
+    """The first step to start among the first ``rounds`` seeds (:class:`Wait` when only
+    running trials remain), else None and every level's value at each seed."""
+    waiting = False
+    values: dict[str, dict[int, float | None]] = {lv.label: {} for lv in c.levels}
+    for seed in c.confirm_seeds(rounds):
+        r = c.replicate_of(seed - c.seed)
+        mine = {lv.label: tuning.get((lv.label, r), []) for lv in c.levels}
+        short = [lv for lv in c.levels if len(mine[lv.label]) < c.tune_trials]
+        if short:
+            return Tune(min(short, key=lambda lv: len(mine[lv.label])), r), values
+        if any(not t.state.is_finished() for ts in mine.values() for t in ts):
+            waiting = True
+            continue
+        for lv in c.levels:
+            best = best_tuned(mine[lv.label], c.direction)
+            if best is None:
+                values[lv.label][seed] = math.nan
+            elif (lv.label, seed) not in confirms:
+                return Confirm(lv, dict(best.params), seed), values
+            elif not confirms[lv.label, seed].state.is_finished():
+                waiting = True
+            else:
+                values[lv.label][seed] = confirmed_value(confirms[lv.label, seed])
+    return (Wait() if waiting else None), values
 
 
 def confirmed_value(trial: FrozenTrial) -> float | None:
@@ -303,17 +372,17 @@ def standing(c: Comparison | None, trials: Sequence[FrozenTrial],
 
 class LevelView:
     """A study as one level's sampler or pruner sees it: only the tuning trials of ``label``
-    (every other attribute is the study's own)."""
+    in tuning replicate ``replicate`` (every other attribute is the study's own)."""
 
-    def __init__(self, study: optuna.Study, label: str | None):
-        self._study, self._label = study, label
+    def __init__(self, study: optuna.Study, label: str | None, replicate: int = 0):
+        self._study, self._label, self._replicate = study, label, replicate
 
     def __getattr__(self, name: str):
         return getattr(self._study, name)
 
     def _mine(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
         return [t for t in trials if t.user_attrs.get(keys.LEVEL) == self._label
-                and t.user_attrs.get(keys.PHASE) == TUNE]
+                and t.user_attrs.get(keys.PHASE) == TUNE and replicate(t) == self._replicate]
 
     def get_trials(self, deepcopy: bool = True, states=None) -> list[FrozenTrial]:
         return self._mine(self._study.get_trials(deepcopy=deepcopy, states=states))
@@ -333,18 +402,19 @@ compat.implement(LevelView, compat.STUDY_TRIALS, LevelView.trials_read)
 
 
 class LevelSampler(optuna.samplers.BaseSampler):
-    """One sampler per level, each made by ``make`` (so seeded alike) and shown only its level's
-    tuning trials: a level's configurations are searched as if it were the only one."""
+    """One sampler per level and tuning replicate, made by ``make(replicate)`` (so every level
+    of a replicate is seeded alike) and shown only that level's tuning trials of that
+    replicate: each tuning is searched as if it were the only one."""
 
-    def __init__(self, make: Callable[[], optuna.samplers.BaseSampler]):
+    def __init__(self, make: Callable[[int], optuna.samplers.BaseSampler]):
         self._make = make
-        self._samplers: dict[str | None, optuna.samplers.BaseSampler] = {}
+        self._samplers: dict[tuple[str | None, int], optuna.samplers.BaseSampler] = {}
 
     def _of(self, study, trial: FrozenTrial):
-        label = trial.user_attrs.get(keys.LEVEL)
-        if label not in self._samplers:
-            self._samplers[label] = self._make()
-        return self._samplers[label], LevelView(study, label)
+        key = (trial.user_attrs.get(keys.LEVEL), replicate(trial))
+        if key not in self._samplers:
+            self._samplers[key] = self._make(key[1])
+        return self._samplers[key], LevelView(study, *key)
 
     def infer_relative_search_space(self, study, trial):
         sampler, view = self._of(study, trial)
@@ -381,4 +451,5 @@ class LevelPruner(optuna.pruners.BasePruner):
     def prune(self, study, trial) -> bool:
         if trial.user_attrs.get(keys.PHASE) != TUNE:
             return False
-        return self._inner.prune(LevelView(study, trial.user_attrs.get(keys.LEVEL)), trial)
+        return self._inner.prune(LevelView(study, trial.user_attrs.get(keys.LEVEL),
+                                           replicate(trial)), trial)

@@ -48,6 +48,7 @@ MAX_GRID = 5_000  # configurations; `--max-grid N` raises it
 # compare: the most looks (max_seeds - seeds + 1) and first-look seeds the statistics take (the
 # boundary's simulation grows with both; orchestrator.answer.stats.compare_paired refuses more)
 MAX_LOOKS, MAX_COMPARE_SEEDS = 100, 1000
+TUNING_SEEDS = 10_000  # replicate k of a comparison tunes on seed + TUNING_SEEDS + k
 
 
 def check_rules(top, max_grid: int | None, problems: list[str],
@@ -74,8 +75,12 @@ def check_rules(top, max_grid: int | None, problems: list[str],
     if not problems and top.compare is None:
         trials = _count_trials(top, n_configs, problems)
     last_seed = top.seed + (top.compare.most_seeds if top.compare else top.repeats - 1)
+    if top.compare is not None and top.compare.tuning == "each_seed":
+        last_seed += TUNING_SEEDS  # replicate k tunes on seed + TUNING_SEEDS + k
     if last_seed > MAX_SEED:
-        how = "seed + confirmation round" if top.compare else "seed + repeat index"
+        how = ("seed + 10000 + replicate (its tuning seed)" if top.compare is not None
+               and top.compare.tuning == "each_seed" else "seed + confirmation round"
+               if top.compare else "seed + repeat index")
         problems.append(f"seed: the trial seeds {how} reach {last_seed}, past numpy's largest "
                         f"seed {MAX_SEED}; lower seed")
     if top.gpus is not None and not problems:
@@ -237,11 +242,17 @@ def _check_compare(top, space: sp.Space, problems: list[str]) -> int | None:
     if len(problems) > before:
         return None
     levels = len(compare_levels(space, c.factors))
-    least, most = levels * (c.tune_trials + c.seeds), levels * (c.tune_trials + c.most_seeds)
+    if c.tuning == "each_seed":
+        least, most = (levels * c.seeds * (c.tune_trials + 1),
+                       levels * c.most_seeds * (c.tune_trials + 1))
+        count = "levels x seeds x (tune_trials + 1)"
+    else:
+        least, most = levels * (c.tune_trials + c.seeds), levels * (c.tune_trials + c.most_seeds)
+        count = "levels x tune_trials + levels x seeds"
     if top.trials is not None:
-        problems.append(f"trials: a comparison counts its own trials (levels x tune_trials + "
-                        f"levels x seeds, up to max_seeds: here {least} to {most}), got "
-                        f"trials: {top.trials}; remove trials (or --trials)")
+        problems.append(f"trials: a comparison counts its own trials ({count}, up to max_seeds: "
+                        f"here {least} to {most}), got trials: {top.trials}; remove trials (or "
+                        f"--trials)")
     return most
 
 

@@ -128,10 +128,16 @@ class CompareSpec(_Strict):
     factor: str | list[str] = Field(description="the searched setting whose levels are "
                                     "compared (an option mapping or a list under space); a list "
                                     "of settings compares the product of their levels")
-    tune_trials: int = Field(ge=1, description="tuning trials per level, each over that level's "
-                             "own sub-space, on the tuning seed (seed)")
+    tune_trials: int = Field(ge=1, description="tuning trials per level and tuning, each over "
+                             "that level's own sub-space")
+    tuning: Literal["each_seed", "once"] = Field(
+        "each_seed", description="each_seed: every paired seed tunes each level anew and trains "
+        "its best once on that seed, so the interval holds the tuning draw (the estimand: a "
+        "level's expected score after tuning with this budget); once: one tuning per level, its "
+        "best trained on every seed (the interval holds the seeds of those configurations only)")
     seeds: int = Field(3, ge=2, description="fresh paired seeds (seed+1, seed+2, ...) each "
-                       "level's best tuned configuration is trained on")
+                       "level's best tuned configuration is trained on (each_seed: each with "
+                       "its own tuning)")
     max_seeds: int | None = Field(None, ge=2, description="add one paired seed a round, up to "
                                   "this many, while a pair of levels is undecided (default: "
                                   "seeds)")

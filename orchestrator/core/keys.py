@@ -76,6 +76,10 @@ SEED = _key("sweep.seed", (TRIAL_ATTR, TRIAL_TAG), "the seed it trains with")
 PHASE = _key("sweep.phase", (TRIAL_ATTR, TRIAL_TAG),
              "a comparison's phase: tune (searching a level's settings) or confirm (its best "
              "settings on a fresh seed)")
+REPLICATE = _key("sweep.replicate", (TRIAL_ATTR, TRIAL_TAG),
+                 "a comparison's tuning trial: the tuning replicate it belongs to (k tunes every "
+                 "level anew for the confirmation seed seed + k; 0: the one tuning of "
+                 "`tuning: once`)")
 LEVEL = _key("sweep.level", (TRIAL_ATTR, TRIAL_TAG),
              "the compared level (the factor's value; several factors: `a=x,b=y`)")
 RUN_ID = _key("sweep.mlflow_run_id", TRIAL_ATTR, "its MLflow run")

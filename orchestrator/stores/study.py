@@ -36,8 +36,15 @@ def make_sampler(spec: SweepSpec, seed_offset: int = 0):
     """The sampler of ``spec``, its seed offset by ``seed_offset`` (see :meth:`SweepStudy.open`);
     for a comparison, one such sampler per level (:class:`compare.LevelSampler`)."""
     if spec.compare is not None:
-        return compare.LevelSampler(lambda: _one_sampler(spec, seed_offset))
+        # each tuning replicate's samplers seeded apart (every level of one replicate alike)
+        return compare.LevelSampler(
+            lambda replicate: _one_sampler(spec, seed_offset + REPLICATE_STRIDE * replicate))
     return _one_sampler(spec, seed_offset)
+
+
+# replicates' sampler seeds this far apart: past any offset a process draws (sampler_offset:
+# its trials plus < 2**24), so that no replicate of one process reuses another's seed
+REPLICATE_STRIDE = 2**25
 
 
 def _one_sampler(spec: SweepSpec, seed_offset: int):
@@ -212,7 +219,8 @@ class SweepStudy:
     def retry(self, failed: optuna.trial.FrozenTrial) -> None:
         """Queue a new attempt of ``failed`` (already FAIL, e.g. by :meth:`fail_stale`)."""
         attrs = failed.user_attrs
-        kept = {k: attrs[k] for k in (keys.PHASE, keys.LEVEL, keys.SEED) if k in attrs}
+        kept = {k: attrs[k] for k in (keys.PHASE, keys.LEVEL, keys.SEED, keys.REPLICATE)
+                if k in attrs}
         # a trial failed before it sampled holds only its fixed parameters (a comparison's level)
         params = failed.params or failed.system_attrs.get("fixed_params", {})
         self.study.enqueue_trial(params, user_attrs={
@@ -455,8 +463,9 @@ def ask_compared(study: SweepStudy) -> optuna.Trial | compare.Wait | None:
             if isinstance(action, (compare.Wait, compare.Done)):
                 return action if isinstance(action, compare.Wait) else None
             if isinstance(action, compare.Tune):
-                params, attrs = action.level.params, {keys.PHASE: compare.TUNE,
-                                                      keys.SEED: study.spec.seed}
+                params, attrs = action.level.params, {
+                    keys.PHASE: compare.TUNE, keys.REPLICATE: action.replicate,
+                    keys.SEED: study.comparison.tuning_seed(action.replicate)}
             else:
                 params, attrs = action.params, {keys.PHASE: compare.CONFIRM,
                                                 keys.SEED: action.seed}

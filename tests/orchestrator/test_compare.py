@@ -25,8 +25,8 @@ from tests.helpers import COMPARE_SPACE, compare_spec, finish, progress, start_s
 # ------------------------------------------------------------------------ validation
 
 @pytest.mark.parametrize("change, line", [
-    ({"trials": 8}, "trials: a comparison counts its own trials (levels x tune_trials + levels "
-                    "x seeds, up to max_seeds: here 8 to 8), got trials: 8; remove trials"),
+    ({"trials": 8}, "trials: a comparison counts its own trials (levels x seeds x (tune_trials "
+                    "+ 1), up to max_seeds: here 12 to 12), got trials: 8; remove trials"),
     ({"repeats": 2}, "repeats: 2: repeats does not apply to a comparison: use compare.seeds"),
     ({"sampler": {"name": "grid"}, "space": {"optimizer": ["adam", "sgd"]}},
      "sampler.name: grid cannot tune inside a comparison's levels"),
@@ -62,9 +62,11 @@ def test_each_refused_comparison_is_one_line_naming_field_value_and_fix(change, 
 
 
 def test_a_comparison_counts_its_most_trials_and_its_levels():
-    spec = validate(compare_spec(compare={"factor": "optimizer", "tune_trials": 3, "seeds": 2,
-                                          "max_seeds": 5}))
-    assert spec.trials == 2 * (3 + 5)
+    block = {"factor": "optimizer", "tune_trials": 3, "seeds": 2, "max_seeds": 5}
+    spec = validate(compare_spec(compare=block))
+    assert spec.trials == 2 * 5 * (3 + 1)  # each seed: a tuning of 3 trials and its confirmation
+    once = validate(compare_spec(compare={**block, "tuning": "once"}))
+    assert once.trials == 2 * (3 + 5)
     both = validate(compare_spec(space={**COMPARE_SPACE, "clip_grad_norm": [None, 1.0]},
                                  compare={"factor": ["optimizer", "clip_grad_norm"],
                                           "tune_trials": 1}))
@@ -76,13 +78,13 @@ def test_a_comparison_counts_its_most_trials_and_its_levels():
 # ------------------------------------------------------------- the plan on a real study
 
 def _add(study: optuna.Study, level: compare.Level, phase: str, seed: int, value: float | None,
-         params: dict | None = None, state=TrialState.COMPLETE) -> None:
+         params: dict | None = None, state=TrialState.COMPLETE, replicate: int = 0) -> None:
     params = params or {**level.params, f"{level.label}.lr": 0.001}
     dists = {k: CategoricalDistribution(["adam", "sgd"]) if k == "optimizer" else
              FloatDistribution(1e-5, 1.0, log=True) for k in params}
     study.add_trial(create_trial(state=state, value=value, params=params, distributions=dists,
                                  user_attrs={keys.PHASE: phase, keys.LEVEL: level.label,
-                                             keys.SEED: seed}))
+                                             keys.SEED: seed, keys.REPLICATE: replicate}))
 
 
 def simulate(c: compare.Comparison, value) -> tuple[optuna.Study, compare.Plan]:
@@ -97,8 +99,9 @@ def simulate(c: compare.Comparison, value) -> tuple[optuna.Study, compare.Plan]:
         if isinstance(a, compare.Tune):
             n = len(study.trials)
             params = {**a.level.params, f"{a.level.label}.lr": 10.0 ** -(1 + n // 2 % 4)}
-            _add(study, a.level, compare.TUNE, c.seed, value(a.level.label, c.seed, params),
-                 params)
+            seed = c.tuning_seed(a.replicate)
+            _add(study, a.level, compare.TUNE, seed, value(a.level.label, seed, params),
+                 params, replicate=a.replicate)
         else:
             _add(study, a.level, compare.CONFIRM, a.seed, value(a.level.label, a.seed, a.params),
                  a.params)
@@ -107,15 +110,32 @@ def simulate(c: compare.Comparison, value) -> tuple[optuna.Study, compare.Plan]:
 
 def test_tuning_interleaves_the_levels_with_equal_budgets():
     c = compare.Comparison.of(validate(compare_spec(compare={"factor": "optimizer",
-                                                              "tune_trials": 3})))
+                                                              "tune_trials": 3,
+                                                              "tuning": "once"})))
     study = optuna.create_study()
     order = []
     for _ in range(6):
         a = compare.plan(c, study.trials).action
-        order.append(a.level.label)
+        order.append((a.level.label, a.replicate))
         _add(study, a.level, compare.TUNE, 0, None, state=TrialState.RUNNING)
-    assert order == ["adam", "sgd"] * 3
+    assert order == [("adam", 0), ("sgd", 0)] * 3
     assert isinstance(compare.plan(c, study.trials).action, compare.Wait)  # tuning still runs
+
+
+def test_each_seed_tunes_every_level_anew_and_the_next_replicate_starts_while_one_runs():
+    c = compare.Comparison.of(validate(compare_spec(compare={"factor": "optimizer",
+                                                              "tune_trials": 2, "seeds": 2})))
+    study = optuna.create_study()
+    order = []
+    for _ in range(8):
+        a = compare.plan(c, study.trials).action
+        order.append((a.level.label, a.replicate))
+        _add(study, a.level, compare.TUNE, c.tuning_seed(a.replicate), None,
+             state=TrialState.RUNNING, replicate=a.replicate)
+    assert order == [("adam", 1), ("sgd", 1)] * 2 + [("adam", 2), ("sgd", 2)] * 2
+    assert isinstance(compare.plan(c, study.trials).action, compare.Wait)
+    # the tuning seeds: seed + 10000 + replicate, never a confirmation seed (seed + 1, ...)
+    assert [c.tuning_seed(r) for r in (0, 1, 2)] == [0, 10_001, 10_002]
 
 
 @pytest.mark.parametrize("direction", ["maximize", "minimize"])
@@ -123,7 +143,7 @@ def test_confirmation_trains_each_levels_best_on_shared_fresh_seeds(direction):
     spec = validate(compare_spec(seed=7, objective={"metric": "val_loss",
                                                     "direction": direction},
                                  compare={"factor": "optimizer", "tune_trials": 4,
-                                          "seeds": 3}))
+                                          "seeds": 3, "tuning": "once"}))
     c = compare.Comparison.of(spec)
 
     def value(level, seed, params):  # lr 0.01 is each level's best when maximizing
@@ -146,30 +166,33 @@ def test_confirmation_trains_each_levels_best_on_shared_fresh_seeds(direction):
     assert last.action.results[0].winner == "sgd"  # the direction decides which is better
 
 
-def test_sequential_seeding_stops_once_decided_and_else_at_max_seeds():
+@pytest.mark.parametrize("tuning, per_seed, fixed", [("once", 1, 1), ("each_seed", 2, 0)])
+def test_sequential_seeding_stops_once_decided_and_else_at_max_seeds(tuning, per_seed, fixed):
+    """Trials: levels x (fixed + per_seed x seeds): a tuning trial once, or a tuning trial and
+    a confirmation a seed."""
     spec = validate(compare_spec(compare={"factor": "optimizer", "tune_trials": 1, "seeds": 3,
-                                          "max_seeds": 6}))
+                                          "max_seeds": 6, "tuning": tuning}))
     c = compare.Comparison.of(spec)
     planted = [0.100, 0.104, 0.098, 0.101, 0.103, 0.099]  # sgd ahead by about 0.1
-    _, p = simulate(c, lambda lv, seed, _: 0.5 + (planted[seed - 1] if lv == "sgd" else 0)
+    _, p = simulate(c, lambda lv, seed, _: 0.5 + (planted[seed - 1] if seed < 100 and lv == "sgd" else 0)
                     + seed / 100)
-    assert p.total == 2 * (1 + 3) and p.action.results[0].pairs == 3
+    assert p.total == 2 * (fixed + per_seed * 3) and p.action.results[0].pairs == 3
     noise = [0.3, -0.2, 0.1, 0.25, -0.3, 0.05]
-    _, p = simulate(c, lambda lv, seed, _: 0.5 + (noise[seed - 1] if lv == "sgd" else 0))
-    assert p.total == 2 * (1 + 6) and p.action.results[0].pairs == 6
+    _, p = simulate(c, lambda lv, seed, _: 0.5 + (noise[seed - 1] if seed < 100 and lv == "sgd" else 0))
+    assert p.total == 2 * (fixed + per_seed * 6) and p.action.results[0].pairs == 6
     assert p.action.results[0].verdict == st.UNDECIDED
     # a precision the whole interval lies within decides "equivalent" early
     c = compare.Comparison.of(validate(compare_spec(compare={
-        "factor": "optimizer", "tune_trials": 1, "seeds": 3, "max_seeds": 6,
+        "factor": "optimizer", "tune_trials": 1, "seeds": 3, "max_seeds": 6, "tuning": tuning,
         "precision": 2.0})))
-    _, p = simulate(c, lambda lv, seed, _: 0.5 + (noise[seed - 1] if lv == "sgd" else 0))
-    assert p.total == 2 * (1 + 3) and p.action.results[0].verdict == st.EQUIVALENT
+    _, p = simulate(c, lambda lv, seed, _: 0.5 + (noise[seed - 1] if seed < 100 and lv == "sgd" else 0))
+    assert p.total == 2 * (fixed + per_seed * 3) and p.action.results[0].verdict == st.EQUIVALENT
     # a precision the interval reaches beyond is no decision: seeding goes on
     c = compare.Comparison.of(validate(compare_spec(compare={
-        "factor": "optimizer", "tune_trials": 1, "seeds": 3, "max_seeds": 6,
+        "factor": "optimizer", "tune_trials": 1, "seeds": 3, "max_seeds": 6, "tuning": tuning,
         "precision": 0.3})))
-    _, p = simulate(c, lambda lv, seed, _: 0.5 + (noise[seed - 1] if lv == "sgd" else 0))
-    assert p.total == 2 * (1 + 6) and p.action.results[0].verdict == st.UNDECIDED
+    _, p = simulate(c, lambda lv, seed, _: 0.5 + (noise[seed - 1] if seed < 100 and lv == "sgd" else 0))
+    assert p.total == 2 * (fixed + per_seed * 6) and p.action.results[0].verdict == st.UNDECIDED
 
 
 def test_identical_differences_never_stop_the_seeding_from_precision_alone():
@@ -179,12 +202,13 @@ def test_identical_differences_never_stop_the_seeding_from_precision_alone():
         "precision": 0.5})))
     _, p = simulate(c, lambda lv, seed, _: 0.9 if lv == "sgd" else 0.9 - 1 / 180)
     [r] = p.action.results
-    assert p.total == 2 * (1 + 5) and r.verdict == st.UNDECIDED and math.isnan(r.ci_low)
+    assert p.total == 2 * 5 * (1 + 1) and r.verdict == st.UNDECIDED and math.isnan(r.ci_low)
     assert "no spread" in r.ci_method
 
 
 def test_a_confirmation_that_failed_for_good_is_its_levels_worst_outcome():
-    c = compare.Comparison.of(validate(compare_spec()))
+    c = compare.Comparison.of(validate(compare_spec(compare={
+        "factor": "optimizer", "tune_trials": 2, "seeds": 2, "tuning": "once"})))
     study = optuna.create_study(direction="maximize")
     adam, sgd = c.levels
     for lv in (adam, sgd, adam, sgd):
@@ -236,7 +260,7 @@ def test_each_level_is_sampled_alike_from_its_own_trials():
             seen.setdefault(trial.user_attrs[keys.LEVEL], []).append(len(study.get_trials()))
             return super().sample_independent(study, trial, name, dist)
 
-    study = optuna.create_study(sampler=compare.LevelSampler(lambda: Recording(seed=3)))
+    study = optuna.create_study(sampler=compare.LevelSampler(lambda r: Recording(seed=3)))
     for level in ("adam", "adam", "sgd"):
         study.add_trial(_with_curve(level, compare.TUNE, 0.5))
     draws = {}
@@ -382,7 +406,7 @@ def test_the_answer_is_the_level_better_in_the_objectives_direction_and_its_typi
                                  compare={"factor": "optimizer", "tune_trials": 1, "seeds": 4}))
     c = compare.Comparison.of(spec)
     planted = {"adam": [0.50, 0.52, 0.49, 0.515], "sgd": [0.30, 0.33, 0.31, 0.32]}
-    study, p = simulate(c, lambda lv, seed, _: planted[lv][seed - 1] if seed else 0.4)
+    study, p = simulate(c, lambda lv, seed, _: planted[lv][seed - 1] if seed < 100 else 0.4)
     found = compare.answer(c, compare.counted(study.trials), p.action)
     confirm = [t for t in study.trials if t.user_attrs[keys.PHASE] == compare.CONFIRM]
     means = {lv: np.mean(v) for lv, v in planted.items()}
