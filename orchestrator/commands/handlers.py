@@ -18,7 +18,7 @@ from ..config.space import grid_size
 from ..config.spec import data_downloads, data_problems, load_spec
 from ..core import outputs, paths, urls
 from ..core.errors import ExitCode, SweepError
-from ..report.display import command_line, params_text
+from ..report.display import command_line, option, params_text
 from ..running.server import (
     artifacts_destination,
     check_address,
@@ -155,9 +155,9 @@ def _browse_lines(name: str, outcome) -> str:
     from ..stores.storages import default_storage
 
     uri, runs = outcome.tracking_uri, sweep_view(outcome.experiment_id)
-    uri_flags = [] if uri == paths.default_tracking_uri() else ["--tracking-uri", mask(uri)]
+    uri_flags = [] if uri == paths.default_tracking_uri() else option("--tracking-uri", mask(uri))
     storage_flags = [] if outcome.storage == default_storage(uri) else \
-        ["--storage", mask(outcome.storage)]
+        option("--storage", mask(outcome.storage))
     lines = [f"the report: {command_line('report', name, *uri_flags, *storage_flags)}",
              f"the trials: {command_line('status', name, *uri_flags, *storage_flags)}"]
     if uri.startswith(("http://", "https://")):  # a tracking server serves the UI itself
@@ -212,7 +212,7 @@ def cmd_submit(args, console: Console) -> ExitCode:
         sys.stdout.write(done.text)
         say(f"(dry run: wrote {done.file}; nothing created or submitted)")
         return ExitCode.OK
-    follow = command_line("status", spec.name, "--storage", urls.mask(args.storage))
+    follow = command_line("status", spec.name, *option("--storage", urls.mask(args.storage)))
     say(f"study {done.study!r} and its parent run {done.parent_run_id} are ready")
     if kind == "slurm":
         say(f"submitted job {done.job_id}: {args.jobs} array tasks ({done.file})")

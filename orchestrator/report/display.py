@@ -53,8 +53,17 @@ def sweep_argv(argv0: str | None = None, executable: str | None = None) -> list[
 def command_line(*args: str) -> str:
     """The line a user pastes to run ``sweep ARGS...``: every command the tool prints is built
     here from the argument vector it would run, each argument quoted for a POSIX shell (a path
-    with a space, a quote or a ``$`` stays one argument)."""
+    with a space, a quote or a ``$`` stays one argument). Give an option with a value as
+    ``*option(flag, value)``, so that a value beginning with a dash stays its value."""
     return shlex.join([*sweep_argv(), *map(str, args)])
+
+
+def option(flag: str, value) -> list[str]:
+    """``flag`` and its ``value`` as a command's words: ``["--storage", "a.journal"]``, or the
+    one word ``--storage=-a.journal`` where the value begins with a dash (argparse reads a
+    separate ``-a.journal`` as an option: ``expected one argument``)."""
+    value = str(value)
+    return [f"{flag}={value}"] if value.startswith("-") else [flag, value]
 
 
 def _as_typed(path: str, name: str) -> str:

@@ -1,6 +1,7 @@
 """Every command the tool prints for the user to run next works when pasted into a shell: it is
 built from the argument vector it would run (quoted), names the study that ran (``NAME-2``
 after ``--new``) and the stores that were used, whatever their paths hold."""
+import argparse
 import os
 import re
 import shlex
@@ -14,9 +15,10 @@ import yaml
 from rich.console import Console
 
 from orchestrator.commands.handlers import print_summary
+from orchestrator.commands.parser import build_parser
 from orchestrator.config.spec import validate
 from orchestrator.core.errors import ExitCode
-from orchestrator.report.display import command_line, sweep_argv
+from orchestrator.report.display import command_line, option, sweep_argv
 from orchestrator.running.runner import Outcome
 from tests.conftest import free_port, run_cli, tiny_spec
 
@@ -26,11 +28,54 @@ AWKWARD = ["st ore", "it's", 'say "hi"', "$HOME", "a\\b", "é ü 名", "-x", "a;
            "[red]x[/red]"]
 
 
+
+def _takes_a_double_dash() -> bool:
+    """Whether this Python's argparse reads ``--storage=--`` as ``--`` (before cpython
+    gh-109475, fixed in 3.11.8 and 3.12.2, it gave ``[]``: no form of the value parses)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--storage")
+    return parser.parse_args(["--storage=--"]).storage == "--"
+
+
+# a whole option value argparse would not take after its flag as a separate word (it begins
+# with a dash), or that looks like a flag, an '=' or nothing
+DASHED = ["-dash.journal", "-", "--storage", "--tracking-uri=x", "-x y.journal", "-1e-5", "-1",
+          "-é ü 名", "-it's \"q\" $HOME", "a=b.journal", "=", "",
+          pytest.param("--", marks=pytest.mark.skipif(
+              not _takes_a_double_dash(), reason="argparse drops a '--' value (gh-109475)"))]
+
+
 @pytest.mark.parametrize("arg", AWKWARD)
 def test_a_printed_command_splits_back_into_the_arguments_it_was_built_from(arg):
     argv = ["report", "tiny-2", "--tracking-uri", f"sqlite:///{arg}/mlflow.db",
             "--storage", f"{arg}/optuna.journal"]
     assert shlex.split(command_line(*argv)) == [*sweep_argv(), *argv]
+
+
+def _parsed(line: str) -> argparse.Namespace:
+    """A printed command line as the shell splits it and ``sweep``'s own parser reads it."""
+    words = shlex.split(line)
+    assert words[:len(sweep_argv())] == sweep_argv(), line
+    return build_parser().parse_args(words[len(sweep_argv()):])
+
+
+@pytest.mark.parametrize("value", [*DASHED, *AWKWARD, *(f"{a}/optuna.journal" for a in AWKWARD)])
+@pytest.mark.parametrize("command", ["report", "status"])
+def test_a_printed_command_parses_back_into_the_values_it_was_built_from(command, value):
+    """Pasted, ``sweep report r4p2 --storage -dash.journal`` exited 2 (argparse: expected one
+    argument); ``--storage=-dash.journal`` is read as the value."""
+    line = command_line(command, "tiny-2", *option("--tracking-uri", value),
+                        *option("--storage", value))
+    args = _parsed(line)
+    name = args.spec if command == "report" else args.name
+    assert (args.command, name, args.tracking_uri, args.storage) == \
+        (command, "tiny-2", value, value), line
+
+
+@pytest.mark.parametrize("value", ["-dash.journal", "--", "-x y", "a b"])
+def test_an_option_value_takes_the_equals_form_only_when_it_begins_with_a_dash(value):
+    words = option("--storage", value)
+    assert words == ([f"--storage={value}"] if value.startswith("-") else ["--storage", value])
 
 
 def _printed(tmp_path, uri: str, storage: str) -> dict[str, list[str]]:
@@ -41,20 +86,26 @@ def _printed(tmp_path, uri: str, storage: str) -> dict[str, list[str]]:
                   Outcome(ExitCode.OK, {"complete": 2, "pruned": 0, "fail": 0}, [], "7",
                           "p" * 32, uri, storage, 1.0, study_name="tiny-3"))
     lines = out.file.getvalue().splitlines()
-    return {line.split(": ", 1)[0]: shlex.split(line.split(": ", 1)[1].split("   (then")[0])
+    return {line.split(": ", 1)[0]: line.split(": ", 1)[1].split("   (then")[0]
             for line in lines if line.startswith(("the report: ", "the trials: ", "browse it: "))}
 
 
-@pytest.mark.parametrize("folder", AWKWARD)
+@pytest.mark.parametrize("uri, storage", [
+    *((f"sqlite:///{folder}/mlflow.db", f"{folder} j/optuna.journal") for folder in AWKWARD),
+    *((f"sqlite:///{start}/mlflow.db", f"{start}optuna.journal")
+      for start in ["-", "--", "-dash.", "--storage=", "-1", "-é ü 名", "-it's $HOME/"])])
 def test_the_lines_after_a_run_name_the_study_that_ran_and_its_stores_as_single_arguments(
-        tmp_path, folder):
-    uri, storage = f"sqlite:///{folder}/mlflow.db", f"{folder} j/optuna.journal"
+        tmp_path, uri, storage):
+    """Each line read by ``sweep``'s own parser: the study, and each store's value whole, one
+    that begins with a dash (``--storage=-dash.optuna.journal``) included."""
     steps = _printed(tmp_path, uri, storage)
-    stores = ["--tracking-uri", uri, "--storage", storage]
-    start = len(sweep_argv())
-    assert steps["the report"][start:] == ["report", "tiny-3", *stores]
-    assert steps["the trials"][start:] == ["status", "tiny-3", *stores]
-    assert steps["browse it"][start:] == ["ui", "tiny-3", "--tracking-uri", uri]
+    for step, command in [("the report", "report"), ("the trials", "status")]:
+        args = _parsed(steps[step])
+        assert args.command == command and (args.spec if command == "report" else args.name) \
+            == "tiny-3"
+        assert (args.tracking_uri, args.storage) == (uri, storage), steps[step]
+    args = _parsed(steps["browse it"])
+    assert (args.command, args.name, args.tracking_uri) == ("ui", "tiny-3", uri)
 
 
 def test_the_default_stores_are_left_out_of_the_lines_after_a_run(tmp_path, monkeypatch):
@@ -63,7 +114,8 @@ def test_the_default_stores_are_left_out_of_the_lines_after_a_run(tmp_path, monk
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     uri = paths.default_tracking_uri()
-    steps = _printed(tmp_path, uri, default_storage(uri))
+    steps = {step: shlex.split(line) for step, line in
+             _printed(tmp_path, uri, default_storage(uri)).items()}
     start = len(sweep_argv())
     assert steps["the report"][start:] == ["report", "tiny-3"]
     assert steps["browse it"][start:] == ["ui", "tiny-3"]
@@ -72,7 +124,8 @@ def test_the_default_stores_are_left_out_of_the_lines_after_a_run(tmp_path, monk
 # ---------------------------------------------------------------- pasted into bash, for real
 
 STORE_DIR = "st ore 'q' $x é"  # the MLflow database's folder
-JOURNAL_DIR = 'jo urnal "d" $HOME ü'  # the Optuna journal's folder
+# the Optuna journal's folder: begins with a dash, so `--storage -jo...` would not parse
+JOURNAL_DIR = '-jo\'urnal"d"$HOMEü'
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +140,7 @@ def awkward_done(tmp_path_factory):
     spec.write_text(yaml.safe_dump(tiny_spec(trials=2, workers=1, train={
         "dataset": "digits", "model": "mlp", "epochs": 1})))
     out = run_cli("run", str(spec), "--new", "--tracking-uri", f"sqlite:///{STORE_DIR}/mlflow.db",
-                  "--storage", f"{JOURNAL_DIR}/optuna.journal", cwd=d)
+                  f"--storage={JOURNAL_DIR}/optuna.journal", cwd=d)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "sweep 'tiny-2' finished" in out.stdout, out.stdout
     steps = {line.split(": ", 1)[0]: line.split(": ", 1)[1].split("   (then")[0]
