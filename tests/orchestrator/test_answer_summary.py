@@ -156,24 +156,39 @@ def test_what_each_open_pair_rules_out_and_the_seeds_that_would_decide_it(k, met
 
 def test_seeds_to_decide_is_the_paired_sample_size_for_equivalence_at_the_precision():
     """Near-equal levels, a precision: the interval must shrink inside +-precision, i.e. the
-    smallest n with t(0.975, n - 1) * sd / sqrt(n) < precision - |mean difference|."""
+    smallest n with t(0.975, n - 1) * sd / sqrt(n) < precision - |mean difference|.
+
+    By hand: the diffs' mean is 0.001 and sd sqrt(20e-6 / 4) = 0.0022361; the goal is
+    0.004 - 0.001 = 0.003, so t / sqrt(n) must fall below 1.3416. From a t table: n = 4 gives
+    t(0.975, 3) / 2 = 3.1824 / 2 = 1.5912 (not yet), n = 5 gives 2.7764 / 2.2361 = 1.2416."""
     diffs = (0.001, -0.002, 0.004, 0.0, 0.002)
     r = st.PairResult("a", "b", 5, float(np.mean(diffs)), -0.01, 0.01, 0.95, "t", 0.5, 0.5,
                       "undecided", None, diffs=diffs, finite_pairs=5, precision=0.004)
-    d, sd = np.mean(diffs), np.std(diffs, ddof=1)
-    n = 2
-    while stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n) >= 0.004 - abs(d):
-        n += 1
-    assert seeds_to_decide(r, "maximize") == n
-    # no precision: only "better" decides, at |mean difference|
+    assert seeds_to_decide(r, "maximize") == 5
+    # at a 90% level t(0.95, n - 1): n = 3 gives 2.9200 / 1.7321 = 1.6859, n = 4 gives
+    # 2.3534 / 2 = 1.1767 < 1.3416
+    assert seeds_to_decide(st.PairResult(**{**r.__dict__, "ci_level": 0.90}), "maximize") == 4
+    # no precision: only "better" decides, at |mean difference| 0.001, so t / sqrt(n) < 0.44721:
+    # n = 21 gives t(0.975, 20) / sqrt(21) = 2.0860 / 4.5826 = 0.45520, n = 22 gives
+    # 2.0796 / 4.6904 = 0.44337
     same = st.PairResult(**{**r.__dict__, "precision": None})
-    n = 2
-    while stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n) >= abs(d):
-        n += 1
-    assert seeds_to_decide(same, "maximize") == n
+    assert seeds_to_decide(same, "maximize") == 22
+    assert seeds_to_decide(same, "minimize") == 22  # a ahead now; the same distance to go
+    assert seeds_to_decide(same, "maximize", limit=20) == 21  # "more than 20"
+    assert seeds_to_decide(same, "maximize", limit=22) == 22
+    # a seed without a value on each side (no level has more): never equivalent, so only the
+    # "better" route remains, and with it 22 seeds
+    both_missing = st.PairResult(**{**r.__dict__, "nonfinite_a": 1, "nonfinite_b": 1})
+    assert seeds_to_decide(both_missing, "maximize") == 22
+    assert seeds_to_decide(both_missing, "minimize") == 22
     # a level ahead that diverged more often can never be called better: no route, no estimate
     ahead_missing = st.PairResult(**{**r.__dict__, "precision": None, "nonfinite_b": 1})
     assert seeds_to_decide(ahead_missing, "maximize") is None
+    # minimizing, b (mean difference +0.001) is behind and a is ahead: a's missing seed is
+    # the one that forbids "better"; b's does not
+    assert seeds_to_decide(ahead_missing, "minimize") == 22
+    assert seeds_to_decide(st.PairResult(**{**ahead_missing.__dict__, "nonfinite_a": 2,
+                                            "nonfinite_b": 0}), "minimize") is None
     assert seeds_to_decide(st.PairResult(**{**r.__dict__, "verdict": "better"}),
                            "maximize") is None
 

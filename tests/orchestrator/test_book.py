@@ -18,6 +18,7 @@ from orchestrator.running.protocol import Done, Epoch, Failed
 from orchestrator.running.runs import StoreBroke
 from orchestrator.stores import tracking
 from orchestrator.stores.retries import will_retry
+from orchestrator.stores.study import fresh
 from tests.conftest import tiny_spec
 from tests.helpers import FAKE_WORKER, done, epoch, run_trial
 
@@ -280,8 +281,12 @@ def test_a_trial_started_since_this_process_last_read_the_trials_keeps_its_run(
     first = open_book()
     first.attach_tracking()
     second = open_book()
+    # a read's expiry is set when it is read (opening the book read already, for 0.5 s): the
+    # interval lengthened, then a fresh read, which serves for as long as the test lasts
+    # however slowly the machine runs it
+    compat.storage_of(second.study.study)._read_s = 3600.0
+    fresh(second.study)
     second.study.trials()  # a read the cache serves from now on
-    compat.storage_of(second.study.study)._read_s = 3600.0  # for as long as the test lasts
     started = run_trial(first, [0.5], slot=1)  # the other process, after that read
     assert started.number not in {t.number for t in second.study.trials()}  # the cache is old
     second.attach_tracking()

@@ -3,6 +3,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -116,13 +117,13 @@ class FakeServer:
     """A TCP server on a free port of 127.0.0.1 that accepts every connection and either never
     answers (``silent``: a store hung, or another program on its port) or answers each request
     with HTTP 503 (``busy``: a store whose clients retry with backoff). ``connections`` counts
-    the connections it accepted."""
+    the connections it accepted, ``requests`` those on which a client's first bytes arrived."""
 
     def __init__(self, mode: str):
         import socket
-        import threading
 
-        self.mode, self.connections, self.held = mode, 0, []
+        self.mode, self.connections, self.requests, self.held = mode, 0, 0, []
+        self._count = threading.Lock()
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         threading.Thread(target=self._serve, daemon=True).start()
@@ -136,6 +137,7 @@ class FakeServer:
             self.connections += 1
             if self.mode == "silent":
                 self.held.append(conn)
+                threading.Thread(target=self._first_bytes, args=(conn,), daemon=True).start()
                 continue
             with conn:
                 data = b""
@@ -144,8 +146,27 @@ class FakeServer:
                     if not chunk:
                         break
                     data += chunk
+                self._requested()
                 conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
                              b"Connection: close\r\n\r\n")
+
+    def _first_bytes(self, conn) -> None:
+        """Count the request (or a database's startup message) once its first bytes arrive;
+        never answer it."""
+        try:
+            if conn.recv(65536):
+                self._requested()
+        except OSError:  # closed
+            pass
+
+    def _requested(self) -> None:
+        with self._count:
+            self.requests += 1
+
+    def waited_on(self) -> bool:
+        """Whether a client is now waiting on this server: a silent server holds a request
+        it will never answer; a busy one was asked again after a 503 (the client retries)."""
+        return self.requests >= (1 if self.mode == "silent" else 2)
 
     def close(self) -> None:
         self.sock.close()
@@ -228,15 +249,16 @@ def test_a_signal_while_status_waits_for_a_silent_storage_proxy_ends_it_within_s
 
 def _stopped_while_waiting(proc: subprocess.Popen, server: FakeServer, sig: int,
                            code: int) -> None:
-    """A second after ``proc`` first connected to ``server`` (then it waits for the store's
-    answer, retries, or still starts up), send ``sig``; assert it exits with ``code`` within
+    """Once ``proc`` waits on ``server`` (:meth:`FakeServer.waited_on`: its request sent and
+    never answered, or retried after a 503), send ``sig``; assert it exits with ``code`` within
     :data:`STOP_BOUND_S`, saying so in one line without a traceback."""
     deadline = time.monotonic() + 120
-    while server.connections < 1:
+    while not server.waited_on():
         assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the command never reached the store"
-        time.sleep(0.2)
-    time.sleep(1)
+        assert time.monotonic() < deadline, \
+            f"the command never waited on the store ({server.connections} connections, " \
+            f"{server.requests} requests)"
+        time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()
     t0 = time.monotonic()
     proc.send_signal(sig)

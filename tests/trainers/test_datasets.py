@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.datasets import write_image_folder, write_mnist
+from tests.datasets import tensor_dataset, write_image_folder, write_mnist
 from trainers import DataError, TrainSettings, evaluate_test, train
 from trainers.datasets import STATS, carve_validation, load_data, raw_to_tensors
 
@@ -94,9 +94,24 @@ def test_image_folders_need_matching_classes(tmp_path):
         load_data(TrainSettings(dataset="image_folder", data_dir=str(tmp_path), image_size=8))
 
 
-def test_a_user_dataset_function_trains():
+def test_a_user_dataset_function_trains_on_its_splits():
+    """The user's training split trains and its validation split scores: the epoch's val_loss
+    and val_acc are the trained model's, recomputed here on the function's own val tensors."""
+    train_set, val_set, num_classes = tensor_dataset()
     result = _one_epoch(dataset="tests.datasets:tensor_dataset", model="mlp", batch_size=16)
-    assert result.history[0]["train_acc"] >= 0
+    assert result.val_items == len(val_set) == 32
+    model = result.model.eval()
+    x, y = val_set.tensors
+    with torch.no_grad():
+        logits = model(x).float()
+    metrics = result.history[0]
+    assert metrics["val_acc"] == pytest.approx(float((logits.argmax(1) == y).float().mean()))
+    assert metrics["val_loss"] == pytest.approx(float(torch.nn.functional.cross_entropy(logits, y)),
+                                                rel=1e-5)
+    assert logits.shape[1] == num_classes
+    data = load_data(TrainSettings(dataset="tests.datasets:tensor_dataset", model="mlp"))
+    assert torch.equal(data.train.tensors[0], train_set.tensors[0])
+    assert (data.num_classes, data.in_channels, data.image_size) == (4, 3, (12, 12))
     assert evaluate_test(TrainSettings(dataset="tests.datasets:tensor_dataset", model="mlp"),
                          "unused") is None  # no test split: nothing to evaluate
 
