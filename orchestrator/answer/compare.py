@@ -37,6 +37,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ..config.rules import TUNING_SEEDS, compare_levels
 from ..config.spec import SweepSpec
 from ..core import compat, keys
+from ..core.numbers import value_text
 from . import objectives, stats
 
 TUNE, CONFIRM = "tune", "confirm"  # the values of keys.PHASE
@@ -45,9 +46,9 @@ EACH_SEED, ONCE = "each_seed", "once"  # the values of compare.tuning
 
 def level_label(factors: Sequence[str], values: Sequence[Any]) -> str:
     """A level as text (keys.LEVEL): the value (``sgd``), or for several factors
-    ``warmup_epochs=0,clip_grad_norm=1.0``; null is ``null``, booleans lower-case."""
-    def text(v: Any) -> str:
-        return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+    ``warmup_epochs=0,clip_grad_norm=1.0``; each value as YAML writes it (``null``, ``true``,
+    ``1e-5``: :func:`~orchestrator.core.numbers.value_text`)."""
+    text = value_text
     if len(factors) == 1:
         return text(values[0])
     return ",".join(f"{f}={text(v)}" for f, v in zip(factors, values))
@@ -250,6 +251,20 @@ def _round(c: Comparison, rounds: int, tuning: dict, confirms: dict
             else:
                 values[lv.label][seed] = confirmed_value(confirms[lv.label, seed])
     return (Wait() if waiting else None), values
+
+
+def tuning_values(trials: Sequence[FrozenTrial]) -> dict[str, dict[int, list[float | None]]]:
+    """Each level's tunings (level -> {replicate: values}): the objective of every tuning trial
+    that spends the budget (:func:`counted`) in the order they started, None for one without a
+    value (pruned, failed, running): the input of
+    :func:`orchestrator.answer.budget.expected_best`."""
+    out: dict[str, dict[int, list[float | None]]] = {}
+    for t in sorted(counted(trials), key=lambda t: t.number):
+        if t.user_attrs.get(keys.PHASE) == TUNE:
+            value = t.value if t.state == TrialState.COMPLETE else None
+            out.setdefault(str(t.user_attrs.get(keys.LEVEL)), {}).setdefault(
+                replicate(t), []).append(value)
+    return out
 
 
 def confirmed_value(trial: FrozenTrial) -> float | None:

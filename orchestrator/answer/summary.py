@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -460,8 +460,23 @@ def of_comparison(c, values: Mapping[str, Mapping[Hashable, float | None]],
     ``c``) at a look (``values``, ``results``), naming ``found`` (its
     :class:`~orchestrator.answer.compare.Answer`, None before the end): what ``sweep run`` and
     ``sweep report`` both write, so that both say the same."""
-    return summarize(c.factor.split(","), stats.level_order(lv.label for lv in c.levels),
-                     values, results, metric=c.metric, direction=c.direction,
-                     named=found.level if found is not None else None, finished=finished,
-                     run=(found.trial.user_attrs.get(keys.SEED), found.trial.number)
-                     if found is not None else None)
+    out = summarize(c.factor.split(","), stats.level_order(lv.label for lv in c.levels),
+                    values, results, metric=c.metric, direction=c.direction,
+                    named=found.level if found is not None else None, finished=finished,
+                    run=(found.trial.user_attrs.get(keys.SEED), found.trial.number)
+                    if found is not None else None)
+    return replace(out, notes=(estimand(c), *out.notes))
+
+
+def estimand(c) -> str:
+    """What a comparison's intervals are about, and what they hold, by its ``tuning``."""
+    trials = f"{c.tune_trials} tuning trial{'s' if c.tune_trials != 1 else ''}"
+    if c.replicated:
+        return (f"What it estimates: each level's expected {c.metric} after tuning with "
+                f"{trials}. Every seed tuned each level anew and trained its best once, so each "
+                f"interval holds the tuning draw as well as the seed: a re-run with another "
+                f"base seed lands inside it at the stated rate.")
+    return (f"What it estimates: the {c.metric} of the configuration one tuning of "
+            f"{trials} found for each level, over fresh seeds. The intervals hold the seeds, "
+            f"not the tuning draw: a re-run with another base seed may tune a level elsewhere "
+            f"and land outside them (compare.tuning: each_seed holds both).")

@@ -174,6 +174,11 @@ COMPARISON_CSV = _key("report/comparison.csv", PARENT_ARTIFACT,
                       "a comparison's paired results, a row per pair of levels, in the "
                       "columns of `orchestrator.stats.CSV_COLUMNS` (listed in compare.md)")
 
+EXPECTED_BEST_CSV = _key("report/expected_best.csv", PARENT_ARTIFACT,
+                         "a comparison's expected best tuning score after 1, 2, ... trials per "
+                         "level, with its 95% t interval over the level's tunings "
+                         "(`orchestrator.answer.budget.CSV_COLUMNS`)")
+
 # --- a trial run -----------------------------------------------------------------------------
 PARENT_RUN_ID = _key("mlflow.parentRunId", TRIAL_TAG, "its parent run (nests it in the UI)")
 TRIAL_NUMBER = _key("sweep.trial_number", TRIAL_TAG, "its Optuna trial number")

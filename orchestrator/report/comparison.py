@@ -371,13 +371,22 @@ def _no_verdict(c: Comparison, data: SweepData) -> str:
     planned = int(data.compare.get("tune_trials") or 0)
     empty = [lv for lv in c.levels if len(tune[tune["level"].map(str) == lv]) >= planned
              and not (tune[tune["level"].map(str) == lv]["state"] == "COMPLETE").any()]
-    if c.finished or empty:
-        who = ", ".join(empty) if empty else "fewer than two levels"
-        return (f"No comparison of {c.factor}: {who} completed none of its {planned} tuning "
-                f"trials (each pruned or failed; the trials table says why), so there is no "
-                f"tuned configuration to confirm; running the sweep again will not change "
-                f"that: fix the failure, or widen that level's sub-space, and start it anew "
-                f"with --new.")
+    if empty:
+        who = f"{empty[0]} completed none of its" if len(empty) == 1 else \
+            f"{', '.join(empty)} each completed none of their"
+        return (f"No comparison of {c.factor}: {who} {planned} tuning "
+                f"trial{'s' if planned != 1 else ''} (each pruned or failed; the trials table "
+                f"says why), so there is no tuned configuration to confirm; running the sweep "
+                f"again will not change that: fix the failure, or widen that level's sub-space, "
+                f"and start it anew with --new.")
+    if c.finished and len(c.levels) < 2:  # equal values: `validate` refuses them since
+        return (f"No comparison of {c.factor}: it has {len(c.levels)} level"
+                f"{'s' if len(c.levels) != 1 else ''} ({', '.join(c.levels) or 'none'}), so "
+                f"there is nothing to compare; list two or more distinct levels under space "
+                f"and start it anew with --new.")
+    if c.finished:
+        return (f"No comparison of {c.factor}: fewer than two levels have a confirmation value "
+                f"to compare (the trials table says why).")
     return (f"The comparison of {c.factor} is not finished: {len(phase(data.trials, 'tune'))} "
             f"of {planned * max(1, len(c.levels))} tuning trials and "
             f"{sum(map(len, c.confirm.values()))} confirmation runs complete; `sweep run` again "

@@ -34,6 +34,12 @@ def comparison_plots(c: Comparison, data: SweepData) -> dict[str, Figure]:
         out["tuning_progress.png"] = Figure(_progress(c, tune), (
             "Best objective so far against the tuning trials of each level: a line still "
             "climbing at its end means the tuning budget was short."))
+    if any(c.expected_best.values()):
+        out["expected_best.png"] = Figure(_expected_best(c), (
+            f"The expected best tuning {c.metric} after k trials, per level: the mean over "
+            f"the level's tunings of the best each had found by its k-th trial, with a 95% t "
+            f"band over the tunings. Curves that cross mean the budget decides which level "
+            f"looks better."))
     curves = data.curves[data.curves["metric"] == c.metric]
     confirm = phase(data.trials, "confirm")
     if len(confirm) and len(curves):
@@ -92,6 +98,25 @@ def _progress(c: Comparison, tune) -> bytes:
         ax.step(index, best, where="post", color=colors.get(level), label=level)
     ax.set_xlabel("tuning trial of the level")
     ax.set_ylabel(f"best {c.metric} so far")
+    ax.legend(fontsize=8)
+    return png_bytes(fig)
+
+
+def _expected_best(c: Comparison) -> bytes:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    colors = _colors(c.levels)
+    for level, points in c.expected_best.items():
+        k = np.array([p.trials for p in points])
+        mean = np.array([p.mean for p in points])
+        ax.plot(k, mean, marker="o", ms=3, color=colors.get(level),
+                label=f"{level} ({max(p.tunings for p in points)} tunings)")
+        ax.fill_between(k, [p.low for p in points], [p.high for p in points],
+                        color=colors.get(level), alpha=0.15, lw=0)
+    ax.set_xlabel("tuning trials (budget)")
+    ax.set_ylabel(f"expected best {c.metric}")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(fontsize=8)
     return png_bytes(fig)
 

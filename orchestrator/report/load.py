@@ -126,6 +126,7 @@ def _trial_table(study, runs: pd.DataFrame, spec: SweepSpec) -> pd.DataFrame:
                "retry_of": t.user_attrs.get(keys.RETRY_OF),
                "fail_reason": t.user_attrs.get(keys.FAIL_REASON),
                "phase": t.user_attrs.get(keys.PHASE), "level": t.user_attrs.get(keys.LEVEL),
+               "replicate": t.user_attrs.get(keys.REPLICATE),
                "seed": t.user_attrs.get(keys.SEED), "epochs": objectives.epochs_of(t),
                "searched": ",".join(setting.get(p, p) for p in t.params),
                **_study_columns(t, spec)}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..answer import budget as tuning_budget
 from ..answer import objectives
 from ..core import keys
 from .comparison import Comparison, compare, settings_text, tolerance_words
@@ -33,6 +34,7 @@ from .stats import (
 
 STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
 COMPARISON_FILE = Path(keys.COMPARISON_CSV).name  # report/comparison.csv on the parent run
+EXPECTED_BEST_FILE = Path(keys.EXPECTED_BEST_CSV).name  # report/expected_best.csv
 PAIRED_HEADERS = {"factor": "setting", "a": "a", "b": "b", "pairs": "pairs",
                   "mean_diff_b_minus_a": "b - a", "ci_low": "95% CI low",
                   "ci_high": "95% CI high", "ci_level": "level", "ci_method": "method",
@@ -131,6 +133,11 @@ def build_report(data: SweepData, out_dir: str | os.PathLike, by: str | None = N
     if comparison is not None:
         comparison.table().to_csv(out / COMPARISON_FILE, index=False)
         files.append(out / COMPARISON_FILE)
+    if comparison is not None and comparison.expected_best:
+        pd.DataFrame(tuning_budget.rows(comparison.expected_best),
+                     columns=list(tuning_budget.CSV_COLUMNS)).to_csv(out / EXPECTED_BEST_FILE,
+                                                                     index=False)
+        files.append(out / EXPECTED_BEST_FILE)
     doc = _document(data, ftable, paired, gaps, export_table(data.trials), comparison, trends)
     _plots_section(doc, figures, notes)
     _trials_section(doc, data)

@@ -92,6 +92,8 @@ def run_tags(study: str, slot: int, pending: PendingTrial, worker: Ready) -> dic
         tags[keys.RETRY_OF] = str(pending.retry_of)
     if pending.phase is not None:  # a comparison's trial
         tags[keys.PHASE], tags[keys.LEVEL] = pending.phase, str(pending.level)
+    if pending.replicate is not None:
+        tags[keys.REPLICATE] = str(pending.replicate)
     return tags
 
 

@@ -8,7 +8,7 @@ import posixpath
 import tempfile
 from pathlib import Path
 
-from ..answer import compare, stats, summary
+from ..answer import budget, compare, stats, summary
 from ..core import keys
 from ..core.errors import SweepError
 from ..stores.machines import claim_end, end_done
@@ -73,6 +73,16 @@ def log_comparison(book: TrialBook) -> str | None:
             writer = csv.DictWriter(f, fieldnames=list(stats.CSV_COLUMNS))
             writer.writeheader()
             writer.writerows(r.as_row() for r in plan.action.results)
+        book.tracker.client.log_artifact(book.parent_id, str(path), folder)
+        curves = {level: budget.expected_best(tunings, book.study.comparison.direction,
+                                              stats.METRIC_BOUNDS.get(
+                                                  book.study.comparison.metric))
+                  for level, tunings in compare.tuning_values(book.study.trials()).items()}
+        path = Path(tmp) / posixpath.basename(keys.EXPECTED_BEST_CSV)
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(budget.CSV_COLUMNS))
+            writer.writeheader()
+            writer.writerows(budget.rows(curves))
         book.tracker.client.log_artifact(book.parent_id, str(path), folder)
     book.tracker.log_final(book.parent_id, {}, tags={keys.VERDICT: sentence})
     return sentence

@@ -85,6 +85,7 @@ class PendingTrial:
     root: int = 0  # the first attempt's number: its checkpoint folder is shared by the retries
     phase: str | None = None  # a comparison's phase (keys.PHASE) and level (keys.LEVEL)
     level: str | None = None
+    replicate: int | None = None  # a comparison's tuning trial: its replicate (keys.REPLICATE)
 
     @property
     def number(self) -> int:
@@ -331,7 +332,8 @@ def _pending(study: SweepStudy, trial: optuna.Trial) -> PendingTrial:
     attrs = trial.user_attrs
     return PendingTrial(trial, settings, repeat, seed, retry_of=attrs.get(keys.RETRY_OF),
                         root=attrs.get(keys.RETRY_ROOT, trial.number),
-                        phase=attrs.get(keys.PHASE), level=attrs.get(keys.LEVEL))
+                        phase=attrs.get(keys.PHASE), level=attrs.get(keys.LEVEL),
+                        replicate=attrs.get(keys.REPLICATE))
 
 
 def _create_or_join(spec: SweepSpec, storage, name: str) -> tuple[optuna.Study, bool]:
