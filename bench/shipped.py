@@ -9,9 +9,17 @@ and the machine's load between the markers ``<!-- shipped: NAME -->`` and
 ``<!-- /shipped: NAME -->`` of docs/compare.md.
 
 Usage:
-    python bench/shipped.py                      # run all four (6 minutes on 2 idle cores)
+    python bench/shipped.py                      # run all four
     python bench/shipped.py --only clipping      # one of them
     python bench/shipped.py --reuse DIR          # DIR/NAME holds a finished run of each: read it
+    python bench/shipped.py --replicate          # each at its seed and two other base seeds
+
+``--replicate`` asks whether the answers replicate: each sweep runs at its shipped base seed and
+at :data:`OTHER_SEEDS` added to it (chosen before any of these runs), and the table shows the
+three answers side by side: every pair's verdict and interval (the scaling exponent's interval
+for the grid), the wall time, and three checks: no two runs give opposite verdicts, the
+intervals of the same quantity overlap, and each run finished within 10 minutes. The table is
+written between ``<!-- shipped: replicate -->`` and ``<!-- /shipped: replicate -->``.
 
 A reused run's time is read from ``timing.json`` (written here) or, for a run made with
 ``/usr/bin/time -v sweep run ... 2> time.log``, from ``time.log``.
@@ -40,11 +48,14 @@ SHIPPED = {  # marker name -> the YAML under sweeps/, in the order docs/compare.
     "batch_lr_scaling": "batch_lr_scaling.yaml",
 }
 PAGE = ROOT / "docs" / "compare.md"
+OTHER_SEEDS = (1000, 2000)  # added to each sweep's shipped seed; fixed before any run
+MINUTES = 10  # the longest a shipped sweep may take on 2 idle cores
 SWEEP = Path(sys.executable).with_name("sweep")
 
 
-def run(name: str, folder: Path) -> dict:
-    """Run sweep ``name`` in ``folder`` (made fresh), and return its timing."""
+def run(name: str, folder: Path, seed: int | None = None) -> dict:
+    """Run sweep ``name`` in ``folder`` (made fresh), at base seed ``seed`` (None: as shipped),
+    and return its timing."""
     folder.mkdir(parents=True, exist_ok=False)
     spec = folder / SHIPPED[name]
     spec.write_bytes((ROOT / "sweeps" / SHIPPED[name]).read_bytes())
@@ -52,8 +63,9 @@ def run(name: str, folder: Path) -> dict:
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     with open(folder / "run.log", "w") as log:
-        subprocess.run([str(SWEEP), "run", spec.name], cwd=folder, stdout=log,
-                       stderr=subprocess.STDOUT, check=True)
+        subprocess.run([str(SWEEP), "run", spec.name,
+                        *([] if seed is None else ["--set", f"seed={seed}"])], cwd=folder,
+                       stdout=log, stderr=subprocess.STDOUT, check=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     timing = {"wall_s": round(time.perf_counter() - t0, 1),
               "cpu_s": round(after.ru_utime - before.ru_utime + after.ru_stime
@@ -92,6 +104,68 @@ def answer(name: str, folder: Path) -> list[str]:
         os.chdir(here)
 
 
+def quantities(name: str, folder: Path) -> dict[str, tuple[str, str, float, float]]:
+    """What a run answers, quantity by quantity: for a comparison, each pair ``b - a`` ->
+    (verdict, winner, interval low, high); for the scaling grid, each metric's exponent ->
+    (the rules inside its interval, "", low, high)."""
+    from orchestrator.report import load_sweep
+    from orchestrator.report.comparison import compare
+    from orchestrator.report.scaling import scaling
+
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        data = load_sweep(SHIPPED[name], curves=True)
+        found = compare(data)
+        if found is not None:
+            return {f"{r.b} - {r.a}": (r.verdict, r.winner or "", r.ci_low, r.ci_high)
+                    for r in found.results}
+        answer = scaling(data)
+        return {f"exponent ({e.metric})": (e.rules(), "", e.ci_low, e.ci_high)
+                for e in (answer.exponents if answer is not None else [])}
+    finally:
+        os.chdir(here)
+
+
+def replicate(names: list[str], base: Path) -> str:
+    """Run each sweep at its seed and the :data:`OTHER_SEEDS`; the side-by-side table (as
+    Markdown) with its checks."""
+    from orchestrator.config.spec import load_spec
+
+    lines = ["| sweep | base seed | quantity | verdict | interval | wall s |",
+             "|---|---|---|---|---|---|"]
+    checks = []
+    for name in names:
+        shipped = load_spec(ROOT / "sweeps" / SHIPPED[name]).seed
+        found = {}
+        for seed in (shipped, *(shipped + k for k in OTHER_SEEDS)):
+            folder = base / f"{name}-{seed}"
+            timing = timing_of(folder) if (folder / "timing.json").exists() else \
+                run(name, folder, seed)
+            found[seed] = (quantities(name, folder), timing["wall_s"])
+            for q, (verdict, winner, low, high) in found[seed][0].items():
+                said = f"{verdict} ({winner})" if winner else verdict
+                lines.append(f"| {name} | {seed} | {q} | {said} | [{low:.4g}, {high:.4g}] "
+                             f"| {timing['wall_s']:.0f} |")
+        checks.append(_checks(name, found))
+    return "\n".join(lines) + "\n\n" + "\n".join(checks) + "\n"
+
+
+def _checks(name: str, found: dict) -> str:
+    """The three checks of one sweep's three runs, in words."""
+    runs = list(found.values())
+    quantities_ = set().union(*(q for q, _ in runs))
+    winners = {q: {r[0][q][1] for r in runs if q in r[0] and r[0][q][1]} for q in quantities_}
+    opposite = [q for q, w in winners.items() if len(w) > 1]
+    # intervals overlap pairwise when the highest low end lies below the lowest high end
+    apart = [q for q in quantities_ if max(r[0][q][2] for r in runs if q in r[0]) >
+             min(r[0][q][3] for r in runs if q in r[0])]
+    slow = [w for _, w in runs if w > 60 * MINUTES]
+    return (f"- {name}: opposite verdicts: {', '.join(opposite) or 'none'}; intervals that do "
+            f"not all overlap: {', '.join(apart) or 'none'}; runs over {MINUTES} minutes: "
+            f"{len(slow)} of {len(runs)}.")
+
+
 def block(name: str, lines: list[str], timing: dict) -> str:
     """The text between the markers of ``name``."""
     load = (f", load average {timing['load_before']} before and {timing['load_after']} after"
@@ -118,8 +192,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", choices=sorted(SHIPPED), action="append")
     parser.add_argument("--reuse", type=Path, help="a folder holding NAME/ for each finished run")
     parser.add_argument("--page", type=Path, default=PAGE)
+    parser.add_argument("--replicate", action="store_true",
+                        help="each sweep at its seed and two other base seeds, side by side")
     args = parser.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="shipped-")) if args.reuse is None else args.reuse
+    if args.replicate:
+        table = replicate(args.only or list(SHIPPED), base)
+        write(args.page, "replicate", table)
+        print(table)
+        return
     for name in args.only or SHIPPED:
         folder = base / name
         timing = run(name, folder) if args.reuse is None else timing_of(folder)
