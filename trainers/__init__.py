@@ -31,6 +31,7 @@ from .settings import (
     EPOCH_METRICS,
     EXPORT_FORMATS,
     MAX_SEED,
+    NOISE_METRICS,
     READ_BY,
     TrainSettings,
     setting_fields,
@@ -42,8 +43,8 @@ _LAZY = ("EpochReport", "TrainResult", "ValidationSplit", "evaluate_test", "load
 _HOMES = {"ValidationSplit": "datasets", "validation_split": "datasets"}  # else loop/checkpoint
 
 __all__ = ["CUDA_METRICS", "DEFAULT_EXPORT_FORMATS", "DETERMINISTIC_ERRORS", "EPOCH_METRICS",
-           "EXPORT_FORMATS", "MAX_SEED", "READ_BY", "CheckpointError", "DataError", "RankCrashed",
-           "RankFailed", "SettingsError",
+           "EXPORT_FORMATS", "MAX_SEED", "NOISE_METRICS", "READ_BY", "CheckpointError",
+           "DataError", "RankCrashed", "RankFailed", "SettingsError",
            "TrainSettings", "TrainerWarning", "TrainingDiverged", "check_data_files",
            "pending_download", "setting_fields", "setting_kind", "check_seams", "is_user_code",
            "keyword_default", "takes_args", "seam_keywords", "reads", "unused_fix",

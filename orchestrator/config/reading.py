@@ -138,6 +138,56 @@ def _check_yaml_events(text: str, path: Path) -> None:
             depth -= 1
 
 
+def list_spellings(text: str, overrides: list[str] = ()) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """Each list of plain values in a sweep file's ``text`` (``--set`` ``overrides`` applied
+    over it), by its key path (``("space", "lr")``), as its items are written: ``1e-3`` and
+    ``0.001`` are one float once read, and a message about the two quotes what the user wrote.
+
+    Call it on a text :func:`parse_yaml` read (its size and depth bounded) and overrides
+    :func:`apply_overrides` applied; a walk through aliases stops past :data:`MAX_YAML_VALUES`
+    nodes or :data:`MAX_YAML_DEPTH` keys (such a file is refused by :func:`check_size`).
+    """
+    out: dict[tuple[str, ...], tuple[str, ...]] = {}
+    _spell(text, (), out)
+    for item in overrides:
+        key, _, value = item.partition("=")
+        path = tuple(key.strip().split("."))
+        for known in [p for p in out if p[:len(path)] == path]:
+            del out[known]
+        _spell(value, path, out)
+    return out
+
+
+def _spell(text: str, path: tuple[str, ...], out: dict) -> None:
+    """Add the spellings of the lists in the YAML ``text``, found at ``path``, to ``out``."""
+    loader = _YamlLoader(text)
+    budget = [MAX_YAML_VALUES]
+
+    def walk(node, at: tuple[str, ...]) -> None:
+        budget[0] -= 1
+        if budget[0] < 0 or len(at) > MAX_YAML_DEPTH:  # aliases repeat (or contain) a node
+            return
+        if isinstance(node, yaml.SequenceNode):
+            if all(isinstance(item, yaml.ScalarNode) for item in node.value):
+                out[at] = tuple(f"{item.style}{item.value}{item.style}"
+                                if item.style in ("'", '"') else item.value
+                                for item in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            loader.flatten_mapping(node)  # `<<: *base` merged, as the loader builds it
+            for key, value in node.value:  # a key given twice: refused when it was read
+                if isinstance(key, yaml.ScalarNode):
+                    walk(value, (*at, key.value))
+
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            walk(node, path)
+    except yaml.YAMLError:  # read once already: a bad text was refused there
+        pass
+    finally:
+        loader.dispose()
+
+
 def check_size(raw: Any, source: str) -> None:
     """Refuse a mapping that expands (aliases repeat shared values) past
     :data:`MAX_YAML_VALUES` values or nests past :data:`MAX_YAML_DEPTH`, before anything

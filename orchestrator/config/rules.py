@@ -16,8 +16,6 @@ import re
 from typing import Any
 
 from trainers import (
-    CUDA_METRICS,
-    EPOCH_METRICS,
     MAX_SEED,
     SettingsError,
     TrainSettings,
@@ -29,6 +27,7 @@ from trainers import (
 from ..core.errors import SweepError, did_you_mean, key_text
 from . import space as sp
 from .dryrun import check_options, construct, dry_run
+from .metrics import metric_problem
 from .samplers import (
     CONSTRAINED_SAMPLERS,
     NUMERIC_ONLY_SAMPLERS,
@@ -51,16 +50,19 @@ MAX_LOOKS, MAX_COMPARE_SEEDS = 100, 1000
 TUNING_SEEDS = 10_000  # replicate k of a comparison tunes on seed + TUNING_SEEDS + k
 
 
-def check_rules(top, max_grid: int | None, problems: list[str],
-                warnings: list[str]) -> tuple[sp.Space, int | None]:
+def check_rules(top, max_grid: int | None, problems: list[str], warnings: list[str],
+                spellings: dict[tuple[str, ...], tuple[str, ...]] | None = None
+                ) -> tuple[sp.Space, int | None]:
     """Check the rules across ``top``'s keys, adding a line to ``problems`` for each one broken
     and to ``warnings`` for each doubt; return the parsed space and the trials to run.
 
     Args:
         max_grid: the most configurations a grid may have (None: no cap); a grid is counted as
             the product of its lists before any configuration is listed.
+        spellings: each list's items as the file wrote them (see
+            :func:`~orchestrator.config.space_reading.parse_space`).
     """
-    space = _check_settings(top, problems)
+    space = _check_settings(top, problems, spellings)
     n_configs = None
     trials = top.trials
     if not problems and top.compare is not None:
@@ -71,7 +73,7 @@ def check_rules(top, max_grid: int | None, problems: list[str],
         _check_objective(top, problems, warnings)
         _check_study_rules(top, space, problems, warnings)
     if not problems and top.scaling is not None:
-        check_scaling(top, space, problems)
+        check_scaling(top, space, problems, warnings)
     if not problems and top.compare is None:
         trials = _count_trials(top, n_configs, problems)
     last_seed = top.seed + (top.compare.most_seeds if top.compare else top.repeats - 1)
@@ -90,10 +92,10 @@ def check_rules(top, max_grid: int | None, problems: list[str],
     return space, trials
 
 
-def _check_settings(top, problems: list[str]) -> sp.Space:
+def _check_settings(top, problems: list[str], spellings) -> sp.Space:
     """Check ``train`` and ``space`` as trainer settings; return the parsed space."""
     fixed = _check_train(top.train, problems)
-    space = parse_space(top.space, "space", problems)
+    space = parse_space(top.space, "space", problems, spellings)
     _check_fixed_and_searched(fixed, space, problems)
     if not problems:  # one representative configuration first, then every searched value
         try:
@@ -347,7 +349,7 @@ def _check_objective(top, problems, warnings) -> None:
     for i, objective in enumerate(objectives):
         where = f"objective.{i}" if several else "objective"
         metric = objective.metric
-        if _metric_problem(top, f"{where}.metric", metric, problems, warnings):
+        if metric_problem(top, f"{where}.metric", metric, problems, warnings):
             pass
         elif metric in MINIMIZE_HINT and MINIMIZE_HINT[metric] != objective.direction:
             warnings.append(f"{where}: {metric} is usually {MINIMIZE_HINT[metric]}d, but "
@@ -415,25 +417,6 @@ def _objectives_of(top) -> list:
     return list(top.objective) if isinstance(top.objective, list) else [top.objective]
 
 
-def _metric_problem(top, where: str, metric: str, problems: list[str],
-                    warnings: list[str]) -> bool:
-    """Whether ``metric`` is refused as an objective or constraint (a line is added): it must
-    be an epoch metric, ``peak_memory_mb`` (CUDA only: a warning), or with ``train.metrics``
-    (user functions, whose names are known only once they ran) any name."""
-    if metric in EPOCH_METRICS or top.train.get("metrics"):  # a user's metric
-        return False
-    if metric in CUDA_METRICS:
-        warnings.append(f"{where}: {metric} is logged on CUDA devices only; a trial on another "
-                        f"device lacks it (an objective: the trial fails; a constraint: it is "
-                        f"infeasible)")
-        return False
-    known = (*EPOCH_METRICS, *CUDA_METRICS)
-    problems.append(f"{where}: the trainer logs no metric {metric!r}{did_you_mean(metric, known)};"
-                    f" it logs {', '.join(EPOCH_METRICS)}, {', '.join(CUDA_METRICS)} on CUDA, "
-                    f"and what the functions of train.metrics return")
-    return True
-
-
 def _check_several_objectives(top, problems: list[str]) -> None:
     n = len(top.objective)
     if top.sampler.name in SINGLE_OBJECTIVE_SAMPLERS:
@@ -457,7 +440,7 @@ def _check_several_objectives(top, problems: list[str]) -> None:
 def _check_constraints(top, problems: list[str], warnings: list[str]) -> None:
     for i, c in enumerate(top.constraints):
         where = f"constraints.{i}"
-        _metric_problem(top, f"{where}.metric", c.metric, problems, warnings)
+        metric_problem(top, f"{where}.metric", c.metric, problems, warnings)
         if c.max is None and c.min is None:
             problems.append(f"{where}: give max, min or both, e.g. {{metric: {c.metric}, "
                             f"max: 4000}}")

@@ -3,9 +3,8 @@ see :mod:`orchestrator.report.scaling`), each problem one line naming the field,
 the fix. Called by :func:`orchestrator.config.rules.check_rules` once the space is parsed."""
 from __future__ import annotations
 
-from trainers import EPOCH_METRICS
-
 from . import space as sp
+from .metrics import metric_problem
 
 MIN_LRS = 5  # learning rates per batch size: the best and two neighbours each side
 MIN_REPEATS = 3  # seeds per cell: the exponent's interval resamples them
@@ -23,9 +22,11 @@ def scaling_metric(top) -> tuple[str, str]:
     return metric, "minimize" if metric.endswith("loss") else "maximize"
 
 
-def check_scaling(top, space: sp.Space, problems: list[str]) -> None:
+def check_scaling(top, space: sp.Space, problems: list[str], warnings: list[str]) -> None:
     """A grid over batch_size (2 or more sizes) and lr (MIN_LRS or more), nothing else
-    searched, MIN_REPEATS or more repeats, no compare, and a metric the trainer logs."""
+    searched, MIN_REPEATS or more repeats, no compare, and a metric the trainer logs
+    (:func:`.metrics.metric_problem`, as an objective's: ``noise_scale`` with
+    ``train.noise_scale: true``)."""
     nodes = {n.setting: n for n in space if not isinstance(n, sp.Fixed)}
     if top.compare is not None:
         problems.append("scaling: a scaling grid is no comparison of levels; remove compare "
@@ -52,10 +53,12 @@ def check_scaling(top, space: sp.Space, problems: list[str]) -> None:
     if top.repeats < MIN_REPEATS:
         problems.append(f"scaling: repeats must be at least {MIN_REPEATS} (the seeds the "
                         f"exponent's bootstrap interval resamples), got {top.repeats}")
-    metric, _ = scaling_metric(top)
-    if metric not in EPOCH_METRICS and not top.train.get("metrics"):
-        problems.append(f"scaling.metric: the trainer logs no metric {metric!r}; use one of "
-                        f"{', '.join(EPOCH_METRICS)}")
+    if top.scaling.metric is not None and not top.scaling.metric.strip():
+        problems.append(f"scaling.metric is empty, got {top.scaling.metric!r}; name an epoch "
+                        f"metric (e.g. val_loss), or remove the key to read the curves in the "
+                        f"objective's metric")
+    elif top.scaling.metric is not None:  # the objective's own metric is checked as one
+        metric_problem(top, "scaling.metric", top.scaling.metric, problems, warnings)
 
 
 def _shown(node) -> str:

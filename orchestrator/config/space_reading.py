@@ -44,23 +44,87 @@ from .space import (
 )
 
 
-def parse_space(mapping: Any, where: str, problems: list[str]) -> Space:
+def parse_space(mapping: Any, where: str, problems: list[str],
+                spellings: dict[tuple[str, ...], tuple[str, ...]] | None = None) -> Space:
     """Parse a ``space:`` mapping into nodes; append one line per problem.
 
     Besides each value's form, checks that no trial can have a setting decided in two places (an
     option that sets its parent setting again, or a setting both inside an option and beside
-    it), and names each node's Optuna parameter (see the module docstring).
+    it), that no list of choices holds one value twice (:func:`equal_choices`), and names each
+    node's Optuna parameter (see the module docstring).
 
     Args:
         mapping: the YAML value.
         where: the dotted path for messages, e.g. ``space``.
         problems: collects one line per problem.
+        spellings: each list's items as the file wrote them, by key path from the file's top
+            (:func:`orchestrator.config.reading.list_spellings`); None: the values' own text.
     """
     before = len(problems)
     space = _parse_mapping(mapping, where, problems, prefix="")
     if len(problems) == before:
         _decided_by(space, where, problems)
+    equal_choices(space, tuple(where.split(".")), problems, spellings or {})
     return _named(space)
+
+
+def equal_choices(space: Space, where: tuple[str, ...], problems: list[str],
+                  spellings: dict[tuple[str, ...], tuple[str, ...]]) -> None:
+    """One line for each list of choices, at any depth of ``space``, that holds two values the
+    trainer reads as one (``1e-3`` and ``0.001``, ``0`` and ``0.0`` for a float setting, ``64``
+    twice): Optuna tells choices apart by ``==``, so the study would record one for a trial of
+    the other, a comparison would tune and confirm one level twice, and a grid train one
+    configuration twice. The line quotes both as ``spellings`` has them (``where`` is the
+    space's key path in it), else as their values read."""
+    for node in space:
+        at = (*where, yaml_key(node.setting))
+        if isinstance(node, Options):
+            for option, sub in node.options:
+                equal_choices(sub, (*at, option), problems, spellings)
+        if not isinstance(node, Choice):
+            continue
+        seen: dict[Any, int] = {}
+        for i, value in enumerate(node.choices):
+            read = _as_read(node.setting, value)
+            if read is None:  # a type the trainer refuses: check_values says so
+                continue
+            if read[0] in seen:
+                written = spellings.get(at)
+                if written is None or len(written) != len(node.choices):
+                    written = tuple(_text(v) for v in node.choices)
+                first, second = written[seen[read[0]]], written[i]
+                problems.append(
+                    f"{'.'.join(at)} lists {first} twice; keep one" if first == second else
+                    f"{'.'.join(at)} lists {first} and {second}, which the trainer reads as "
+                    f"the same value {_text(read[0])}; keep one")
+                break
+            seen[read[0]] = i
+
+
+def _as_read(setting: str, value: Any) -> tuple[Any] | None:
+    """``(value,)`` as the trainer reads ``setting``: a float setting reads ``0`` as ``0.0``;
+    a user's keyword (``model_args.width``) is given to user code as it is; None where the
+    trainer refuses the value's type (``64.0`` for an int, ``1`` for a bool, null where the
+    setting takes none)."""
+    if "." in setting:
+        return (value,)
+    kind = setting_kind(setting)
+    if value is None:
+        return (None,) if "None" in str(setting_fields()[setting].type) else None
+    if isinstance(value, bool):
+        return (value,) if kind == "bool" else None
+    if isinstance(value, (int, float)):
+        if kind == "float":
+            return (float(value),) if abs(value) < 1e300 else (value,)  # 10**400: refused
+        return (value,) if kind == "int" and isinstance(value, int) else None
+    return (value,) if kind == "str" else None
+
+
+def _text(value: Any) -> str:
+    """A plain value as YAML writes it: ``null``, ``true``, ``0.001``, ``sgd``."""
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _parse_mapping(mapping: Any, where: str, problems: list[str], prefix: str,

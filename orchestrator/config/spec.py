@@ -29,7 +29,7 @@ from trainers import (
 
 from ..core.errors import SpecError, did_you_mean, key_text
 from . import space as sp
-from .reading import check_size, one_line, read_mapping
+from .reading import check_size, list_spellings, one_line, read_mapping
 from .rules import MAX_GRID, check_rules
 from .samplers import PRUNERS, SAMPLERS
 
@@ -419,18 +419,22 @@ def load_spec(path: str | os.PathLike, overrides: list[str] = (),
     """
     path = Path(path)
     text, raw = read_mapping(path, overrides)
-    spec = validate(raw, source=str(path), max_grid=max_grid)
+    spec = validate(raw, source=str(path), max_grid=max_grid,
+                    spellings=list_spellings(text, overrides))
     spec._text = text  # the very bytes validated: the file may change while the sweep runs
     return spec
 
 
-def validate(raw: dict, source: str = "<sweep>", max_grid: int | None = MAX_GRID) -> SweepSpec:
+def validate(raw: dict, source: str = "<sweep>", max_grid: int | None = MAX_GRID,
+             spellings: dict[tuple[str, ...], tuple[str, ...]] | None = None) -> SweepSpec:
     """Validate a sweep mapping: its size, each key against :class:`SweepSpec`'s fields, then the
     rules across keys (settings together, sampler, pruner, objective, trials, seeds, GPU slots).
 
     Args:
         max_grid: the most configurations a grid may have (None: no cap); a grid is counted as
             the product of its lists before any configuration is listed.
+        spellings: each list's items as the file wrote them, for messages that quote two of
+            them (:func:`~orchestrator.config.reading.list_spellings`; None: as read).
 
     Returns:
         the spec, with the fields its docstring names resolved.
@@ -446,7 +450,7 @@ def validate(raw: dict, source: str = "<sweep>", max_grid: int | None = MAX_GRID
                           for err in _one_branch(e.errors(), raw)]) from None
     problems: list[str] = []
     warnings: list[str] = []
-    space, trials = check_rules(top, max_grid, problems, warnings)
+    space, trials = check_rules(top, max_grid, problems, warnings, spellings)
     if problems:
         raise SpecError(*[f"{source}: {one_line(p)}" for p in problems])
     return top._resolved(space, trials, raw, source, warnings)

@@ -518,3 +518,47 @@ def test_a_level_that_failed_every_tuning_trial_is_said_so_not_called_unfinished
     assert first.startswith("No comparison of model: boom:model completed none of its 2 "
                             "tuning trials"), first
     assert "resumes it" not in rep.stdout and "Empty DataFrame" not in rep.stdout
+
+
+def _no_verdict_headline(levels: list[str], tuning: dict[str, list[str]], finished: bool) -> str:
+    """The headline of a comparison of lr with no pair of levels decided: ``tuning`` holds
+    each level's tuning trials' states (tune_trials: the most any level has)."""
+    from orchestrator.report.comparison import Comparison, sentences
+    from orchestrator.report.load import SweepData
+    from tests.helpers import compare_spec
+
+    trials = pd.DataFrame([{"phase": "tune", "level": level, "state": state}
+                           for level, states in tuning.items() for state in states],
+                          columns=["phase", "level", "state"])
+    planned = max(map(len, tuning.values()))
+    c = Comparison("lr", "val_acc", "maximize", levels, [], {}, {}, {}, pd.DataFrame(), None,
+                   "", finished=finished)
+    data = SweepData(validate(compare_spec()), "cmp", trials, pd.DataFrame(), pd.DataFrame(),
+                     None, compare={"factor": "lr", "tune_trials": planned})
+    return sentences(c, data)[0]
+
+
+def test_a_comparison_without_a_verdict_says_what_happened_in_its_headline():
+    # the two levels 1e-3 and 0.001 were one: three complete tuning trials, nothing compared
+    one = _no_verdict_headline(["0.001"], {"0.001": ["COMPLETE"] * 3}, finished=True)
+    assert one == ("No comparison of lr: it has 1 level (0.001), so there is nothing to "
+                   "compare; list two or more distinct levels under space and start it anew "
+                   "with --new.")
+    # every level failed or pruned all its tuning trials: named, in the plural
+    both = _no_verdict_headline(["0.001", "0.01"], {"0.001": ["FAIL"], "0.01": ["PRUNED"]},
+                                finished=True)
+    assert both.startswith("No comparison of lr: 0.001, 0.01 each completed none of their 1 "
+                           "tuning trial (each pruned or failed; "), both
+    # one level did: it alone is named, while or after the other is confirmed
+    for finished in (False, True):
+        single = _no_verdict_headline(["0.001", "0.01"], {"0.001": ["COMPLETE", "FAIL"],
+                                                          "0.01": ["FAIL", "FAIL"]}, finished)
+        assert single.startswith("No comparison of lr: 0.01 completed none of its 2 tuning "
+                                 "trials (each pruned or failed; "), single
+    # every level tuned, the plan done, no pair of confirmation values
+    none = _no_verdict_headline(["0.001", "0.01"], {"0.001": ["COMPLETE"], "0.01": ["COMPLETE"]},
+                                finished=True)
+    assert none == ("No comparison of lr: fewer than two levels have a confirmation value to "
+                    "compare (the trials table says why).")
+    assert _no_verdict_headline(["0.001", "0.01"], {"0.001": ["COMPLETE"], "0.01": ["COMPLETE"]},
+                                finished=False).startswith("The comparison of lr is not finished")

@@ -52,6 +52,22 @@ def test_a_scaling_grid_validates_and_counts_every_cell_times_its_seeds():
     ({"repeats": 2}, "scaling: repeats must be at least 3 (the seeds the exponent's bootstrap "
                      "interval resamples), got 2"),
     ({"scaling": {"metric": "val_los"}}, "scaling.metric: the trainer logs no metric 'val_los'"),
+    ({"scaling": {"metric": ""}}, "scaling.metric is empty, got ''; name an epoch metric (e.g. "
+                                  "val_loss), or remove the key to read the curves in the "
+                                  "objective's metric"),
+    ({"scaling": {"metric": "  "}}, "scaling.metric is empty, got '  '"),
+    ({"scaling": {"metric": "noise_scale"}},
+     "scaling.metric: noise_scale is logged only when the noise scale is measured "
+     "(train.noise_scale: true), got train.noise_scale: false; set train.noise_scale: true"),
+    ({"scaling": {"metric": "noise_trace"},
+      "train": {"dataset": "digits", "epochs": 1, "optimizer": "sgd", "noise_scale": False,
+                "metrics": ["tests.trainers.test_seams:top2"]}},
+     "scaling.metric: noise_trace is logged only when the noise scale is measured "
+     "(train.noise_scale: true), got train.noise_scale: false; set train.noise_scale: true"),
+    ({"space": {"batch_size": [64, 64, 128], "lr": LRS[:5]}},
+     "space.batch_size lists 64 twice; keep one"),
+    ({"space": {"batch_size": [32, 256], "lr": [LRS[0], *LRS[:5]]}},
+     f"space.lr lists {LRS[0]} twice; keep one"),
     ({"scaling": {"bootstrap": 10}}, "scaling.bootstrap"),
     ({"scaling": {"metrc": "val_loss"}}, "scaling.metrc is not a known key (did you mean "
                                          "`metric`?)"),
@@ -62,6 +78,42 @@ def test_a_bad_scaling_grid_is_one_line_naming_the_field_the_value_and_the_fix(c
         validate(_spec(**change), source="s.yaml")
     assert len(e.value.lines) == 1, e.value.lines
     assert e.value.lines[0].startswith("s.yaml: ") and expected in e.value.lines[0]
+
+
+@pytest.mark.parametrize("metric", ["noise_scale", "noise_trace", "noise_grad_sq"])
+def test_a_noise_metric_is_a_scaling_metric_when_the_noise_scale_is_measured(metric):
+    train = {"dataset": "digits", "epochs": 1, "optimizer": "sgd", "noise_scale": True}
+    spec = validate(_spec(scaling={"metric": metric}, train=train))
+    assert sc.scaling_metric(spec) == (metric, "maximize") and spec.warnings == ()
+    # as it is an objective's (the same rule), and refused there for the same reason without
+    assert validate(_spec(objective={"metric": metric}, train=train)).objective.metric == metric
+    with pytest.raises(SpecError) as e:
+        validate(_spec(objective={"metric": metric}), source="s.yaml")
+    assert e.value.lines == [f"s.yaml: objective.metric: {metric} is logged only when the noise "
+                             f"scale is measured (train.noise_scale: true), got "
+                             f"train.noise_scale: false; set train.noise_scale: true"]
+
+
+@pytest.mark.parametrize("scaling, expected", [
+    ("{metric: ''}", "scaling.metric is empty, got ''"),
+    ("{metric: noise_scale}", "scaling.metric: noise_scale is logged only when the noise scale "
+                              "is measured (train.noise_scale: true), got train.noise_scale: "
+                              "false; set train.noise_scale: true"),
+])
+def test_cli_validate_refuses_a_scaling_metric_no_trial_logs_with_exit_2(write_spec, capsys,
+                                                                        scaling, expected):
+    import yaml
+
+    from orchestrator.commands.cli import main
+
+    text = yaml.safe_dump(_spec(scaling=None)) + f"scaling: {scaling}\n"
+    path = write_spec(text)
+    capsys.readouterr()
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"sweep: {path}: {expected}"), err
+    assert main(["validate", str(path), "--set", "train.noise_scale=true"]) == \
+        (2 if "empty" in expected else 0)
 
 
 def test_the_direction_follows_the_metric_unless_given():

@@ -759,3 +759,156 @@ def test_cli_validate_process_refuses_a_keyword_fixed_and_searched_with_exit_2(w
         f"sweep: {path}: space.optimizer.{LION}.beta1: beta1 is also fixed at "
         f"train.optimizer_args.beta1 (0.8), and a trial would take the value given here "
         f"instead; remove one of the two"]
+
+
+# ------------------------------------------------- a list holding one value twice (issue 44)
+
+SCALING_LRS = "[0.0125, 0.0177, 0.025, 0.0354, 0.05]"
+COMPARE = {"trials": None, "compare": {"factor": "lr", "tune_trials": 1, "seeds": 2}}
+GRID = {"trials": None, "sampler": {"name": "grid"}}
+SCALING = {"trials": None, "sampler": {"name": "grid"}, "repeats": 3,
+           "scaling": {"metric": "val_loss"},
+           "train": {"dataset": "digits", "model": "small_cnn", "epochs": 1, "optimizer": "sgd"}}
+# (the tiny spec's changes, its space as YAML text, the one line after the file's name): two
+# values the trainer reads as one, at the top of space, inside an option, as a user's keyword,
+# the factor of a comparison, a grid's axis and a scaling grid's
+EQUAL_VALUES = {
+    "lr 1e-3 and 0.001": ({}, "lr: [1e-3, 0.001]",
+                          "space.lr lists 1e-3 and 0.001, which the trainer reads as the same "
+                          "value 0.001; keep one"),
+    "weight_decay 0 and 0.0": ({}, "lr: [0.01]\n  weight_decay: [0, 0.0, 0.01]",
+                               "space.weight_decay lists 0 and 0.0, which the trainer reads as "
+                               "the same value 0.0; keep one"),
+    "lr 1 and 1.0": ({}, "lr: [1, 0.5, 1.0]", "space.lr lists 1 and 1.0, which the trainer "
+                                              "reads as the same value 1.0; keep one"),
+    "batch_size 64 twice": ({}, "lr: [0.01]\n  batch_size: [64, 128, 64]",
+                            "space.batch_size lists 64 twice; keep one"),
+    "null twice": ({}, "lr: [0.01]\n  clip_grad_norm: [null, 1.0, ~]",
+                   "space.clip_grad_norm lists null and ~, which the trainer reads as the same "
+                   "value null; keep one"),
+    "true and True": ({"train": {"dataset": "digits", "epochs": 1, "optimizer": "sgd"}},
+                      "lr: [0.01]\n  nesterov: [true, True]",
+                      "space.nesterov lists true and True, which the trainer reads as the same "
+                      "value true; keep one"),
+    "sgd and 'sgd'": ({}, "lr: [0.01]\n  optimizer: [sgd, adam, 'sgd']",
+                      "space.optimizer lists sgd and 'sgd', which the trainer reads as the same "
+                      "value sgd; keep one"),
+    "inside an option": ({}, "optimizer:\n    adam: {lr: [0.001]}\n    sgd: {lr: [0.1, 1e-1]}",
+                         "space.optimizer.sgd.lr lists 0.1 and 1e-1, which the trainer reads as "
+                         "the same value 0.1; keep one"),
+    "a user's keyword": ({}, f"optimizer:\n    {LION}: {{beta1: [0.9, 9e-1]}}",
+                         f"space.optimizer.{LION}.beta1 lists 0.9 and 9e-1, which the trainer "
+                         f"reads as the same value 0.9; keep one"),
+    "a compared factor": (COMPARE, "lr: [1e-3, 0.001]",
+                          "space.lr lists 1e-3 and 0.001, which the trainer reads as the same "
+                          "value 0.001; keep one"),
+    "a grid's axis": (GRID, "lr: [0.01, 1e-2]\n  batch_size: [64]",
+                      "space.lr lists 0.01 and 1e-2, which the trainer reads as the same value "
+                      "0.01; keep one"),
+    "a scaling grid's batch sizes": (SCALING, f"batch_size: [64, 64, 128]\n  lr: {SCALING_LRS}",
+                                     "space.batch_size lists 64 twice; keep one"),
+    "a scaling grid's lrs": (SCALING, "batch_size: [32, 256]\n  lr: [0.01, 1e-2, 0.02, 0.04, "
+                                      "0.08]",
+                             "space.lr lists 0.01 and 1e-2, which the trainer reads as the same "
+                             "value 0.01; keep one"),
+}
+
+
+def _spec_text(change: dict, space: str) -> str:
+    """The tiny spec with ``change`` (None removes a key), its space written as given."""
+    import yaml
+
+    spec = {k: v for k, v in tiny_spec(**change).items() if v is not None and k != "space"}
+    return yaml.safe_dump(spec, sort_keys=False) + f"space:\n  {space}\n"
+
+
+@pytest.mark.parametrize("change, space, expected", EQUAL_VALUES.values(), ids=EQUAL_VALUES.keys())
+def test_a_list_holding_one_value_twice_is_one_line_naming_both_spellings(write_spec, change,
+                                                                          space, expected):
+    path = write_spec(_spec_text(change, space))
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    assert e.value.lines == [f"{path}: {expected}"]
+
+
+@pytest.mark.parametrize("change, space, expected", EQUAL_VALUES.values(), ids=EQUAL_VALUES.keys())
+def test_cli_validate_refuses_a_list_holding_one_value_twice_with_exit_2(write_spec, capsys,
+                                                                         change, space, expected):
+    from orchestrator.commands.cli import main
+
+    path = write_spec(_spec_text(change, space))
+    capsys.readouterr()
+    assert main(["validate", str(path)]) == 2
+    out = capsys.readouterr()
+    assert out.err.splitlines() == [f"sweep: {path}: {expected}"] and out.out == ""
+
+
+# the same lists with their values distinct validate
+DISTINCT_VALUES = {
+    "lr": ({}, "lr: [1e-3, 0.01]"),
+    "weight_decay": ({}, "lr: [0.01]\n  weight_decay: [0, 0.01]"),
+    "batch_size": ({}, "lr: [0.01]\n  batch_size: [64, 128]"),
+    "null and a number": ({}, "lr: [0.01]\n  clip_grad_norm: [null, 1.0]"),
+    "true and false": ({"train": {"dataset": "digits", "epochs": 1, "optimizer": "sgd"}},
+                       "lr: [0.01]\n  nesterov: [true, false]"),
+    "inside an option": ({}, "optimizer:\n    adam: {lr: [0.001]}\n    sgd: {lr: [0.1, 1e-2]}"),
+    "a user's keyword": ({}, f"optimizer:\n    {LION}: {{beta1: [0.9, 9e-2]}}"),
+    "a compared factor": (COMPARE, "lr: [1e-3, 0.01]"),
+    "a grid's axis": (GRID, "lr: [0.01, 1e-1]\n  batch_size: [64]"),
+    "a scaling grid": (SCALING, f"batch_size: [64, 128]\n  lr: {SCALING_LRS}"),
+}
+
+
+@pytest.mark.parametrize("change, space", DISTINCT_VALUES.values(), ids=DISTINCT_VALUES.keys())
+def test_a_list_of_distinct_values_validates(write_spec, change, space):
+    spec = load_spec(write_spec(_spec_text(change, space)))
+    assert spec.warnings == ()
+
+
+@pytest.mark.parametrize("space, expected", [
+    ("lr: [0.01]\n  batch_size: [64, 64.0]", "space.batch_size: batch_size must be int, got 64.0"),
+    ("lr: [0.01]\n  nesterov: [true, 1]", "space.nesterov: nesterov must be bool, got 1"),
+    ("lr: [0.01, null, ~]", "space.lr: lr must not be null, got None"),
+])
+def test_equal_values_of_a_type_the_trainer_refuses_get_the_trainers_reason(write_spec, space,
+                                                                           expected):
+    """64.0 is no batch size and 1 no boolean: the trainer's own line says so, not a line
+    about a value given twice (the trainer never reads the two as one)."""
+    change = {"train": {"dataset": "digits", "epochs": 1, "optimizer": "sgd"}}
+    path = write_spec(_spec_text(change, space))
+    with pytest.raises(SpecError) as e:
+        load_spec(path)
+    assert len(e.value.lines) == 1 and expected in e.value.lines[0], e.value.lines
+
+
+def test_a_set_override_is_quoted_as_written_and_a_mapping_as_its_values(write_spec):
+    path = write_spec(_spec_text({}, "lr: [0.01, 0.02]"))
+    with pytest.raises(SpecError) as e:
+        load_spec(path, ["space.batch_size=[32, 3.2e1]"])
+    assert e.value.lines == [f"{path}: space.batch_size: batch_size must be int, got 32.0"]
+    with pytest.raises(SpecError) as e:
+        load_spec(path, ["space.weight_decay=[0.0, 0e0]"])
+    assert e.value.lines == [f"{path}: space.weight_decay lists 0.0 and 0e0, which the trainer "
+                             f"reads as the same value 0.0; keep one"]
+    with pytest.raises(SpecError) as e:  # the whole space replaced: its own spellings
+        load_spec(path, ["space={lr: [2.5e-2, 0.025]}"])
+    assert e.value.lines == [f"{path}: space.lr lists 2.5e-2 and 0.025, which the trainer "
+                             f"reads as the same value 0.025; keep one"]
+    load_spec(path, ["space.lr=[1e-3, 1e-2]"])  # the file's [0.01, 0.02] no longer counts
+    # a mapping has no spellings: its values are named as Python reads them
+    assert problems(tiny_spec(space={"lr": [1e-3, 0.001]})) == [
+        "s.yaml: space.lr lists 0.001 twice; keep one"]
+
+
+@pytest.mark.slow  # the CLI as a process
+def test_cli_validate_process_refuses_equal_levels_of_a_comparison_with_exit_2(write_spec,
+                                                                               tmp_path):
+    path = write_spec(_spec_text(COMPARE, "lr: [1e-3, 0.001]"))
+    out = run_cli("validate", str(path), cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        f"sweep: {path}: space.lr lists 1e-3 and 0.001, which the trainer reads as the same "
+        f"value 0.001; keep one"]
+    out = run_cli("run", str(path), cwd=tmp_path)
+    assert out.returncode == 2 and "space.lr lists 1e-3 and 0.001" in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
