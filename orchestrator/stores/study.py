@@ -36,15 +36,12 @@ def make_sampler(spec: SweepSpec, seed_offset: int = 0):
     """The sampler of ``spec``, its seed offset by ``seed_offset`` (see :meth:`SweepStudy.open`);
     for a comparison, one such sampler per level (:class:`compare.LevelSampler`)."""
     if spec.compare is not None:
-        # each tuning replicate's samplers seeded apart (every level of one replicate alike)
-        return compare.LevelSampler(
+        return compare.LevelSampler(  # a replicate's levels seeded alike, replicates apart
             lambda replicate: _one_sampler(spec, seed_offset + REPLICATE_STRIDE * replicate))
     return _one_sampler(spec, seed_offset)
 
 
-# replicates' sampler seeds this far apart: past any offset a process draws (sampler_offset:
-# its trials plus < 2**24), so that no replicate of one process reuses another's seed
-REPLICATE_STRIDE = 2**25
+REPLICATE_STRIDE = 2**25  # past any offset a process draws (sampler_offset: trials + < 2**24)
 
 
 def _one_sampler(spec: SweepSpec, seed_offset: int):

@@ -14,11 +14,11 @@ def test_every_example_sweep_validates(path):
 
 
 def test_the_comparison_examples_count_their_most_trials():
-    # levels x (tune_trials + max_seeds)
-    assert load_spec(SWEEPS / "adam_vs_sgd.yaml").trials == 2 * (8 + 30)
-    assert load_spec(SWEEPS / "schedules.yaml").trials == 3 * (8 + 60)
-    assert load_spec(SWEEPS / "clipping.yaml").trials == 2 * (8 + 20)
-    assert load_spec(SWEEPS / "warmup_clipping.yaml").trials == 4 * (6 + 6)
+    # levels x max_seeds x (tune_trials + 1): every seed tunes each level anew
+    assert load_spec(SWEEPS / "adam_vs_sgd.yaml").trials == 2 * 20 * (8 + 1)
+    assert load_spec(SWEEPS / "schedules.yaml").trials == 3 * 16 * (8 + 1)
+    assert load_spec(SWEEPS / "clipping.yaml").trials == 2 * 20 * (8 + 1)
+    assert load_spec(SWEEPS / "warmup_clipping.yaml").trials == 4 * 6 * (6 + 1)
     # the scaling grid: 2 batch sizes x 11 learning rates x 5 seeds
     assert load_spec(SWEEPS / "batch_lr_scaling.yaml").trials == 2 * 11 * 5
 
