@@ -18,7 +18,14 @@ from ..config.space import grid_size
 from ..config.spec import data_downloads, data_problems, load_spec
 from ..core import outputs, paths, urls
 from ..core.errors import ExitCode, SweepError
-from ..report.display import command_line, option, params_text
+from ..report.display import (
+    command_line,
+    no_level_spread,
+    no_pair_interval,
+    option,
+    params_text,
+    table_lines,
+)
 from ..running.server import (
     artifacts_destination,
     check_address,
@@ -316,13 +323,13 @@ def cmd_report(args, console: Console) -> ExitCode:
         if len(report.factors):
             console.print("observational (a search: other settings differ too):",
                           soft_wrap=True)
-            console.print(report.factors.rename(columns=t95).to_string(
-                index=False, float_format=lambda v: f"{v:.4g}"), soft_wrap=True)
+            for line in table_lines(report.factors.rename(columns=t95), no_level_spread):
+                console.print(line, soft_wrap=True, markup=False, highlight=False)
         if len(report.paired):
-            console.print(report.paired[["factor", "a", "b", "pairs", "mean_diff_b_minus_a",
-                                         "ci_low", "ci_high", "verdict"]].rename(
-                columns=t95).to_string(index=False, float_format=lambda v: f"{v:.4g}"),
-                soft_wrap=True)
+            for line in table_lines(report.paired.rename(columns=t95), no_pair_interval, [
+                    "factor", "a", "b", "pairs", "mean_diff_b_minus_a", *t95.values(),
+                    "verdict"]):
+                console.print(line, soft_wrap=True, markup=False, highlight=False)
     console.print(f"report: {out / 'report.html'} (also on the parent run under report/)",
                   soft_wrap=True)
     return ExitCode.OK
@@ -349,9 +356,8 @@ def _report_many(args, console: Console) -> ExitCode:
     for line in report.many.sentences():
         console.print(line, soft_wrap=True, markup=False, highlight=False)
     if len(report.many.results):  # else no pair had enough matched trials: the lines say why
-        console.print(report.many.results.to_string(index=False,
-                                                     float_format=lambda v: f"{v:.4g}"),
-                      soft_wrap=True, markup=False, highlight=False)
+        for line in table_lines(report.many.results, no_pair_interval):
+            console.print(line, soft_wrap=True, markup=False, highlight=False)
     if len(report.many.unmatched):
         console.print(f"{len(report.many.unmatched)} trial(s) without a match: see "
                       f"{out / 'unmatched.csv'}", soft_wrap=True)

@@ -1,4 +1,5 @@
-"""What ``sweep run`` shows: a live progress panel on a terminal, plain lines elsewhere."""
+"""What ``sweep run`` shows: a live progress panel on a terminal, plain lines elsewhere; the
+commands and tables a command prints for a person to read or paste."""
 from __future__ import annotations
 
 import heapq
@@ -17,6 +18,8 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+
+from ..core.numbers import plain_exponent
 
 
 def clock(seconds: float) -> str:
@@ -77,9 +80,50 @@ def _as_typed(path: str, name: str) -> str:
 
 
 def params_text(params: dict) -> str:
-    """``lr=0.01, batch_size=64``: floats to four significant digits."""
-    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+    """``lr=0.01, batch_size=64, wd=1e-5``: floats to four significant digits."""
+    return ", ".join(f"{k}={plain_exponent(f'{v:.4g}')}" if isinstance(v, float) else f"{k}={v}"
                      for k, v in params.items())
+
+
+MISSING = "-"  # a number a table cannot give, as the report's own tables write it
+
+
+def table_lines(frame, why, columns: list[str] | None = None) -> list[str]:
+    """A table (a pandas DataFrame) as the terminal shows it: numbers to four significant
+    digits and a missing one as :data:`MISSING`, never ``NaN``; under it, once each, why
+    numbers are missing: ``-: <why(row)>`` for each row with one.
+
+    Args:
+        frame: the table.
+        why: a row (a pandas Series, every column of ``frame``) -> why its missing numbers are
+            missing, in a few words.
+        columns: the columns shown (default: all).
+    """
+    shown = frame[list(frame.columns if columns is None else columns)]
+    numeric = [c for c in shown.columns if shown[c].dtype.kind == "f"]
+    text = shown.astype({c: object for c in numeric})
+    for c in numeric:
+        text[c] = [MISSING if math.isnan(v) else plain_exponent(f"{v:.4g}") for v in shown[c]]
+    gaps = shown[numeric].isna().any(axis=1).to_numpy() if numeric else [False] * len(frame)
+    reasons = dict.fromkeys(why(row) for _, row in frame[gaps].iterrows())
+    return [*text.to_string(index=False).splitlines(), *(f"{MISSING}: {r}" for r in reasons)]
+
+
+def no_level_spread(row) -> str:
+    """Why a row of :func:`~orchestrator.report.stats.factor_table` has no spread or interval."""
+    if row["n"] < 2:
+        return (f"{row['n']} trial at a level: its spread and interval need 2 or more (more "
+                f"trials; in a grid, repeats: 2 trains each configuration on 2 seeds)")
+    return "every trial at a level gave the same value: no spread, no interval"
+
+
+def no_pair_interval(row) -> str:
+    """Why a row of paired differences (its ``ci_method``, e.g. ``t, none: 1 finite pair``)
+    has no interval."""
+    method = str(row.get("ci_method", ""))
+    if "no spread" in method:
+        return "every pair differed by the same amount: no spread, no interval"
+    return f"no interval: {method.partition('none: ')[2] or method}"
 
 
 # how a run's name says its configuration: the settings in this order first, each shortened
@@ -106,11 +150,11 @@ def _word(key: str, value) -> str:
     if isinstance(value, dict):  # a user optimizer's (schedule's...) keywords, each a word
         return " ".join(_word(k, v) for k, v in value.items())
     if key == "clip_grad_norm":
-        return "noclip" if value is None else f"clip{value:g}"
+        return "noclip" if value is None else f"clip{plain_exponent(f'{value:g}')}"
     if isinstance(value, bool):
         return key if value else f"no-{key}"
-    text = f"{value:.3g}" if isinstance(value, float) else SHORT_VALUES.get(str(value),
-                                                                             str(value))
+    text = plain_exponent(f"{value:.3g}") if isinstance(value, float) else \
+        SHORT_VALUES.get(str(value), str(value))
     short = SHORT_KEYS.get(key, key)
     return f"{short}={text}" if short else text
 

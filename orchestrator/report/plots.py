@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..answer import objectives
+from ..core.numbers import value_text
 from .load import SweepData
 from .stats import MAX_LEVELS, configuration
 
@@ -78,7 +79,7 @@ def _plot_curves(data: SweepData, by: str | None, metric: str) -> bytes:
     curves = data.curves[data.curves["metric"] == metric]
     fig, ax = plt.subplots(figsize=(8, 4.5))
     ran = t[t["state"].isin(["COMPLETE", "PRUNED"])]
-    levels = sorted(ran[f"params.{by}"].map(str).unique()) if by else [""]
+    levels = sorted(ran[f"params.{by}"].map(value_text).unique()) if by else [""]
     colors = {lvl: plt.cm.tab10(i % 10) for i, lvl in enumerate(levels)}
     configs: dict[str, list[int]] = {}
     for number, row in t.iterrows():
@@ -86,7 +87,7 @@ def _plot_curves(data: SweepData, by: str | None, metric: str) -> bytes:
             configs.setdefault(configuration(row, data.factors), []).append(number)
     labelled = set()
     for numbers in configs.values():
-        level = str(t.loc[numbers[0], f"params.{by}"]) if by else ""
+        level = value_text(t.loc[numbers[0], f"params.{by}"]) if by else ""
         wide = curves[curves["trial"].isin(numbers)].pivot_table(
             index="epoch", columns="trial", values="value")
         if wide.empty:
@@ -233,9 +234,9 @@ def _complete_study(data: SweepData):
                     float(done[f"params.{f}"].min()), float(done[f"params.{f}"].max()))
                 params[f] = float(v)
             else:
-                choices = tuple(sorted(done[f"params.{f}"].map(str).unique()))
+                choices = tuple(sorted(done[f"params.{f}"].map(value_text).unique()))
                 dists[f] = optuna.distributions.CategoricalDistribution(choices)
-                params[f] = str(v)
+                params[f] = value_text(v)
         study.add_trial(optuna.trial.create_trial(params=params, distributions=dists,
                                                   value=float(row["value"])))
     return study

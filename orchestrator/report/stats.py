@@ -37,6 +37,7 @@ from ..answer.stats import (
 )
 from ..config import space as sp
 from ..core import keys
+from ..core.numbers import plain_exponent, value_text
 from .load import SweepData
 
 MIN_PAIRS = 3
@@ -85,7 +86,7 @@ def factor_table(trials: pd.DataFrame, factors: list[str], *,
         mine = searched_by(done, factor)
         if factor in ranges or col not in mine or mine[col].nunique(dropna=False) > MAX_LEVELS:
             continue
-        labels = mine[col].map(str)
+        labels = mine[col].map(value_text)  # 1e-5 as YAML writes it, not 1e-05
         groups = dict(list(mine.groupby(labels, sort=False)))
         for level in level_order(groups):
             group = groups[level].drop_duplicates(["_config", "repeat"])
@@ -178,7 +179,7 @@ def _blocks(done: pd.DataFrame, factor: str, factors: list[str]) -> tuple[dict, 
     values: dict[str, dict] = {}
     configs: dict[str, dict] = {}
     for (level, key), row in done.assign(_block=block).groupby(
-            [done[f"params.{factor}"].map(str), "_block"], sort=False).first().iterrows():
+            [done[f"params.{factor}"].map(value_text), "_block"], sort=False).first().iterrows():
         values.setdefault(level, {})[key] = float(row["value"])
         configs.setdefault(level, {})[key] = row["_config"]
     return values, configs
@@ -269,6 +270,6 @@ def configuration(row: pd.Series, factors: list[str], digits: int | None = None)
 
     def shown(value) -> str:
         if digits is not None and isinstance(value, float) and math.isfinite(value):
-            return f"{value:.{digits}g}"
+            return plain_exponent(f"{value:.{digits}g}")
         return str(value)
     return ", ".join(f"{f}={shown(row.get(f'params.{f}'))}" for f in factors if f in mine)

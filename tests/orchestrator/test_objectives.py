@@ -20,7 +20,7 @@ from tests.conftest import Stores, run_cli, tiny_spec
 # trains; the constraint wants clipping, so the unconstrained best (trial 0, enqueued first)
 # is infeasible and the best is a clipped one.
 CLIPPED, FREE = 1.0e-8, 10.0
-CLIPPED_TEXT = "clip_grad_norm=1e-08"
+CLIPPED_TEXT = "clip_grad_norm=1e-8"  # as params_text writes it
 RULES = tiny_spec(
     name="rules", trials=6, workers=2, sampler={"name": "random", "seed": 0},
     train={"dataset": "digits", "model": "small_cnn", "epochs": 3, "optimizer": "sgd",
