@@ -1,10 +1,13 @@
 """The private names of Optuna and CPython behind ``orchestrator.core.compat``: one test each, so an
-upgrade that removes or changes one fails here, by name, before anything subtler breaks."""
+upgrade that removes or changes one fails here, by name, before anything subtler breaks; and the
+versions README.md says were tested, against the ones installed."""
 from __future__ import annotations
 
 import inspect
+import re
 import subprocess
 import sys
+from importlib.metadata import version
 
 import optuna
 import pytest
@@ -101,3 +104,29 @@ def test_mlflow_tracking_uri_is_what_this_process_set_and_none_when_unset(tmp_pa
         assert compat.mlflow_tracking_uri() is None
     finally:
         mlflow.set_tracking_uri(before)
+
+
+# README's install section: "Tested with torch X.Y, optuna X.Y and mlflow X.Y"
+TESTED = re.compile(r"Tested with torch (\d+\.\d+), optuna (\d+\.\d+) and mlflow (\d+\.\d+)")
+
+
+def _minor(name: str) -> str:
+    """The installed ``name``'s major.minor version (a local tag such as torch's +cpu dropped)."""
+    return ".".join(re.match(r"(\d+)\.(\d+)", version(name)).groups())
+
+
+def test_the_stack_installed_is_the_one_readme_says_was_tested():
+    """CI runs the README's test command on a fresh clone, so this holds what a fresh install
+    resolves today: a new minor release within pyproject.toml's bounds (mlflow 3.18 once
+    changed the UI the docs show) fails here until it is tested and README names it."""
+    found = TESTED.search(" ".join((ROOT / "README.md").read_text().split()))
+    assert found, f"README.md has no sentence matching {TESTED.pattern!r}"
+    claimed = dict(zip(("torch", "optuna", "mlflow"), found.groups()))
+    assert {name: _minor(name) for name in claimed} == claimed
+
+
+def test_pyproject_notes_the_tested_versions_readme_names():
+    found = TESTED.search(" ".join((ROOT / "README.md").read_text().split()))
+    noted = dict(re.findall(r'^\s*"(optuna|mlflow)[^"]*",\s*# tested: (\d+\.\d+)',
+                            (ROOT / "pyproject.toml").read_text(), re.M))
+    assert noted == {"optuna": found.group(2), "mlflow": found.group(3)}
