@@ -333,10 +333,11 @@ def report(spec_or_name: str | Path, *, out: str | Path | None = None, by: str |
         raise SweepError(f"--by {by}: not a searched setting of this sweep; searched: "
                          f"{', '.join(data.factors) or 'none'}")
     folder = Path(out or f"report-{data.study_name}")
+    option = "--out" if out else "report folder"
     with status("building the report..."):
-        with outputs.writing(folder, "sweep report", "--out" if out else "report folder",
-                             REPORT_NAMES) as staging:
+        with outputs.writing(folder, "sweep report", option, REPORT_NAMES) as staging:
             built = build_report(data, staging, by)
+            outputs.check(folder, [f.name for f in staging.iterdir()], option)  # before logging
             log_report(data, built)  # the report's files alone, not what else the folder holds
     return dataclasses.replace(built, out_dir=folder,
                                files=[folder / f.relative_to(staging) for f in built.files])

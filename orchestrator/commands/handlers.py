@@ -2,6 +2,7 @@
 behind it and prints the result; its flags are :mod:`orchestrator.commands.parser`'s."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -188,17 +189,14 @@ def cmd_schema(args, console: Console) -> ExitCode:
 
     from ..config.schema import json_schema
 
-    schema = json_schema()
-    if args.out:  # before any work; a file of the user's of that name is never replaced
+    if args.out:  # before any work; only a schema it wrote, unchanged since, is replaced
         reach.check_out(args.out, folder=False)
-        outputs.check_own_file(args.out, lambda text: json.loads(text).get("description") ==
-                               schema["description"])
-    text = json.dumps(schema, indent=2) + "\n"
+        outputs.check_file(args.out, "sweep schema")
+    schema = json_schema()
     if not args.out:
-        sys.stdout.write(text)
+        sys.stdout.write(json.dumps(schema, indent=2) + "\n")
         return ExitCode.OK
-    out = reach.check_out(args.out, folder=False)
-    out.write_text(text)
+    out = outputs.write_json(args.out, schema, "sweep schema")  # stamped: an edit shows
     console.print(f"wrote {out} (editors: see README, The sweep YAML)", soft_wrap=True)
     return ExitCode.OK
 
@@ -258,20 +256,26 @@ def cmd_doctor(args, console: Console) -> ExitCode:
     if args.lr_range_test:
         options = options.model_copy(update={"lr_range_test": True})
     spec = spec.model_copy(update={"preflight": options})
-    if args.out:  # the user's folder: only sweep's own earlier files of these names go
-        out = outputs.claim(args.out, [*pf.REPORT_FILES, *pf.folders(spec)], "sweep doctor")
+    if args.out:  # the user's folder: made aside, then only sweep's own unchanged files go
+        out = Path(args.out)
+        into = outputs.writing(out, "sweep doctor", names=[*pf.REPORT_FILES, *pf.folders(spec)])
     else:  # the sweep's own folder
         out = paths.work_dir(paths.default_tracking_uri(), spec.name) / "preflight"
         shutil.rmtree(out, ignore_errors=True)
+        into = contextlib.nullcontext(out)
     logs = paths.work_dir(paths.default_tracking_uri(), spec.name) / "logs"
     # the checks run in a worker (a model or dataset that hangs is a FAIL at its deadline), so a
     # download's progress bar goes to the worker's log
     api.say_downloads(console, data_downloads(spec),
                       f"its progress bar is in {logs}/worker-*.log")
-    with console.status(f"preflight of {spec.name!r}: data, devices, model, loss, one batch..."):
-        results = check_in_worker(spec, out, logs, max_threads=threads)
+    with into as staging, console.status(f"preflight of {spec.name!r}: data, devices, model, "
+                                         f"loss, one batch..."):
+        results = check_in_worker(spec, staging, logs, max_threads=threads)
+        for r in results:  # the images' paths once moved into out
+            r["report"]["files"] = {k: str(out / Path(p).relative_to(staging)) for k, p in
+                                    r["report"].get("files", {}).items()}
+        pf.write(staging, results)
     pf.show(console, results)
-    pf.write(out, results)
     console.print(f"evidence: {out}/preflight.md (and .json, sample images)", soft_wrap=True)
     for line in pf.failures(results, "ERROR"):  # the checker's fault: said, never a FAIL
         console.print(f"[magenta]{line}[/]", soft_wrap=True, markup=True, highlight=False)
