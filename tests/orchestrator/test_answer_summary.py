@@ -14,7 +14,18 @@ from scipy import stats
 
 from orchestrator.answer import stats as st
 from orchestrator.answer.letters import letters
-from orchestrator.answer.summary import SEEDS_LIMIT, seeds_to_decide, summarize
+from orchestrator.answer.summary import (
+    SEEDS_LIMIT,
+    Words,
+    decimals,
+    fixed,
+    level_values,
+    p_text,
+    plain,
+    ranked,
+    seeds_to_decide,
+    summarize,
+)
 
 FACTORS = ["lr_scaling", "clip_grad_norm"]
 NAMES = {2: ["adam", "mymod:mlp"], 3: ["adam", "mymod:mlp", "sgd"],
@@ -65,6 +76,34 @@ def test_the_letters_of_a_textbook_case():
         letters(["x", "y"], [("x", "z")])
 
 
+def test_the_group_of_the_best_level_is_a_and_groups_are_lettered_down_the_ranking():
+    # one split of four levels: {a, c, d} and {a, b, d} both hold the best level; the one
+    # whose next best is better ({a, b, d}: b before c) is "a"
+    assert letters(["a", "b", "c", "d"], [("b", "c")]) == \
+        {"a": "ab", "b": "a", "c": "b", "d": "ab"}
+    # the ranking, not the names, decides: the same pattern ranked the other way round
+    assert letters(["d", "c", "b", "a"], [("b", "c")]) == \
+        {"d": "ab", "c": "a", "b": "b", "a": "ab"}
+    # every level separated: one letter each, "a" for the best, down the ranking
+    assert letters(["x", "y", "z"], [("z", "y"), ("x", "z"), ("y", "x")]) == \
+        {"x": "a", "y": "b", "z": "c"}
+    # the best level alone, the others together: its group is "a" although it is smaller
+    assert letters(["x", "y", "z"], [("y", "x"), ("z", "x")]) == {"x": "a", "y": "b", "z": "b"}
+
+
+def test_levels_rank_by_their_finite_mean_ties_in_the_levels_order():
+    values = {"a": {1: 0.25, 2: 0.75}, "b": {1: 0.875, 2: math.nan}, "c": {1: 0.5, 2: 0.5},
+              "d": {1: None, 2: math.inf}, "e": {1: 0.375, 2: 0.625}}
+    # means over the finite values (exact in binary): a, c and e 0.5, b 0.875; d has none
+    # and is left out
+    assert ranked(list(values), values, "maximize") == \
+        [("b", 0.875), ("a", 0.5), ("c", 0.5), ("e", 0.5)]
+    assert ranked(list(values), values, "minimize") == \
+        [("a", 0.5), ("c", 0.5), ("e", 0.5), ("b", 0.875)]
+    assert [lv for lv, _ in ranked(["e", "c", "a", "b"], values, "minimize")] == \
+        ["e", "c", "a", "b"]
+
+
 @pytest.mark.parametrize("k", [2, 3, 4, 5, 6, 7])
 def test_letters_are_a_compact_letter_display_of_any_pattern_of_separated_pairs(k):
     """Over random patterns: two levels share a letter exactly when their pair is not
@@ -105,6 +144,12 @@ def test_the_table_ranks_by_the_mean_and_its_letters_follow_the_verdicts(k, metr
         ca, cb = (cell[", ".join(x.split("=")[1] for x in lv.split(",")) if k == 4 else lv]
                   for lv in (a, b))
         assert bool(set(ca) & set(cb)) == (frozenset((a, b)) not in better), (a, b, ca, cb)
+    # the best level's group is "a", and letters come in order down the ranked table
+    column = [row[5] for row in s.rows]
+    assert column[0].startswith("a"), column
+    seen = "".join(dict.fromkeys("".join(column)))
+    assert seen == "abcdefgh"[:len(seen)], column
+    assert all(list(c) == sorted(c) for c in column), column
 
 
 def _by_hand(values: dict, a: str, b: str, level: float, metric: str):
@@ -250,3 +295,160 @@ def test_a_level_better_than_every_other_is_said_with_its_least_lead():
     assert s.notes[-1] == ("The weights of adam: the run of seed 2 (trial 7), the confirmation "
                            "run closest to its mean.")
     assert sum(n.startswith(("adam better", "sgd better")) for n in s.notes) == 3
+
+
+def test_the_leader_without_a_named_level_is_the_best_mean_no_other_beats():
+    values = {"adam": {1: 0.95, 2: 0.96, 3: 0.955, 4: 0.952},
+              "sgd": {1: 0.90, 2: 0.915, 3: 0.905, 4: 0.91},
+              "mymod:mlp": {1: 0.80, 2: 0.82, 3: 0.79, 4: 0.815}}
+    results = st.compare_paired(values, direction="maximize", bounds=(0.0, 1.0), seeds=4)
+    s = summarize(["optimizer"], list(values), values, results, metric="val_acc",
+                  direction="maximize")
+    assert s.sentence.startswith("optimizer: adam is best, val_acc ")
+    assert "an interim look" not in s.sentence
+    interim = summarize(["optimizer"], list(values), values, results, metric="val_acc",
+                        direction="maximize", finished=False)
+    assert interim.sentence.endswith(
+        " (an interim look: not finished; `sweep run` again resumes it).")
+
+
+# five levels, four seeds: adam far ahead of three, adamw close behind it (undecided)
+FIVE = {"adam": {1: 0.95, 2: 0.96, 3: 0.955, 4: 0.952},
+        "adamw": {1: 0.951, 2: 0.955, 3: 0.957, 4: 0.948},
+        "sgd": {1: 0.90, 2: 0.915, 3: 0.905, 4: 0.91},
+        "rmsprop": {1: 0.85, 2: 0.86, 3: 0.845, 4: 0.855},
+        "mymod:mlp": {1: 0.80, 2: 0.82, 3: 0.79, 4: 0.815}}
+
+
+def test_a_leader_better_than_some_but_not_all_says_so_and_counts_more_than_two():
+    results = st.compare_paired(FIVE, direction="maximize", bounds=(0.0, 1.0), seeds=4)
+    verdicts = {frozenset((r.a, r.b)): r.verdict for r in results}
+    assert verdicts[frozenset(("adam", "adamw"))] == "undecided"
+    assert all(verdicts[frozenset(("adam", lv))] == "better"
+               for lv in ("sgd", "rmsprop", "mymod:mlp"))
+    s = summarize(["optimizer"], list(FIVE), FIVE, results, metric="val_acc",
+                  direction="maximize")
+    assert s.sentence.startswith("optimizer: no level shown better than every other after 4 "
+                                 "seeds; best mean adam, val_acc ")
+    assert ", better than 3 levels by at least " in s.sentence
+    assert "; differences from it beyond " in s.sentence
+    # two losers are named, "and" between them
+    two = {lv: FIVE[lv] for lv in ("adam", "adamw", "sgd", "mymod:mlp")}
+    results = st.compare_paired(two, direction="maximize", bounds=(0.0, 1.0), seeds=4)
+    s = summarize(["optimizer"], list(two), two, results, metric="val_acc",
+                  direction="maximize")
+    assert re.search(r", better than (sgd and mymod:mlp|mymod:mlp and sgd) by at least ",
+                     s.sentence), s.sentence
+
+
+def test_the_seeds_said_are_the_most_any_pair_ran():
+    values = {"adam": {1: 0.95, 2: 0.96, 3: 0.955, 4: 0.952},
+              "sgd": {1: 0.90, 2: 0.915, 3: 0.905, 4: 0.91},
+              "mymod:mlp": {1: 0.80, 2: 0.82, 3: 0.79}}  # its fourth seed never ran
+    results = st.compare_paired(values, direction="maximize", bounds=(0.0, 1.0), seeds=3)
+    assert sorted(r.pairs for r in results) == [3, 3, 4]
+    s = summarize(["optimizer"], list(values), values, results, metric="val_acc",
+                  direction="maximize")
+    assert " over 4 seeds; " in s.sentence
+
+
+def test_the_seeds_column_counts_finite_values_of_those_run_and_nan_and_inf_are_noted_alike():
+    values = {"adam": {1: 0.2, 2: math.nan, 3: 0.25, 4: math.inf, 5: 0.22, 6: 0.21},
+              "sgd": {1: 0.3, 2: 0.31, 3: 0.29, 4: 0.3, 5: None, 6: 0.32},
+              "lion": {1: None, 2: None}}
+    results = st.compare_paired({k: v for k, v in values.items() if k != "lion"},
+                                direction="minimize", seeds=4)
+    s = summarize(["optimizer"], list(values), values, results, metric="val_loss",
+                  direction="minimize")
+    seeds = {row[1]: row[4] for row in s.rows}
+    assert seeds == {"adam": "4 of 6", "sgd": "5", "lion": "0"}
+    assert [row[0] for row in s.rows] == ["1", "2", "-"]  # lion has no mean: not ranked
+    assert ("adam gave no finite val_loss on 2 of 6 seeds (its worst outcome: left out of its "
+            "mean and of the differences; it cannot be named better).") in s.notes
+    assert "lion has no confirmation value." in s.notes
+    assert not any(n.startswith("sgd gave") for n in s.notes)
+
+
+def test_all_levels_equivalent_cite_the_widest_difference_any_pair_allows():
+    values = {"adam": {1: 0.950, 2: 0.951, 3: 0.949, 4: 0.950, 5: 0.951, 6: 0.950},
+              "sgd": {1: 0.950, 2: 0.950, 3: 0.950, 4: 0.951, 5: 0.950, 6: 0.950},
+              "lion": {1: 0.948, 2: 0.953, 3: 0.950, 4: 0.947, 5: 0.954, 6: 0.950}}
+    results = st.compare_paired(values, direction="maximize", bounds=(0.0, 1.0), seeds=6,
+                                precision=0.02)
+    assert all(r.verdict == "equivalent" for r in results)
+    s = summarize(["optimizer"], list(values), values, results, metric="val_acc",
+                  direction="maximize")
+    # by hand: the largest max(|low|, |high|) over the three pairs, and that pair's rounding
+    widest = max((_by_hand(values, a, b, 0.95, "val_acc") for a, b in
+                  itertools.combinations(values, 2)), key=lambda h: max(abs(h[1]), abs(h[2])))
+    _, low, high, _ = widest
+    digits = max(0, 1 - math.floor(math.log10(100 * (high - low) / 2)))
+    assert s.sentence.startswith("optimizer: all 3 levels equivalent within ±2 points over 6 "
+                                 f"seeds (no difference beyond "
+                                 f"{100 * max(abs(low), abs(high)):.{digits}f}, 95% t "
+                                 f"intervals); best mean ")
+
+
+def _pair_needing(n_seeds: int) -> dict:
+    """Two levels over two seeds whose difference b - a has mean m and sd s: m lies halfway
+    between the t half-widths t(0.975, n - 1) * s / sqrt(n) at n_seeds - 1 and n_seeds seeds
+    (scipy), so that ``n_seeds`` paired seeds would decide the pair and one fewer would not."""
+    d = 0.05
+    sd = d * math.sqrt(2)
+    half = [stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n) for n in (n_seeds - 1, n_seeds)]
+    m = sum(half) / 2
+    return {"a": {1: 1.0, 2: 1.0}, "b": {1: 1.0 + m + d, 2: 1.0 + m - d}}
+
+
+@pytest.mark.parametrize("n, said", [(1000, "about 1000 seeds"),
+                                     (1001, "more than 1000 seeds")])
+def test_the_open_note_says_the_seeds_up_to_the_limit_and_more_than_it_beyond(n, said):
+    values = _pair_needing(n)
+    results = st.compare_paired(values, direction="minimize", seeds=2)
+    assert results[0].verdict == "undecided"
+    s = summarize(["optimizer"], ["a", "b"], values, results, metric="val_loss",
+                  direction="minimize")
+    [note] = [n for n in s.notes if n.startswith("Not called better")]
+    r = results[0]
+    digits = max(0, 1 - math.floor(math.log10((r.ci_high - r.ci_low) / 2)))
+    assert note.endswith(f"a vs b beyond {max(abs(r.ci_low), abs(r.ci_high)):.{digits}f} "
+                         f"val_loss, {said}."), note
+
+
+def test_figures_are_rounded_to_their_interval_never_to_minus_zero_or_an_exponent():
+    # 2 significant digits of the half-width: 0.0123 -> 3 decimals, 4.5 -> 1, 250 -> 0
+    assert [decimals(h) for h in (0.0123, 4.5, 250.0, 1e-9, 0.0, math.nan, math.inf)] == \
+        [3, 1, 0, 6, None, None, None]
+    assert fixed(0.12345, 0.0123) == "0.123"
+    assert fixed(-0.0004, 0.0123) == "0.000"  # not "-0.000"
+    assert fixed(-0.0006, 0.0123) == "-0.001"
+    # without an interval: 3 significant digits, at most 6 decimals, tiny values are 0
+    assert [fixed(v) for v in (1234.56, 0.0123456, -3.7e-17, 1e-9, 0.0)] == \
+        ["1235", "0.0123", "0", "0", "0"]
+    assert [fixed(v) for v in (math.nan, math.inf, -math.inf)] == ["-", "inf", "-inf"]
+    assert [plain(v) for v in (0.01, 0.5, 2.0, 1e-5, 1234.0)] == \
+        ["0.01", "0.5", "2", "0.00001", "1234"]
+
+
+def test_p_is_two_significant_digits_down_to_0_001_then_a_bound():
+    assert [p_text(p) for p in (math.nan, 0.0004, 0.000999, 0.001, 0.0123, 0.5)] == \
+        ["no p", "p < 0.001", "p < 0.001", "p = 0.001", "p = 0.012", "p = 0.5"]
+
+
+def test_a_levels_values_are_read_from_its_label_only_when_it_names_every_factor_in_order():
+    factors = ["lr_scaling", "clip_grad_norm"]
+    assert level_values("lr_scaling=linear,clip_grad_norm=1.0", factors) == ["linear", "1.0"]
+    # a value holding a comma stays whole
+    assert level_values("lr_scaling=a,b,clip_grad_norm=null", factors) == ["a,b", "null"]
+    for label in ("lr_scalingx=linear,clip_grad_norm=1.0", "clip_grad_norm=1.0,lr_scaling=linear",
+                  "lr_scaling=linear,clip=1.0", "lr_scaling=linear"):
+        assert level_values(label, factors) == [label]
+    assert level_values("adam", ["optimizer"]) == ["adam"]
+
+
+def test_an_interval_as_wide_as_the_metrics_range_rules_out_nothing():
+    acc, loss = Words.of(["optimizer"], "val_acc"), Words.of(["optimizer"], "val_loss")
+    assert acc.allowed(1.0) == "nothing"  # a difference of accuracies lies within [-1, 1]
+    assert acc.allowed(1.5) == "nothing"
+    assert acc.allowed(0.95, 0.1) == "beyond 95 points"
+    assert loss.allowed(7.0, 1.0) == "beyond 7.0 val_loss"  # no upper end: never "nothing"
