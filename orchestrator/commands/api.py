@@ -317,7 +317,7 @@ def report(spec_or_name: str | Path, *, out: str | Path | None = None, by: str |
     Raises:
         SweepError: no such sweep, ``by`` is not one of its searched settings, a store or
             ``out`` cannot be used (checked before any work), or the folder holds a file of a
-            name the report writes that sweep did not write.
+            name the report writes that sweep did not write, or one changed since it did.
     """
     if out is not None:  # checked before any work, as the stores are
         reach.check_out(out, folder=True)
@@ -392,7 +392,8 @@ def export(run_id: str, *, formats: Iterable[str] | None = None, out: str | Path
     Raises:
         SweepError: no such run, its weights cannot be exported, the store or ``out``
             cannot be used, or ``out`` holds a file of a name the export writes that sweep
-            did not write (checked before any work; other files stay).
+            did not write, or one changed since it did (checked before any work; other files
+            stay).
     """
     from trainers import DEFAULT_EXPORT_FORMATS, TrainSettings
     from trainers.export import summary_metrics
