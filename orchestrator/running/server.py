@@ -138,7 +138,8 @@ def runs_view(spec, study: str | None = None) -> str:
     A comparison's (``compare:``) shows its confirmation runs alone (of study ``study``, when
     given: ``sweep run --new`` adds a study to the experiment), grouped by level: a row per
     level with the mean of each metric over its seeds (MLflow's *Group by* a tag, aggregate
-    *average*), phase, level and seed as columns; its tuning runs are :func:`tuning_view`'s.
+    *average*), the best mean first, phase, level and seed as columns; its tuning runs are
+    :func:`tuning_view`'s.
     A lucky seed no longer tops the table, and a tuning run's value (the winner of a search,
     biased up) is no level's figure."""
     first = spec.objectives[0]
@@ -147,13 +148,12 @@ def runs_view(spec, study: str | None = None) -> str:
     from ..answer.compare import CONFIRM, Comparison
 
     levels = [level.label for level in Comparison.of(spec).levels]
-    # the confirmation runs of a level start in YAML order, the levels' runs side by side:
-    # sorted by start time, oldest first, the groups come in the YAML's order (not by a
-    # lucky seed, as when sorted by the metric: MLflow orders groups by their first run)
+    # sorted by the objective (as _view sorts), MLflow orders the groups by their mean, best
+    # level first (MLflow 3.18). Not by start time: MLflow then also fetches the parent of
+    # the runs listed, a run without a level that it shows as a group "Additional runs".
     return _view(f"sweep: confirmation runs, mean {first.metric} by level", spec,
                  COMPARISON_COLUMNS,
                  {"searchFilter": phase_filter(CONFIRM, study),
-                  "orderByKey": START_TIME, "orderByAsc": True,
                   "groupBy": {"aggregateFunction": "average",
                               "groupByKeys": [{"mode": "tag", "groupByData": keys.LEVEL}]},
                   # a row a level, its seeds folded under it (MLflow's group id: mode.key.value)
@@ -188,7 +188,6 @@ def phase_filter(phase: str, study: str | None = None) -> str:
 
 # a comparison's runs table: which phase a run is of, which level, which seed (MLflow's ids)
 COMPARISON_COLUMNS = [f"tags.`{k}`" for k in (keys.PHASE, keys.LEVEL, keys.SEED)]
-START_TIME = "attributes.start_time"  # the runs table's sort by start time
 
 
 def _view(name: str, spec, extra: list[str], more: dict) -> str:

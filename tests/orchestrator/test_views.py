@@ -36,6 +36,10 @@ def test_a_comparison_opens_on_its_confirmation_runs_a_row_a_level_with_their_me
     # MLflow's Group by a tag with its aggregate, as its runs table writes it
     assert state["groupBy"] == {"aggregateFunction": "average",
                                 "groupByKeys": [{"mode": "tag", "groupByData": keys.LEVEL}]}
+    # sorted by the objective, MLflow orders the groups by their mean, best first; sorted by
+    # start time, it also lists the runs' parent, as a group "Additional runs"
+    assert (state["orderByKey"], state["orderByAsc"]) == (
+        metric, objective["direction"] == "minimize")
     # each level's group folded (MLflow's group id: mode.key.value): a row a level
     assert state["groupsExpanded"] == {f"tag.{keys.LEVEL}.{b}": False for b in LEVELS}
     # the objective, then phase, level and seed, then the searched settings, next to the name
