@@ -333,6 +333,7 @@ def _refused(error, *names, **arguments):
 @pytest.mark.parametrize("bounds,error", [
     ((1.0, 0.0), ValueError), ((0.5, 0.5), ValueError), ((0.0, math.inf), ValueError),
     ((-math.inf, 1.0), ValueError), ((math.nan, 1.0), ValueError), ((0.0, math.nan), ValueError),
+    ((math.nan, None), ValueError), ((None, math.nan), ValueError), ((None, -math.inf), ValueError),
     ((0.0,), TypeError), ((0.0, 1.0, 2.0), TypeError), ("01", TypeError),
     ({"low": 0, "high": 1}, TypeError), ((0.0, "1"), TypeError), ((True, 2.0), TypeError),
     (0.0, TypeError)])
@@ -372,6 +373,7 @@ def test_a_failed_seed_is_no_value_outside_the_bounds():
     ({}, ValueError, ["values", "at least two levels", "{}"]),
     ({"adam": {1: 0.9, 2: 0.8}}, ValueError, ["values", "at least two levels", "adam"]),
     ({1: {1: 0.5, 2: 0.6}, "1": {1: 0.7, 2: 0.9}}, ValueError, ["1", "'1'", "distinct"]),
+    ({"1": {1: 0.5, 2: 0.6}, 1: {1: 0.7, 2: 0.9}}, ValueError, ["1", "'1'", "distinct"]),
     ({0.5: {1: 0.5}, "0.5": {1: 0.7}, "x": {1: 0.1}}, ValueError, ["0.5", "'0.5'", "distinct"]),
     ({"a": [0.5, 0.6, 0.7], "b": [0.6, 0.7, 0.9]}, TypeError,
      ["values['a']", "mapping seed -> value", "list"]),
@@ -429,6 +431,83 @@ def test_every_other_argument_is_checked_before_anything_is_computed(arguments, 
     seeds 1..1000, min_pairs >= 1, alpha in (0, 1), a direction, a factor's name, configs per
     level of values."""
     _refused(error, *names, **arguments)
+
+
+@pytest.mark.parametrize("arguments,error,names", [
+    ({"alpha": 1.0}, ValueError, ["alpha", "(0, 1)", "1.0"]),
+    ({"alpha": -0.05}, ValueError, ["alpha", "(0, 1)", "-0.05"]),
+    ({"alpha": math.inf}, ValueError, ["alpha", "inf"]),
+    ({"alpha": -math.inf}, ValueError, ["alpha", "-inf"]),
+    ({"seeds": 1001}, ValueError, ["seeds", "1 to 1000", "1001"]),
+    ({"seeds": -1}, ValueError, ["seeds", "1 to 1000", "-1"]),
+    ({"look": -1, "looks": 2}, ValueError, ["look", "from 1 to looks (2)", "-1"]),
+    ({"min_pairs": -3}, ValueError, ["min_pairs", ">= 1", "-3"]),
+    ({"precision": -1e-300}, ValueError, ["precision", "finite number > 0"]),
+    ({"direction": None}, ValueError, ["direction", "None"]),
+])
+def test_each_bound_of_an_argument_is_refused_on_its_other_side_too(arguments, error, names):
+    """The other side of each range above: alpha 1.0 (no test at all), a negative or infinite
+    alpha, one seed past 1000, a negative look, min_pairs or precision."""
+    _refused(error, *names, **arguments)
+
+
+@pytest.mark.parametrize("arguments", [
+    {"alpha": 1e-9}, {"alpha": 0.999999}, {"seeds": 1}, {"seeds": 1000},
+    {"look": 1, "looks": 1}, {"look": 100, "looks": 100}, {"min_pairs": 1},
+    {"min_pairs": 3}, {"precision": 1e-300}, {"bounds": (0.9, 0.95)},
+    {"bounds": (None, 0.95)}, {"bounds": (0.9, None)}, {"bounds": (None, None)},
+    {"bounds": [0, 1]}, {"bounds": (np.float32(0.0), np.int64(1))},
+])
+def test_every_argument_at_the_edge_of_its_range_is_accepted(arguments):
+    """Just inside each range (and bounds that the values touch at both ends: GOOD lies in
+    [0.90, 0.95]): an answer, not a refusal."""
+    [r] = compare_paired(GOOD, **arguments)
+    assert (r.a, r.b, r.pairs) == ("adam", "sgd", 3)
+    assert r.diff == pytest.approx(np.mean([0.93 - 0.91, 0.95 - 0.90, 0.94 - 0.92]))
+
+
+@pytest.mark.parametrize("bounds,values", [
+    ((0.0, 1.0), {"a": {1: 0.0, 2: 1.0}, "b": {1: 1.0, 2: 0.0}}),
+    ((-5.0, None), {"a": {1: -5.0, 2: 3.0}, "b": {1: 1e300, 2: -5.0}}),
+    ((None, 2.0), {"a": {1: 2.0, 2: -1e300}, "b": {1: 2.0, 2: 2.0}}),
+    (None, {"a": {1: MAX_VALUE, 2: -MAX_VALUE}, "b": {1: -MAX_VALUE, 2: MAX_VALUE}}),
+])
+def test_a_value_on_a_bound_is_within_it(bounds, values):
+    [r] = compare_paired(values, bounds=bounds)
+    assert r.pairs == r.finite_pairs == 2
+
+
+@pytest.mark.parametrize("side", ["a", "b"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_failed_seed_on_either_side_of_a_pair_blocks_equivalence(side, bad):
+    """One side's seed without a value is that level's worst outcome: the pair may be close on
+    its finite seeds, it is never called equivalent, whichever side failed."""
+    close = {"a": [0.5, 0.51, 0.5, 0.5, 0.505], "b": [0.5, 0.5, 0.505, 0.51, 0.5]}
+    [ok] = compare_paired(_levels(**close), precision=1.0)
+    assert ok.verdict == EQUIVALENT  # the control: without the failed seed, equivalent
+    close[side] = [*close[side][:2], bad, *close[side][3:]]
+    [r] = compare_paired(_levels(**close), precision=1.0)
+    assert (r.nonfinite_a, r.nonfinite_b) == ((1, 0) if side == "a" else (0, 1))
+    assert r.verdict == UNDECIDED and r.finite_pairs == 4
+
+
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_the_level_with_more_failed_seeds_is_never_better_on_either_side(side):
+    """The level ahead on its finite seeds, with more seeds that gave no value than the other:
+    undecided (a, or b: whichever it is); with as many failed seeds on both sides it wins."""
+    ahead = [0.90, 0.91, 0.92, 0.93, 0.90, 0.91, 0.92, 0.93]
+    behind = [0.80, 0.82, 0.81, 0.79, 0.80, 0.83, 0.81, 0.80]
+    cols = {"a": ahead, "b": behind} if side == "a" else {"a": behind, "b": ahead}
+    [won] = compare_paired(_levels(**cols))
+    assert (won.verdict, won.winner) == (BETTER, side)
+    cols[side] = [math.nan, *cols[side][1:]]
+    [r] = compare_paired(_levels(**cols))
+    assert (r.verdict, r.winner) == (UNDECIDED, None)
+    other = "b" if side == "a" else "a"
+    cols[other] = [*cols[other][:7], math.inf]  # one failed seed each: no more on either side
+    [even] = compare_paired(_levels(**cols))
+    assert (even.nonfinite_a, even.nonfinite_b) == (1, 1)
+    assert (even.verdict, even.winner) == (BETTER, side)
 
 
 def test_the_limits_the_statistics_take_are_the_limits_a_sweep_is_validated_against():
