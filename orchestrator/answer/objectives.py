@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
@@ -198,14 +198,15 @@ def config_key(params: dict[str, Any]) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in params.items()))
 
 
-def by_configuration(trials: Sequence[FrozenTrial], direction: str) -> list[list[FrozenTrial]]:
+def by_configuration(trials: Sequence[FrozenTrial], direction: str,
+                     key: Callable[[FrozenTrial], Any] | None = None) -> list[list[FrozenTrial]]:
     """Complete ``trials`` (e.g. the :func:`candidates`) grouped by configuration
-    (:func:`config_key`), the best mean value over each group's seeds first (ties: the group
-    with the earliest trial).
+    (:func:`config_key`; or by ``key``, e.g. a comparison's level), the best mean value over
+    each group's seeds first (ties: the group with the earliest trial).
     Every "best configuration by mean" goes through it: the study's, the run summary's."""
-    groups: dict[tuple, list[FrozenTrial]] = {}
+    groups: dict[Any, list[FrozenTrial]] = {}
     for t in trials:
-        groups.setdefault(config_key(t.params), []).append(t)
+        groups.setdefault(config_key(t.params) if key is None else key(t), []).append(t)
     return sorted(groups.values(), key=lambda g: (
         sign(direction) * statistics.fmean(t.value for t in g), min(t.number for t in g)))
 

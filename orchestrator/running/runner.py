@@ -553,9 +553,14 @@ def configuration_means(study) -> list[dict[str, Any]]:
     elif study.spec.repeats < 2:
         return []
     rows = []
-    for group in objectives.by_configuration(trials, study.spec.objective.goal):
+    # a comparison's confirmations by level: with tuning each_seed, one configuration a seed
+    level = (lambda t: t.user_attrs.get(keys.LEVEL)) if study.comparison is not None else None
+    for group in objectives.by_configuration(trials, study.spec.objective.goal, level):
         values = [t.value for t in group]
-        rows.append({"name": config_name(sp.settings_for(study.spec.space, group[0].params)),
+        name = config_name(sp.settings_for(study.spec.space, group[0].params))
+        if len({objectives.config_key(t.params) for t in group}) > 1:
+            name = f"{group[0].user_attrs.get(keys.LEVEL)} (tuned anew at each seed)"
+        rows.append({"name": name,
                      "mean": statistics.fmean(values), "n": len(values),
                      "std": statistics.stdev(values) if len(values) > 1 else 0.0,
                      "run_ids": [t.user_attrs.get(keys.RUN_ID) or "" for t in group],
