@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..answer import budget as tuning_budget
 from ..answer import compare as plan
 from ..answer import objectives, stats
 from ..answer.summary import Summary, Words, of_comparison
@@ -111,6 +112,8 @@ class Comparison:
     val_items: int | None = None  # the validation items an accuracy counts
     reach_results: list[stats.PairResult] = field(default_factory=list)
     summary: Summary | None = None  # the answer's sentence and table (None: no pair yet)
+    # level -> its expected best tuning score after 1, 2, ... trials (answer.budget)
+    expected_best: dict[str, list[tuning_budget.BudgetPoint]] = field(default_factory=dict)
 
     @property
     def headline(self) -> str:
@@ -249,6 +252,9 @@ def compare(data: SweepData) -> Comparison | None:
                      rule, target=target, answer=found,
                      finished=finished, budget=budget(data, levels, factor),
                      val_items=_val_items(data) if metric.startswith("val_") else None)
+    out.expected_best = {
+        level: tuning_budget.expected_best(tunings, direction, stats.METRIC_BOUNDS.get(metric))
+        for level, tunings in plan.tuning_values(data.frozen).items()}
     if target is not None and len(reach):
         out.reach_results = _reach_results(out)
     if out.results:
@@ -335,6 +341,9 @@ def sentences(c: Comparison, data: SweepData) -> list[str]:
         out.append(resolution)
     if c.reach_results:
         out.append(_reach_sentence(c))
+    budget_sentence = _budget_sentence(c)
+    if budget_sentence:
+        out.append(budget_sentence)
     if c.scaling is not None:
         s = c.scaling
         interval = "" if math.isnan(s.ci_low) else f" [{s.ci_low:.2f}, {s.ci_high:.2f}]"
@@ -343,6 +352,24 @@ def sentences(c: Comparison, data: SweepData) -> list[str]:
                    f"tuning trials near the optimum of {s.levels} batch sizes): "
                    f"{s.supports if interval else 'too few points for an interval'}.")
     return out
+
+
+def _budget_sentence(c: Comparison) -> str:
+    """Whether the level ahead depends on the tuning budget (expected_best.png), when every
+    level was tuned at least twice."""
+    curves = c.expected_best
+    if len(curves) < 2 or any(not p or p[-1].tunings < 2 for p in curves.values()):
+        return ""
+    most = min(len(p) for p in curves.values())
+    changes = tuning_budget.crossings(curves, c.direction)
+    if not changes:
+        return (f"The expected best tuning {c.metric} (mean over each level's tunings) puts "
+                f"the same level ahead at every budget from 1 to {most} trials "
+                f"(expected_best.png).")
+    at = ", ".join(str(k) for k in changes)
+    return (f"The level with the highest expected best tuning {c.metric} changes with the "
+            f"budget (at {at} trial{'s' if changes != [1] else ''} of {most}; "
+            f"expected_best.png): a larger or smaller budget may order the levels otherwise.")
 
 
 def _amount(c: Comparison, value: float) -> str:
