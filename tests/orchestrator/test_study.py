@@ -206,3 +206,87 @@ def test_processes_asking_at_once_start_exactly_trials_trials(tmp_path, store):
     assert sum(asked) == 5
     numbers = [t.number for t in SweepStudy.open(validate(tiny_spec(trials=5)), path).trials()]
     assert numbers == list(range(5))
+
+
+def test_pruned_and_failed_for_good_trials_count_toward_trials_and_a_retried_one_does_not(
+        tmp_path):
+    """``trials: 4`` counts every trial that ended (complete, pruned, failed for good) and every
+    one running; a failure whose retry is queued is not counted (its retry stands for it)."""
+    spec = validate(tiny_spec(trials=4, retries=1))
+    study = SweepStudy.open(spec, str(tmp_path / "j.journal"))
+    kept, pruned, lost, crashed = (study.next_trial() for _ in range(4))
+    assert isinstance(study.next_trial(), compare.Wait)  # 4 running
+    study.complete(kept, [{"val_acc": 0.5, "val_loss": 1.0}])
+    study.prune(pruned, [{"val_acc": 0.1, "val_loss": 2.0}])
+    study.fail(lost, "diverged", "deterministic", retry=False)
+    study.fail(crashed, "worker killed", "crash", retry=True)
+    counts = study.counts()
+    assert {k: counts[k] for k in ("complete", "pruned", "fail", "retried", "waiting",
+                                   "running", "finished")} == \
+        {"complete": 1, "pruned": 1, "fail": 1, "retried": 1, "waiting": 1, "running": 0,
+         "finished": 3}
+    retry = study.next_trial()  # the queued retry runs (3 ended, none running)
+    assert retry.trial.user_attrs["sweep.retry_of"] == crashed.number
+    assert isinstance(study.next_trial(), compare.Wait)  # 3 ended + the retry running = 4
+    study.prune(retry)
+    assert study.counts()["finished"] == 4 and isinstance(study.next_trial(), compare.Wait)
+
+
+@pytest.mark.parametrize("end", ["prune", "fail"])
+def test_a_trial_pruned_or_failed_for_good_leaves_room_for_no_extra_trial(tmp_path, end):
+    """Two trials allowed, one ended without completing: the next ask starts the second, the
+    one after waits (neither a pruned nor a failed trial is run again)."""
+    study = SweepStudy.open(validate(tiny_spec(trials=2, retries=0)),
+                            str(tmp_path / "j.journal"))
+    first = study.next_trial()
+    if end == "prune":
+        study.prune(first)
+    else:
+        study.fail(first, "diverged", "deterministic", retry=False)
+    assert study.counts()["finished"] == 1
+    second = study.next_trial()
+    assert second.number == first.number + 1
+    assert isinstance(study.next_trial(), compare.Wait)
+
+
+def test_asking_waits_for_the_stores_lock_and_counts_what_its_holder_started(tmp_path):
+    """One trial left: a process asking while another holds the store's lock waits for it,
+    then counts on a read made under the lock: the trial the holder started meanwhile counts,
+    and the asker is told to wait instead of starting a third."""
+    import threading
+
+    from orchestrator.stores.locks import store_lock
+
+    path = str(tmp_path / "j.journal")
+    spec = validate(tiny_spec(trials=2))
+    asker, holder = SweepStudy.open(spec, path), SweepStudy.open(spec, path)
+    asker.next_trial()
+    got = []
+    with store_lock(path):
+        thread = threading.Thread(target=lambda: got.append(asker.next_trial()), daemon=True)
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive() and not got, "asked without waiting for the store's lock"
+        holder.study.ask()  # the holder's last trial, asked under the lock it holds
+    thread.join(30)
+    assert len(got) == 1 and isinstance(got[0], compare.Wait)
+    assert len(holder.trials()) == 2
+
+
+def test_the_count_under_the_lock_is_a_fresh_read_not_an_earlier_cached_one(tmp_path):
+    """ask_within_trials reads the storage again once it holds the lock: a read cached before
+    (here one that would serve for an hour) misses the trial another process started since."""
+    from orchestrator.core import compat
+    from orchestrator.stores.study import ask_within_trials, fresh
+
+    path = str(tmp_path / "j.journal")
+    spec = validate(tiny_spec(trials=2))
+    asker, other = SweepStudy.open(spec, path), SweepStudy.open(spec, path)
+    asker.next_trial()
+    compat.storage_of(asker.study)._read_s = 3600.0
+    fresh(asker)
+    assert len(asker.trials()) == 1  # the read cached from now on
+    other.next_trial()
+    assert len(asker.trials()) == 1  # the cache does not see it ...
+    assert isinstance(ask_within_trials(asker), compare.Wait)  # ... the count under the lock does
+    assert len(other.trials()) == 2
