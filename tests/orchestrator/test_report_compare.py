@@ -84,8 +84,9 @@ def write_comparison(folder, name: str, direction: str, template) -> Stores:
     stores = Stores(folder)
     metric = "val_acc" if direction == "maximize" else "val_loss"
     target = TARGET_ACC if direction == "maximize" else round(1 - TARGET_ACC, 6)
+    # one tuning per level, its best confirmed on every seed (the trials below)
     block = {"factor": "optimizer", "tune_trials": 6, "seeds": 3, "max_seeds": 4,
-             "target": target}
+             "target": target, "tuning": "once"}
     raw = {"name": name, "objective": {"metric": metric, "direction": direction},
            "sampler": {"name": "random", "seed": 0}, "seed": 0, "compare": block,
            "train": {"dataset": "digits", "model": "small_cnn", "epochs": 3}, "space": SPACE}
@@ -487,11 +488,30 @@ def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
                 if x.data.tags.get(keys.EXPORTED) == "true"]
     assert exported == [run.info.run_id]
     table = said[next(i for i, line in enumerate(said) if "best configurations" in line):]
-    first = next(line for line in table if "lr=" in line)
-    assert first.strip("│ ").startswith(f"{level} lr="), first
+    # each seed tuned the level anew: the end table names the level, not one configuration
+    first = next(line for line in table if "tuned anew" in line)
+    assert first.strip("│ ").startswith(f"{level} (tuned anew at each seed)"), first
     assert {"lr_sensitivity.png", "tuning_progress.png", "confirmation_curves.png",
-            "differences.png", "time_to_target.png"} <= \
+            "differences.png", "time_to_target.png", "expected_best.png"} <= \
         {p.name for p in (tmp_path / "rep" / "plots").iterdir()}
+    # the expected best tuning score after k trials, on the parent run: each level's mean over
+    # its tunings (one a seed) of the running best, recomputed here with pandas
+    folder = stores.client().download_artifacts(parent.info.run_id, keys.EXPECTED_BEST_CSV)
+    logged = pd.read_csv(folder)
+    tune = pd.DataFrame([{"level": t.user_attrs[keys.LEVEL], "trial": t.number,
+                          "replicate": t.user_attrs[keys.REPLICATE],
+                          "value": t.value if t.state.name == "COMPLETE" else np.nan}
+                         for t in stores.study("tinycmp").trials
+                         if t.user_attrs.get(keys.PHASE) == "tune"]).sort_values("trial")
+    tune["k"] = tune.groupby(["level", "replicate"]).cumcount() + 1
+    tune["best"] = tune.groupby(["level", "replicate"])["value"].cummax()
+    tune["best"] = tune.groupby(["level", "replicate"])["best"].ffill()
+    expected = tune.groupby(["level", "k"])["best"].agg(["mean", "count"]).reset_index()
+    assert sorted(tune["replicate"].unique()) == [1, 2]  # a tuning per paired seed
+    got = logged.set_index(["level", "trials"])
+    for _, row in expected.iterrows():
+        assert got.loc[(row["level"], row["k"]), "expected_best"] == pytest.approx(row["mean"])
+        assert got.loc[(row["level"], row["k"]), "tunings"] == row["count"]
 
 
 @pytest.mark.slow
