@@ -57,8 +57,9 @@ if hasattr(mlflow_db_utils, "_make_parent_dirs_if_sqlite"):
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 # the experiment's type in MLflow 3: "Machine learning" (runs, models), not "GenAI apps & agents"
-# (traces); UIs that read it open the runs table without asking. MLflow 3.17's UI follows its
-# GenAI / Model training toggle instead (mlflow/mlflow#24498); `sweep ui` prints the runs table URL.
+# (traces); UIs that read it open the runs table without asking. MLflow 3.18's UI (as 3.17's)
+# follows its GenAI / Model training toggle instead (mlflow/mlflow#24498); `sweep ui` prints the
+# runs table URL.
 MODEL_KIND = "custom_model_development"
 # a trial run's MLflow status by its end. MLflow's UI marks FAILED and KILLED runs red: a pruned
 # trial ran as asked and was stopped by the pruner, not a fault, so its run ends FINISHED and its
