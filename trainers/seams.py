@@ -115,9 +115,18 @@ def keywords(seam: str, name: str) -> tuple[str, ...] | None:
                                         f"({', '.join(p.name for p in params)})")
     if any(p.kind == p.VAR_KEYWORD for p in params):
         return None
-    own = params[len(passed):] if len(positional) >= len(passed) else []
-    return tuple(p.name for p in own if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    return tuple(p.name for p in _own(params, passed)
+                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
                  and p.name not in SET_BY_TRAINER.get(seam, {}))
+
+
+def _own(params: list[inspect.Parameter], passed: tuple[str, ...]) -> list[inspect.Parameter]:
+    """The parameters after those the trainer passes; where a ``*args`` takes some of the
+    trainer's arguments, the keyword-only ones after it."""
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= len(passed):
+        return params[len(passed):]
+    return [p for p in params if p.kind == p.KEYWORD_ONLY]
 
 
 def keyword_default(seam: str, name: str, key: str) -> Any:
@@ -140,7 +149,7 @@ def _required(seam: str, name: str) -> list[str]:
         params = list(inspect.signature(resolve(seam, name)).parameters.values())
     except (TypeError, ValueError):
         return []
-    return [p.name for p in params[len(_passed(seam, name)):]
+    return [p.name for p in _own(params, _passed(seam, name))
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is p.empty
             and p.name not in SET_BY_TRAINER.get(seam, {})]
 

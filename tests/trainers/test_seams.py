@@ -296,3 +296,83 @@ def test_a_user_metric_may_not_take_a_name_the_run_logs_or_another_function_retu
     fine = user_metrics({**fns, "other:f": lambda lg, t: {"val_top3": 0.5}}, logits, y, set())
     assert fine == {"val_top2": pytest.approx(float(top2(logits, y)["val_top2"])),
                     "val_top3": 0.5}
+
+
+# ------------------------------------ a user function's signature decides its <seam>_args
+
+def needs_at(step, total_steps, warmup_steps, at, factor=0.5):
+    return 1.0 if step < at * total_steps else factor
+
+
+def any_keywords(step, total_steps, warmup_steps, **kwargs):
+    return 1.0
+
+
+def keyword_only(step, total_steps, warmup_steps, *, at=0.5):
+    return 1.0 if step < at * total_steps else 0.5
+
+
+def two_of_three(step, total_steps):
+    return 1.0
+
+
+def star_args(*args, at=0.5):
+    step, total_steps, _ = args
+    return 1.0 if step < at * total_steps else 0.5
+
+
+def star_args_needs_at(*args, at):
+    return 1.0
+
+
+def test_a_user_function_that_takes_no_keywords_refuses_every_keyword():
+    from trainers import check_seams
+
+    check_seams(TrainSettings(schedule=f"{HERE}:negative"))  # none given: fine
+    with pytest.raises(SettingsError, match=rf"^schedule_args.at is not a keyword of schedule "
+                                            rf"{HERE}:negative \(it takes none\): remove it, "
+                                            rf"got 0.5$"):
+        check_seams(TrainSettings(schedule=f"{HERE}:negative", schedule_args={"at": 0.5}))
+
+
+def test_a_keyword_without_a_default_must_be_given():
+    from trainers import check_seams
+
+    with pytest.raises(SettingsError, match=rf"^schedule_args lack at, which schedule "
+                                            rf"{HERE}:needs_at needs \(it has no default\)"):
+        check_seams(TrainSettings(schedule=f"{HERE}:needs_at"))
+    with pytest.raises(SettingsError, match=r"lack at"):  # its other keyword is no substitute
+        check_seams(TrainSettings(schedule=f"{HERE}:needs_at", schedule_args={"factor": 0.1}))
+    s = TrainSettings(lr=0.1, epochs=1, schedule=f"{HERE}:needs_at", schedule_args={"at": 0.5})
+    check_seams(s)
+    assert lrs(s, 4) == pytest.approx([0.1, 0.1, 0.05, 0.05])
+
+
+def test_keyword_only_and_star_keyword_parameters_are_the_users_keywords():
+    from trainers import check_seams
+
+    check_seams(TrainSettings(schedule=f"{HERE}:keyword_only", schedule_args={"at": 0.25}))
+    with pytest.raises(SettingsError, match=r"schedule_args.factor is not a keyword of schedule "
+                                            r".*:keyword_only \(it takes at\)"):
+        check_seams(TrainSettings(schedule=f"{HERE}:keyword_only", schedule_args={"factor": 1}))
+    # **kwargs: any keyword; *args: the trainer's arguments, whatever their number
+    check_seams(TrainSettings(schedule=f"{HERE}:any_keywords", schedule_args={"anything": 1}))
+    s = TrainSettings(lr=0.1, epochs=1, schedule=f"{HERE}:star_args", schedule_args={"at": 0.25})
+    check_seams(s)
+    assert lrs(s, 4) == pytest.approx([0.1, 0.05, 0.05, 0.05])
+    with pytest.raises(SettingsError, match=r"schedule_args.factor is not a keyword of schedule "
+                                            r".*:star_args \(it takes at\)"):
+        check_seams(TrainSettings(schedule=f"{HERE}:star_args", schedule_args={"factor": 1}))
+    with pytest.raises(SettingsError, match=r"^schedule_args lack at, which schedule "
+                                            r".*:star_args_needs_at needs"):
+        check_seams(TrainSettings(schedule=f"{HERE}:star_args_needs_at"))
+
+
+def test_a_user_function_taking_fewer_arguments_than_the_trainer_passes_is_refused():
+    from trainers import check_seams
+
+    with pytest.raises(SettingsError, match=rf"^schedule must take the trainer's arguments "
+                                            rf"\(step, total_steps, warmup_steps\) first, then "
+                                            rf"keywords; it takes \(step, total_steps\), got "
+                                            rf"'{HERE}:two_of_three'$"):
+        check_seams(TrainSettings(schedule=f"{HERE}:two_of_three"))
