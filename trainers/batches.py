@@ -19,6 +19,7 @@ from .runtime import derived_seed
 from .settings import TrainSettings
 
 EVAL_BATCH = 1024  # tensor path: validation forward passes of at most this many images
+NOISE_PART = 10**6  # the noise scale's partition: a permutation numbered past any pass's
 
 
 class Step(NamedTuple):
@@ -88,6 +89,15 @@ class EpochOrder:
             yield ([i for i in mine.tensor_split(self.micro_batches) if len(i)], len(step),
                    padding)
 
+    def noise_chunks(self, chunks: int) -> list[list[torch.Tensor]]:
+        """This rank's share of the noise scale's partition of the whole training split
+        (:mod:`trainers.noise`): a permutation of its own drawn from ``(seed, epoch)``, cut
+        into ``chunks`` chunks (at most one per item) dealt out to the ranks in turn, each
+        chunk as pieces of indices no larger than a training forward pass."""
+        piece = math.ceil(self.batch_size / (self.world * self.micro_batches))
+        mine = self.permutation(NOISE_PART).tensor_split(min(chunks, self.n))
+        return [list(chunk.split(piece)) for chunk in mine[self.rank::self.world]]
+
 
 def shard(dataset: Dataset, rank: int, world: int) -> Dataset:
     """This rank's contiguous share of an evaluation split (all of it for one process)."""
@@ -119,6 +129,14 @@ class TensorBatches:
         self.order.set_epoch(epoch)
         for micro, samples, padding in self.order.steps(self.x.device):
             yield Step([(self.x[i], self.y[i]) for i in micro], samples, padding)
+
+    def noise_chunks(self, epoch: int, chunks: int
+                     ) -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
+        """The pieces ``(x, y)`` of each of this rank's chunks of the noise scale's partition
+        of the training split (:meth:`EpochOrder.noise_chunks`)."""
+        self.order.set_epoch(epoch)
+        for pieces in self.order.noise_chunks(chunks):
+            yield [(self.x[i], self.y[i]) for i in (p.to(self.x.device) for p in pieces)]
 
     def eval_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for start in range(0, len(self.y), EVAL_BATCH):
@@ -196,6 +214,17 @@ class LoaderBatches:
         for micro, samples, padding in self.sampler.plan:
             yield Step([self._to_device(*next(batches)) for _ in micro], samples, padding)
 
+    def noise_chunks(self, epoch: int, chunks: int
+                     ) -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
+        """The pieces ``(x, y)`` of each of this rank's chunks of the noise scale's partition
+        of the training split (:meth:`EpochOrder.noise_chunks`), read by the training loader
+        (its workers, and its dataset's own transforms) in place of an epoch's steps."""
+        self.order.set_epoch(epoch)
+        self.sampler.plan = [(pieces, 0, False) for pieces in self.order.noise_chunks(chunks)]
+        batches = iter(self.loader)
+        for pieces, _, _ in self.sampler.plan:
+            yield [self._to_device(*next(batches)) for _ in pieces]
+
     def eval_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for x, y in self.loader:
             yield self._to_device(x, y)
@@ -210,9 +239,7 @@ def make_batches(data: Data, split: str, s: TrainSettings, device: torch.device,
     dataset = getattr(data, split)
     order = None
     if split == "train":
-        # noise_scale needs two micro-batches a step: their gradients sum to the step's
-        micro = 2 if s.noise_scale and s.grad_accum_steps == 1 else s.grad_accum_steps
-        order = EpochOrder(len(dataset), s.batch_size, micro, s.seed, rank, world,
+        order = EpochOrder(len(dataset), s.batch_size, s.grad_accum_steps, s.seed, rank, world,
                            s.equal_steps_batch_size)
     else:
         dataset = shard(dataset, rank, world)

@@ -67,6 +67,14 @@ class Ranks:
         dist.all_reduce(total)
         return float(total[0]), float(total[1]), int(total[2])
 
+    def sum_tensor(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` summed over the ranks (one all-reduce, on this rank's device); ``t`` alone."""
+        if not self.distributed:
+            return t
+        t = t.to(self.device)
+        dist.all_reduce(t)
+        return t
+
     def broadcast_flag(self, flag: bool) -> bool:
         """Rank 0's ``flag``, on every rank."""
         if not self.distributed:

@@ -152,9 +152,9 @@ def _warn_about_batchnorm(settings: TrainSettings, module: nn.Module) -> None:
                       f"micro-batches of {share} samples, not batch_size "
                       f"{settings.batch_size}", TrainerWarning, stacklevel=3)
     elif settings.noise_scale:
-        warnings.warn(f"noise_scale cuts each step into two micro-batches: BatchNorm "
-                      f"statistics see {share // 2} samples, not batch_size "
-                      f"{settings.batch_size}", TrainerWarning, stacklevel=3)
+        warnings.warn("noise_scale: BatchNorm normalises each chunk of the noise scale's "
+                      "measurement by the chunk's own statistics, so its per-item gradient "
+                      "noise is approximate", TrainerWarning, stacklevel=3)
     elif settings.devices_per_trial > 1:
         warnings.warn(f"devices_per_trial {settings.devices_per_trial}: BatchNorm statistics "
                       f"see each device's {share} samples, not batch_size "
@@ -249,6 +249,8 @@ def train_rank(settings: TrainSettings, ranks: Ranks, on_epoch_end,
             break
         t0 = time.perf_counter()
         metrics, lr_steps = train_one_epoch(run, epoch, (epoch - 1) * steps_per_epoch + 1)
+        if settings.noise_scale:
+            metrics.update(measure_noise_scale(run, epoch))
         metrics.update(_validate(run))
         metrics["epoch_seconds"] = time.perf_counter() - t0
         reports.append(EpochReport(epoch, metrics, lr_steps))
@@ -283,9 +285,6 @@ def train_one_epoch(run: Run, epoch: int, first_step: int) -> tuple[dict[str, fl
     seen, scored, norms, lr_steps = 0, 0, [], []  # scored: samples with logits (a user step
     if run.device.type == "cuda":                 # may return none)
         torch.cuda.reset_peak_memory_stats(run.device)
-    # noise_scale, per step: (step, |first micro-batch's gradient|^2, what divides it, the
-    # micro-batch's samples, the step's samples)
-    small = []
     t0 = time.perf_counter()
     for i, step in enumerate(run.train_batches.epoch(epoch)):
         optimizer.zero_grad(set_to_none=True)
@@ -296,10 +295,6 @@ def train_one_epoch(run: Run, epoch: int, first_step: int) -> tuple[dict[str, fl
             sync = model.no_sync() if ranks.distributed and j < last else contextlib.nullcontext()
             with sync:
                 loss, logits = _forward_backward(run, x, y, weight, first_step + i)
-            if run.settings.noise_scale and j == 0 and last > 0 and not step.padding:
-                scale = run.scaler.get_scale() if run.scaler.is_enabled() else 1.0
-                small.append((i, noise.grad_square(params), weight * scale, len(y),
-                              step.samples))
             if not step.padding:
                 loss_sum += loss * len(y)
                 seen += len(y)
@@ -323,19 +318,43 @@ def train_one_epoch(run: Run, epoch: int, first_step: int) -> tuple[dict[str, fl
                                f"{lr_steps[-1][0]}")
     metrics = _epoch_metrics(run, train_loss, correct_total / scored if scored else math.nan,
                              seen / train_seconds, torch.stack(norms))
-    if run.settings.noise_scale:
-        metrics.update(_noise_scale(small, norms))
     return metrics, lr_steps
 
 
-def _noise_scale(small: list, norms: list[torch.Tensor]) -> dict[str, float]:
-    """The epoch's noise scale (:mod:`trainers.noise`): each step's first micro-batch against
-    the whole step (its global norm before clipping, unscaled). The first micro-batch's
-    gradient is its loss's times its weight in the step and, under fp16, the scaler's scale."""
-    meter = noise.NoiseScale()
-    for i, sq, factor, b_small, b_big in small:
-        meter.add(float(sq) / factor ** 2, b_small, float(norms[i]) ** 2, b_big)
-    return meter.metrics()
+def measure_noise_scale(run: Run, epoch: int) -> dict[str, float]:
+    """The gradient noise scale of the weights the epoch ended with (:mod:`trainers.noise`):
+    one pass over the whole training split in ``noise.CHUNKS`` random chunks, shared out among
+    the ranks, in training mode but leaving the training as it was (the random streams forked,
+    the buffers restored, ``.grad`` untouched). No augmentation: the split as it is stored."""
+    module = run.module
+    params = [p for p in module.parameters() if p.requires_grad]
+    buffers = [b.detach().clone() for b in module.buffers()]
+    meter = noise.NoiseScale(params)
+    module.train()
+    devices = [] if run.device.type == "cpu" else [run.device.index or 0]
+    with torch.random.fork_rng(devices=devices, device_type=run.device.type):
+        for pieces in run.train_batches.noise_chunks(epoch, noise.CHUNKS):
+            meter.add(_chunk_gradient(run, pieces, params), sum(len(y) for _, y in pieces))
+    with torch.no_grad():
+        for b, saved in zip(module.buffers(), buffers):
+            b.copy_(saved)
+    return meter.metrics(run.ranks.sum_tensor)
+
+
+def _chunk_gradient(run: Run, pieces, params: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The gradient of the mean loss over a chunk's pieces, each weighted by its share, by
+    ``torch.autograd.grad`` on the module itself (no DDP hook fires, ``.grad`` is left alone);
+    under fp16 the loss is scaled as in training and the gradient unscaled."""
+    items = sum(len(y) for _, y in pieces)
+    scale = run.scaler.get_scale() if run.scaler.is_enabled() else 1.0
+    total = None
+    for x, y in pieces:
+        with autocast(run.settings, run.device):
+            loss, _ = forward_loss(run, prepare_inputs(run.settings, x), y, model=run.module)
+        grads = torch.autograd.grad(loss * (scale * len(y) / items), params, allow_unused=True)
+        grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, params)]
+        total = grads if total is None else torch._foreach_add(total, grads)
+    return total if scale == 1.0 else torch._foreach_div(total, scale)
 
 
 def _forward_backward(run: Run, x, y, weight: float, step: int):
@@ -354,18 +373,20 @@ def _forward_backward(run: Run, x, y, weight: float, step: int):
     return loss.detach().float(), None if logits is None else logits.detach()
 
 
-def forward_loss(run: Run, x: torch.Tensor, y: torch.Tensor):
-    """One micro-batch's ``(loss, logits or None)``: the model then the loss, or the user's
-    ``step(model, inputs, targets, loss_fn, settings, **step_args)`` in their place.
+def forward_loss(run: Run, x: torch.Tensor, y: torch.Tensor, model: nn.Module | None = None):
+    """One micro-batch's ``(loss, logits or None)``: the model (``run.model`` unless given)
+    then the loss, or the user's ``step(model, inputs, targets, loss_fn, settings,
+    **step_args)`` in their place.
 
     Raises:
         SettingsError: the user's step or loss returned something else than a scalar loss.
     """
+    model = run.model if model is None else model
     if run.step_fn is None:
-        logits = run.model(x)
+        logits = model(x)
         loss, seam = run.loss_fn(logits, y), "loss"
     else:
-        out, seam = run.step_fn(run.model, x, y, run.loss_fn, run.settings), "step"
+        out, seam = run.step_fn(model, x, y, run.loss_fn, run.settings), "step"
         if not (isinstance(out, tuple) and len(out) == 2):
             raise SettingsError("step", run.settings.step, f"returned a "
                                 f"{type(out).__name__}; it must return (loss, logits or None)")

@@ -162,10 +162,10 @@ class TrainSettings:
         "batch_size samples, so batch sizes compare at equal steps, not equal epochs (a larger "
         "batch then sees more samples)", unit="samples")
     noise_scale: bool = _knob(False, "measure the gradient noise scale B_simple = "
-                                     "tr(Sigma) / |G|^2 (McCandlish et al. 2018) from each "
-                                     "step's first micro-batch and the whole step, logged per "
-                                     "epoch as noise_scale; with grad_accum_steps 1 a step is "
-                                     "cut into two micro-batches (the same gradient)")
+                                     "tr(Sigma) / |G|^2 (McCandlish et al. 2018) of each "
+                                     "epoch's final weights, by one more forward and backward "
+                                     "pass over the training split, logged per epoch as "
+                                     "noise_scale")
     amp: str = _knob("none", "automatic mixed precision: bf16, or fp16 with a gradient scaler",
                      choices=AMPS)
     seed: int = _knob(0, "seeds python, numpy, torch and the data shuffling")
@@ -260,10 +260,6 @@ class TrainSettings:
             raise SettingsError("grad_accum_steps", self.grad_accum_steps,
                                 f"must divide batch_size ({self.batch_size}): each forward pass "
                                 f"sees batch_size / grad_accum_steps samples")
-        if self.noise_scale and self.batch_size < 2 * self.devices_per_trial:
-            raise SettingsError("batch_size", self.batch_size,
-                                f"must be at least {2 * self.devices_per_trial} with noise_scale "
-                                f"true: its gradient norms need two micro-batches per device")
         if not 0 < self.val_fraction < 1:
             raise SettingsError("val_fraction", self.val_fraction, "must be in (0, 1), e.g. 0.1")
         if self.image_size is not None and self.image_size < 4:

@@ -1,5 +1,5 @@
-"""equal_steps_batch_size (every batch size takes the steps per epoch of one batch size) and
-the micro-batches noise_scale asks for: the training order, and the settings' checks."""
+"""equal_steps_batch_size (every batch size takes the steps per epoch of one batch size), and
+noise_scale's steps (left as they are): the training order, and the settings' checks."""
 import collections
 
 import pytest
@@ -37,23 +37,21 @@ def test_equal_steps_at_the_batch_size_itself_is_the_plain_order():
     assert len(small) == 45 and sum(len(i) for i, _ in small) == 45 * 16
 
 
-def test_noise_scale_cuts_a_step_into_two_micro_batches_of_the_same_samples():
+def test_noise_scale_leaves_the_steps_as_they_are():
+    """It measures at the epoch's end (trainers.noise), not by cutting the steps."""
     settings = TrainSettings(batch_size=64, noise_scale=True)
     plain = TrainSettings(batch_size=64)
     data = load_data(settings)
-    cut = next(make_batches(data, "train", settings, torch.device("cpu"),
-                            torch.Generator()).epoch(1))
+    steps = next(make_batches(data, "train", settings, torch.device("cpu"),
+                              torch.Generator()).epoch(1))
     whole = next(make_batches(data, "train", plain, torch.device("cpu"),
                               torch.Generator()).epoch(1))
-    assert [len(y) for _, y in cut.micro_batches] == [32, 32]
-    assert torch.equal(torch.cat([y for _, y in cut.micro_batches]), whole.micro_batches[0][1])
+    assert [len(y) for _, y in steps.micro_batches] == [64]
+    assert torch.equal(steps.micro_batches[0][1], whole.micro_batches[0][1])
 
 
 @pytest.mark.parametrize("values, field", [
     ({"equal_steps_batch_size": 0}, "equal_steps_batch_size"),
-    ({"noise_scale": True, "batch_size": 1}, "batch_size"),
-    ({"noise_scale": True, "batch_size": 3, "devices_per_trial": 2, "device": "cpu"},
-     "batch_size"),
 ])
 def test_settings_refuse_what_the_order_cannot_do(values, field):
     with pytest.raises(SettingsError) as e:
