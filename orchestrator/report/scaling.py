@@ -27,9 +27,11 @@ Rules the numbers follow (each function says its own):
   :func:`orchestrator.answer.stats.compare_paired` (95% t interval, paired t-test).
 - *steps*: the optimizer steps a run took (its last logged lr step); at equal epochs a larger
   batch takes fewer, a confound the answer names.
-- *noise scale*: per batch size, over the runs at its best grid lr, the sums of
-  ``noise_trace`` and of ``noise_grad_sq`` (each a mean over an epoch's steps; the last epoch's
-  as logged) divided: a batch size below it is where linear scaling is expected to hold.
+- *noise scale*: per batch size, over its complete runs at its best grid lr, each run's
+  ``noise_trace / noise_grad_sq`` at its last epoch (measured at those weights over the whole
+  training split: :mod:`trainers.noise`), their geometric mean with a 95% t interval over the
+  seeds on the log scale; none where a run has no positive figure. A batch size below the
+  interval is where linear scaling is expected to hold.
 """
 from __future__ import annotations
 
@@ -41,7 +43,13 @@ import numpy as np
 import pandas as pd
 
 from ..answer import objectives
-from ..answer.stats import METRIC_BOUNDS, PairResult, bounds_holding, compare_paired
+from ..answer.stats import (
+    METRIC_BOUNDS,
+    PairResult,
+    bounds_holding,
+    compare_paired,
+    mean_interval,
+)
 from ..config.scaling_rules import scaling_metric
 from ..core import keys
 from .load import SweepData
@@ -81,6 +89,39 @@ class Exponent:
         return ", ".join(parts)
 
 
+@dataclass(frozen=True)
+class NoiseFigure:
+    """The gradient noise scale at one batch size (see the module): the geometric mean over
+    ``runs`` seeds and its interval (NaN ends with one run); NaN with ``why`` where it cannot
+    tell."""
+
+    value: float
+    ci_low: float
+    ci_high: float
+    runs: int
+    why: str = ""
+
+    def words(self, batch: int) -> str:
+        """The figure, its interval and which side of it ``batch`` lies, or why none."""
+        if math.isnan(self.value):
+            return f"cannot tell ({self.why})"
+        if math.isnan(self.ci_low):  # one run, or no spread
+            return (f"{_scale(self.value)} over {self.runs} seed(s), no interval (cannot tell "
+                    f"which side)")
+        figure = f"{_scale(self.value)} [{_scale(self.ci_low)}, {_scale(self.ci_high)}]"
+        if batch < self.ci_low:
+            where = "below it: linear scaling expected to hold"
+        elif batch > self.ci_high:
+            where = "above it: diminishing returns expected from a larger batch"
+        else:
+            where = "within its interval: cannot tell which side"
+        return f"{figure} over {self.runs} seeds ({where})"
+
+
+def _scale(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
+
+
 @dataclass
 class ScalingAnswer:
     """Everything the report says about a scaling grid; ``sentences[0]`` is the headline."""
@@ -93,7 +134,7 @@ class ScalingAnswer:
     rule_lrs: dict[str, float]
     steps: dict[int, int]
     epochs: int
-    noise: dict[int, float]
+    noise: dict[int, NoiseFigure]
     equal_steps: int | None = None  # train.equal_steps_batch_size
     sentences: list[str] = field(default_factory=list)
 
@@ -108,7 +149,7 @@ class ScalingAnswer:
             row = {"batch_size": b, "optimizer steps": self.steps[b]}
             for e in self.exponents:
                 row[f"best lr ({e.metric})"] = e.optimum.get(b, math.nan)
-            row["noise scale"] = self.noise.get(b, math.nan)
+            row["noise scale"] = self.noise[b].value if b in self.noise else math.nan
             rows.append(row)
         return pd.DataFrame(rows)
 
@@ -297,8 +338,9 @@ def optimizer_steps(data: SweepData) -> dict[int, int]:
     return out
 
 
-def noise_scales(trials: pd.DataFrame, table: pd.DataFrame, direction: str) -> dict[int, float]:
-    """batch -> the noise scale pooled over the runs at its best grid lr (see the module)."""
+def noise_scales(trials: pd.DataFrame, table: pd.DataFrame,
+                 direction: str) -> dict[int, NoiseFigure]:
+    """batch -> the noise scale over its complete runs at its best grid lr (see the module)."""
     cols = ("metrics.noise_trace", "metrics.noise_grad_sq")
     if not all(c in trials for c in cols):
         return {}
@@ -309,12 +351,24 @@ def noise_scales(trials: pd.DataFrame, table: pd.DataFrame, direction: str) -> d
         mean = group.groupby("lr")["value"].mean()
         best = float(mean.idxmax() if direction == "maximize" else mean.idxmin())
         mine = trials[(pd.to_numeric(trials["params.batch_size"]) == b)
-                      & np.isclose(lr, best, rtol=1e-6, atol=0)]
-        trace, g2 = (pd.to_numeric(mine[c], errors="coerce") for c in cols)
-        ok = np.isfinite(trace) & np.isfinite(g2)
-        if ok.any() and g2[ok].sum() > 0:
-            out[int(b)] = float(trace[ok].sum() / g2[ok].sum())
+                      & np.isclose(lr, best, rtol=1e-6, atol=0)
+                      & (trials["state"] == "COMPLETE")]
+        trace, g2 = (pd.to_numeric(mine[c], errors="coerce").to_numpy(float) for c in cols)
+        # a trace or |G|^2 that is not positive gives no noise scale: never a number
+        ok = np.isfinite(trace) & np.isfinite(g2) & (trace > 0) & (g2 > 0)
+        out[int(b)] = _noise_figure(trace[ok] / g2[ok], len(mine))
     return out
+
+
+def _noise_figure(scales: np.ndarray, runs: int) -> NoiseFigure:
+    if not runs:
+        return NoiseFigure(math.nan, math.nan, math.nan, 0, "no complete run at its best lr")
+    if len(scales) < runs:  # leaving a run out would leave out where the gradient drowned
+        return NoiseFigure(math.nan, math.nan, math.nan, runs,
+                           f"{runs - len(scales)} of its {runs} runs logged no positive "
+                           f"noise_trace and noise_grad_sq at their last epoch")
+    mean, low, high, _ = mean_interval(np.log(scales).tolist())
+    return NoiseFigure(math.exp(mean), math.exp(low), math.exp(high), runs)
 
 
 def scaling(data: SweepData) -> ScalingAnswer | None:
@@ -369,13 +423,13 @@ def sentences(a: ScalingAnswer, objective: str) -> list[str]:
         out.append(f"At equal steps (equal_steps_batch_size: {a.equal_steps}){steps}: batch "
                    f"{a.large_batch} saw {ratio}x the samples of batch {a.reference_batch}.")
     if a.noise:
-        parts = []
-        for b, n in sorted(a.noise.items()):
-            where = "below it: linear scaling expected to hold" if b < n else \
-                "above it: diminishing returns expected from a larger batch"
-            parts.append(f"batch {b}: {n:.0f} ({where})")
-        out.append("The gradient noise scale B_simple measured at each batch size's best grid lr "
-                   "(last epoch, pooled over seeds): " + "; ".join(parts) + ".")
+        out.append(f"The gradient noise scale B_simple at the last epoch ({a.epochs}) of each "
+                   f"batch size's runs at its best grid lr (each run's at its final weights "
+                   f"over the whole training split; geometric mean over seeds, 95% t interval "
+                   f"over seeds on the log scale, which holds the seeds' spread and each "
+                   f"measurement's error, not other epochs or lrs): "
+                   + "; ".join(f"batch {b}: {f.words(b)}" for b, f in sorted(a.noise.items()))
+                   + ".")
     return out
 
 

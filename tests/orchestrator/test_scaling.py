@@ -302,7 +302,7 @@ def test_the_rules_are_compared_on_paired_seeds_at_the_largest_batch(direction):
     assert sc.compare_rules(sc.cells(off, "m", direction), direction, None)[-1] is None
 
 
-def test_the_noise_scale_pools_its_runs_before_dividing():
+def test_the_noise_scale_is_the_geometric_mean_over_seeds_with_a_t_interval_on_the_log():
     trials = _grid_table(0.5, 3, 0.1, "minimize", np.random.default_rng(5))
     rng = np.random.default_rng(6)
     trials["metrics.noise_trace"] = rng.uniform(50, 150, len(trials))
@@ -313,24 +313,60 @@ def test_the_noise_scale_pools_its_runs_before_dividing():
         mine = trials[trials["params.batch_size"] == b]
         best = mine.groupby("params.lr_effective")["metrics.val_loss"].mean().idxmin()
         cell = mine[np.isclose(mine["params.lr_effective"], best)]
-        by_hand = cell["metrics.noise_trace"].sum() / cell["metrics.noise_grad_sq"].sum()
-        assert found[b] == pytest.approx(by_hand)
-        assert found[b] != pytest.approx((cell["metrics.noise_trace"]
-                                          / cell["metrics.noise_grad_sq"]).mean())
+        logs = np.log(cell["metrics.noise_trace"] / cell["metrics.noise_grad_sq"])
+        low, high = sst.t.interval(0.95, len(logs) - 1, loc=logs.mean(), scale=sst.sem(logs))
+        assert (found[b].value, found[b].ci_low, found[b].ci_high, found[b].runs) == \
+            pytest.approx((np.exp(logs.mean()), np.exp(low), np.exp(high), 3))
+        assert found[b].ci_low < found[b].value < found[b].ci_high
+
+
+@pytest.mark.parametrize("trace, grad_sq", [(-35.03, 0.5), (80.0, -0.0007), (math.nan, 0.5)])
+def test_a_run_without_a_positive_noise_scale_makes_its_batch_size_say_it_cannot_tell(
+        trace, grad_sq):
+    """One run of the best lr at batch 32 without a positive figure (the old estimator logged
+    noise_scale -35.03): no number for batch 32, and the report says why."""
+    trials = _grid_table(0.5, 3, 0.1, "minimize", np.random.default_rng(5))
+    trials["metrics.noise_trace"] = 100.0
+    trials["metrics.noise_grad_sq"] = 0.5
+    table = sc.cells(trials, "val_loss", "minimize")
+    best = sc.noise_scales(trials, table, "minimize")
+    assert best[32].value == pytest.approx(200) and best[32].runs == 3
+    at = trials.index[(trials["params.batch_size"] == 32) & np.isclose(
+        trials["params.lr_effective"], table[table["batch"] == 32].groupby("lr")["value"]
+        .mean().idxmin())][0]
+    trials.loc[at, ["metrics.noise_trace", "metrics.noise_grad_sq"]] = [trace, grad_sq]
+    found = sc.noise_scales(trials, table, "minimize")
+    assert math.isnan(found[32].value)
+    assert found[32].why == ("1 of its 3 runs logged no positive noise_trace and "
+                             "noise_grad_sq at their last epoch")
+    assert found[32].words(32) == f"cannot tell ({found[32].why})"
+    assert found[256].value == pytest.approx(200)  # no spread: no interval
+    assert "over 3 seed(s), no interval (cannot tell which side)" in found[256].words(256)
+    # a failed run is no run: its batch size has the others'
+    trials.loc[at, ["metrics.noise_trace", "metrics.noise_grad_sq", "state"]] = \
+        [trace, grad_sq, "FAIL"]
+    assert sc.noise_scales(trials, table, "minimize")[32].runs == 2
 
 
 def test_the_sentences_say_the_step_confound_and_where_each_batch_lies_against_the_noise():
     e = sc.Exponent("val_loss", "minimize", {32: 0.05, 256: 0.2}, [], 0.667, 0.45, 0.88,
                     2000, 5)
     a = sc.ScalingAnswer([e], 32, 0.05, 256, None, {"square root": 0.141, "linear": 0.4},
-                         {32: 270, 256: 36}, 6, {32: 180.0, 256: 150.0})
+                         {32: 270, 256: 36}, 6,
+                         {32: sc.NoiseFigure(180.0, 120.0, 270.0, 5),
+                          256: sc.NoiseFigure(150.0, 100.0, 225.0, 5),
+                          64: sc.NoiseFigure(150.0, 60.0, 225.0, 5)})
     text = " ".join(sc.sentences(a, "val_acc"))
     assert "batch_size^0.67 [0.45, 0.88]" in text
     assert "square root (0.5) inside it, linear (1) outside" in text
     assert "batch 256 takes 8x fewer optimizer steps than batch 32 (batch 32: 270, batch " \
            "256: 36)" in text and "equal_steps_batch_size: 32" in text
-    assert "batch 32: 180 (below it: linear scaling expected to hold)" in text
-    assert "batch 256: 150 (above it: diminishing returns" in text
+    assert "at the last epoch (6)" in text
+    assert "batch 32: 180 [120, 270] over 5 seeds (below it: linear scaling expected to " \
+           "hold)" in text
+    assert "batch 64: 150 [60, 225] over 5 seeds (within its interval: cannot tell which " \
+           "side)" in text
+    assert "batch 256: 150 [100, 225] over 5 seeds (above it: diminishing returns" in text
     edge = sc.Exponent("val_loss", "minimize", {32: 0.4, 256: 0.2}, [32], math.nan, math.nan,
                        math.nan, 0, 5)
     assert "not located at batch 32: it lies on the edge" in sc._exponent_sentence(edge)
