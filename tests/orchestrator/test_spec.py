@@ -305,6 +305,29 @@ BAD_VALUES = {
     "setting inside an option and beside it": (
         {"space": {"lr": [0.01], "optimizer": {"sgd": {"lr": [0.1]}}}},
         "space.optimizer.sgd.lr: lr is decided twice, here and at space.lr"),
+    "an export format twice": ({"export": ["onnx", "torchscript", "onnx"]},
+                               "export lists a format twice, got"),
+    "two user options whose parameters would share a name": (
+        {"space": {"optimizer": {"tests.trainers.test_seams:lion": {},
+                                 "tests.trainers.test_optim:lion": {}}}},
+        "space.optimizer: options tests.trainers.test_seams:lion and "
+        "tests.trainers.test_optim:lion would both name their parameters lion.*; rename one "
+        "function"),
+    "no options": ({"space": {"optimizer": {}}},
+                   "space.optimizer is an empty mapping: name at least one option"),
+    "a range with log and a step": (
+        {"space": {"lr": {"low": 0.001, "high": 0.1, "log": True, "step": 0.001}}},
+        "space.lr: a range cannot have both log: true and a step; drop one"),
+    "a range without its high end": ({"space": {"lr": {"low": 0.001}}},
+                                     "space.lr: a range needs both low and high; high is missing"),
+    "a keyword searched for a user function that takes none": (
+        {"space": {"schedule": {"tests.trainers.test_seams:negative": {"at": [0.25, 0.5]}}}},
+        "space.schedule.tests.trainers.test_seams:negative.at is neither a keyword of schedule "
+        "tests.trainers.test_seams:negative (it takes none) nor a trainer setting; remove it"),
+    "a keyword fixed for a user function that takes none": (
+        {"train": {"schedule": "tests.trainers.test_seams:negative", "schedule_args": {"at": 0.5}}},
+        "train.schedule_args.at is not a keyword of schedule tests.trainers.test_seams:negative "
+        "(it takes none): remove it, got 0.5"),
 }
 
 
