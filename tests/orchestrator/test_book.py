@@ -13,7 +13,7 @@ from orchestrator.config import space
 from orchestrator.config.spec import validate
 from orchestrator.core import keys
 from orchestrator.running import book as book_module
-from orchestrator.running.book import TrialBook, fail_stale_trials
+from orchestrator.running.book import TrialBook, fail_stale_trials, record_best
 from orchestrator.running.protocol import Done, Epoch, Failed
 from orchestrator.running.runs import StoreBroke
 from orchestrator.stores import tracking
@@ -76,6 +76,53 @@ def test_a_complete_trial_is_told_to_optuna_and_its_run_finished_with_every_epoc
     parent = client.get_run(book.parent_id)
     assert parent.data.tags["sweep.best_run_id"] == run.info.run_id
     assert lines == [f"trial {pending.number} complete: 0.7500"]
+
+
+def test_the_parents_best_is_written_when_it_changes_at_the_count_of_trials_ended(
+        stores, open_book):
+    """The parent run's best_value is logged at the step of the trials ended so far (complete,
+    pruned or failed for good, as ``trials`` counts them), and only when the best changes: a
+    pruned, a failed and a worse trial write nothing."""
+    book = open_book(trials=6)
+    run_trial(book, [0.5])
+    book.finish(0, done())  # the best: 0.5, 1 trial ended
+    run_trial(book, [0.9])
+    book.finish(0, done("pruned"))  # higher, but pruned: no best
+    failed = run_trial(book, [0.95, float("nan")])
+    book.finish(0, done())  # its objective is NaN: failed for good
+    assert trial(stores, failed.number).state == TrialState.FAIL
+    run_trial(book, [0.45])
+    book.finish(0, done())  # worse than 0.5
+    best = run_trial(book, [0.6, 0.75])
+    book.finish(0, done())  # the best: 0.75, 5 trials ended
+    client = stores.client()
+    history = sorted(client.get_metric_history(book.parent_id, "best_value"), key=lambda m: m.step)
+    assert [(m.step, m.value) for m in history] == [(1, 0.5), (5, 0.75)]
+    tags = client.get_run(book.parent_id).data.tags
+    assert tags["sweep.best_trial"] == str(best.number)
+    assert tags["sweep.best_run_id"] == run_of(stores, best.number).info.run_id
+
+
+@pytest.mark.parametrize("objective", ["one", "two"])
+def test_recording_again_rewrites_the_best_another_writer_overwrote(stores, open_book,
+                                                                   objective):
+    """What this process recorded last is not written twice, unless ``again`` (the end of the
+    sweep): then the parent run's best (one objective) or Pareto front (two) is written again,
+    over whatever another writer left there."""
+    two = [{"metric": "val_acc", "direction": "maximize"},
+           {"metric": "val_loss", "direction": "minimize"}]
+    book = open_book(**({"objective": two} if objective == "two" else {}))
+    best = run_trial(book, [0.5])
+    book.finish(0, done())
+    client = stores.client()
+    key, right = "sweep.best_trial" if objective == "one" else "sweep.pareto_front", \
+        str(best.number)
+    assert client.get_run(book.parent_id).data.tags[key] == right
+    client.set_tag(book.parent_id, key, "99")  # another writer's, since
+    record_best(book)  # nothing new to this process: nothing written
+    assert client.get_run(book.parent_id).data.tags[key] == "99"
+    record_best(book, again=True)
+    assert client.get_run(book.parent_id).data.tags[key] == right
 
 
 def test_a_trial_that_started_over_from_a_damaged_checkpoint_says_so_on_its_run(stores,
