@@ -417,3 +417,112 @@ def test_the_answer_is_the_level_better_in_the_objectives_direction_and_its_typi
     typical = min(mine, key=lambda t: abs(t.value - means[level]))
     assert found.trial.number == typical.number and "better than sgd" in found.why or \
         "better than adam" in found.why
+
+
+# ------------------------------------------- the level a finished comparison names, by hand
+
+LEVELS_64_128_256 = compare_spec(objective={"metric": "val_loss", "direction": "minimize"},
+                                 space={"batch_size": [64, 128, 256], "lr": [0.01]},
+                                 compare={"factor": "batch_size", "tune_trials": 1, "seeds": 3,
+                                          "tuning": "once"})
+
+
+def _named(values: dict, order: list[tuple[str, int]] | None = None) -> compare.Answer | None:
+    """compare.answer over confirmation trials of ``values`` (level -> {seed: val_loss}, NaN a
+    diverged seed), created in ``order`` of (level, seed), with the real pairwise results."""
+    c = compare.Comparison.of(validate(LEVELS_64_128_256))
+    trials = []
+    for number, (level, seed) in enumerate(order or [(lv, s) for lv in values
+                                                     for s in values[lv]]):
+        value = values[level][seed]
+        trial = create_trial(state=TrialState.COMPLETE if math.isfinite(value) else
+                             TrialState.FAIL, value=value if math.isfinite(value) else None,
+                             params={}, distributions={},
+                             user_attrs={keys.PHASE: compare.CONFIRM, keys.LEVEL: level,
+                                         keys.SEED: seed})
+        trial.number = number
+        trials.append(trial)
+    results = tuple(st.compare_paired(values, direction="minimize", seeds=3))
+    return compare.answer(c, trials, compare.Done(results, values))
+
+
+def test_no_level_shown_better_the_best_mean_is_named_ties_in_level_order():
+    # 64 and 128 the same mean (0.4; the same floats summed), 256 worse; no pair decided: the
+    # first in level order (numeric: 64 before 128, which sorts first as text)
+    values = {"64": {1: 0.5, 2: 0.3, 3: 0.4}, "128": {1: 0.3, 2: 0.5, 3: 0.4},
+              "256": {1: 0.6, 2: 0.4, 3: 0.5}}
+    found = _named(values)
+    assert found.level == "64" and found.mean == pytest.approx(0.4) and found.seeds == 3
+    assert found.trial.user_attrs[keys.SEED] == 3  # its value is the mean itself
+    assert found.why.startswith("64: val_loss 0.4, mean over 3 confirmation seeds (no level is "
+                                "better than all the others with evidence: 64 has the best mean "
+                                "over its confirmation seeds); its weights: the run of seed 3 (")
+    assert _named({"128": values["64"], "64": values["128"], "256": values["256"]}).level == "64"
+
+
+def test_a_level_with_fewer_diverged_seeds_is_named_before_a_better_mean():
+    """64 has the lowest mean over its finite seeds but one seed diverged: 128, all finite,
+    is named (a diverged seed is its level's worst outcome)."""
+    values = {"64": {1: 0.30, 2: math.nan, 3: 0.32}, "128": {1: 0.40, 2: 0.35, 3: 0.45},
+              "256": {1: 0.38, 2: math.nan, 3: 0.50}}
+    found = _named(values)
+    assert found.level == "128" and found.mean == pytest.approx(0.40) and found.seeds == 3
+
+
+def test_a_beaten_level_is_never_named_and_the_reason_says_among_which():
+    values = {"64": {1: 0.301, 2: 0.32, 3: 0.298}, "128": {1: 0.30, 2: 0.319, 3: 0.31},
+              "256": {1: 0.90, 2: 0.91, 3: 0.905}}
+    results = st.compare_paired(values, direction="minimize", seeds=3)
+    beaten = {r.loser for r in results if r.winner is not None}
+    assert beaten == {"256"}
+    found = _named(values)
+    assert found.level == "64" and found.mean == pytest.approx(np.mean([0.301, 0.32, 0.298]))
+    assert "(no level is better than all the others with evidence: 64 has the best mean over " \
+           "its confirmation seeds among the levels no other beats)" in found.why
+    # a beaten level with as many diverged seeds and a better mean over its finite ones (its
+    # diverged seed is another than the winner's): still not named
+    values = {"64": {1: 0.9, 2: 0.30, 3: 0.31, 4: 0.32, 5: math.nan},
+              "128": {1: math.nan, 2: 0.40, 3: 0.42, 4: 0.41, 5: 0.0},
+              "256": {1: math.nan, 2: 0.60, 3: 0.62, 4: 0.61, 5: 0.63}}
+    results = st.compare_paired(values, direction="minimize", seeds=3)
+    assert {r.loser for r in results if r.winner == "64"} == {"128", "256"}
+    assert np.mean([0.40, 0.42, 0.41, 0.0]) < np.mean([0.9, 0.30, 0.31, 0.32])
+    assert _named(values).level == "64"
+
+
+def test_the_named_run_is_the_seed_closest_to_the_mean_the_lower_seed_on_a_tie():
+    values = {"64": {1: 0.55, 2: 0.65, 3: 0.60}, "128": {1: 0.5, 2: 0.3, 3: 0.4},
+              "256": {1: 0.62, 2: 0.61, 3: 0.66}}
+    assert _named(values).trial.user_attrs[keys.SEED] == 3  # 128's mean 0.4: seed 3's value
+    # two seeds 0.1 either side of the mean: seed 1's run, though seed 2's was created first
+    two = {lv: {s: v for s, v in vs.items() if s < 3} for lv, vs in values.items()}
+    order = [("128", 2), ("128", 1), ("64", 1), ("64", 2), ("256", 1), ("256", 2)]
+    found = _named(two, order)
+    assert found.level == "128" and found.trial.user_attrs[keys.SEED] == 1
+    assert found.trial.number == 1
+
+
+def test_the_standing_is_the_best_trial_until_the_comparison_is_decided():
+    study = optuna.create_study(direction="minimize")
+    assert compare.standing(None, study.trials, ["minimize"]) is None  # nothing complete
+    study.add_trial(create_trial(state=TrialState.FAIL, params={}, distributions={}))
+    for value in (0.5, 0.3, 0.4):
+        study.add_trial(create_trial(value=value, params={}, distributions={}))
+    now = compare.standing(None, study.trials, ["minimize"])
+    assert (now.trial.number, now.value, now.answer) == (2, 0.3, None)
+    assert now.key == (2, 0.3, False)
+    assert compare.standing(None, study.trials, ["maximize"]).trial.number == 1
+
+
+def test_a_decided_comparison_stands_for_its_answer_not_its_best_run():
+    spec = validate(compare_spec(objective={"metric": "val_loss", "direction": "minimize"},
+                                 compare={"factor": "optimizer", "tune_trials": 1, "seeds": 4}))
+    c = compare.Comparison.of(spec)
+    planted = {"adam": [0.50, 0.52, 0.49, 0.515], "sgd": [0.30, 0.33, 0.31, 0.32]}
+    study, _ = simulate(c, lambda lv, seed, _: planted[lv][seed - 1] if seed < 100 else 0.4)
+    found = compare.final_answer(c, study.trials)
+    now = compare.standing(c, study.trials, ["minimize"])
+    assert now.answer == found and now.value == pytest.approx(np.mean(planted["sgd"]))
+    assert now.key == (found.trial.number, now.value, True)
+    best = compare.standing(None, study.trials, ["minimize"])  # the single best run: 0.30
+    assert best.value == 0.30 and best.key[2] is False
