@@ -75,7 +75,10 @@ FOLDER_CHANGES = {"a file edited": lambda a: (a / "y.png").write_bytes(b"Y"),
                   "a file removed": lambda a: (a / "sub" / "x.png").unlink(),
                   "a link instead": lambda a: ((a / "y.png").unlink(),
                                                (a / "y.png").symlink_to(a / "sub" / "x.png")),
-                  "an empty folder added": lambda a: (a / "new").mkdir()}
+                  "an empty folder added": lambda a: (a / "new").mkdir(),
+                  # the same names in the same order, one of them one level down
+                  "a file moved into the folder beside it":
+                      lambda a: (a / "y.png").rename(a / "sub" / "y.png")}
 
 
 def test_a_files_digest_is_its_sha256_and_a_folders_is_that_of_its_tree(tmp_path):
@@ -235,6 +238,40 @@ def test_a_mark_naming_paths_outside_the_folder_is_not_followed(tmp_path):
     assert set(_mark(out)) == {"report.md"}
 
 
+def test_a_mark_entry_counts_only_for_a_plain_name_with_a_sha256(tmp_path):
+    good = {"command": "sweep report", "sha256": _sha(b"r")}
+    entries = {"report.md": good, "": good, ".": good, "..": good, "plots/a.png": good,
+               ".sweep-out": good, ".sweep-writing-x1": good,
+               "notes.txt": {"command": "sweep report", "sha256": "not a plain file"},
+               "trials.csv": {"command": "sweep report", "sha256": _sha(b"t").upper()},
+               "x.csv": {"command": 3, "sha256": _sha(b"t")}}
+    (tmp_path / ".sweep-out").write_text(json.dumps({"written_by": entries}))
+    assert outputs.read_mark(tmp_path) == {"report.md": outputs.Written("sweep report",
+                                                                        _sha(b"r"))}
+
+
+def test_a_link_is_never_sweeps_whatever_digest_its_mark_entry_claims(tmp_path):
+    """digest() gives a link "not a plain file": a mark entry holding that text (no SHA-256)
+    does not make a link in the folder sweep's to replace."""
+    (tmp_path / "target.txt").write_text("mine")
+    (tmp_path / "report.md").symlink_to(tmp_path / "target.txt")
+    (tmp_path / ".sweep-out").write_text(json.dumps({"written_by": {"report.md": {
+        "command": "sweep report", "sha256": outputs.digest(tmp_path / "report.md")}}}))
+    assert outputs.own_names(tmp_path) == {}
+    with pytest.raises(SweepError, match="report.md is not a file sweep wrote"):
+        outputs.check(tmp_path, ["report.md"])
+    assert (tmp_path / "report.md").is_symlink()
+
+
+def test_a_name_whose_file_is_gone_leaves_the_mark_at_the_next_write(tmp_path):
+    _report(tmp_path, **{"report.md": "r"})
+    with outputs.writing(tmp_path, "sweep export") as staging:
+        _write(staging, **{"export.json": "e"})
+    (tmp_path / "export.json").unlink()  # the user's choice
+    _report(tmp_path, **{"report.md": "r2"})
+    assert set(_mark(tmp_path)) == {"report.md"}
+
+
 def test_a_failing_block_leaves_no_folder_it_created_and_no_partial_files(tmp_path):
     out = tmp_path / "new"
     with pytest.raises(RuntimeError):
@@ -336,7 +373,9 @@ def test_a_single_file_is_replaced_only_when_sweep_wrote_it_and_nobody_changed_i
                                              f"schema wrote it, so it is not replaced"):
             outputs.write_json(path, {"a": 4}, "sweep schema")
         assert path.read_text() == text
-    for text in ("my notes", json.dumps({"a": 2}), "[1]", json.dumps({"$comment": "mine"})):
+    for text in ("my notes", json.dumps({"a": 2}), "[1]", json.dumps({"$comment": "mine"}),
+                 json.dumps({"sha256": _sha(b"mine")}),  # a user's file mentioning sha256
+                 outputs.stamped_json({"a": 2}, "sweep doctor")):  # another command's file
         path.write_text(text)
         with pytest.raises(SweepError, match=f"--out {path}: the file exists and is not one "
                                              f"sweep wrote"):
