@@ -7,7 +7,8 @@ seeds would decide it (:func:`seeds_to_decide`).
 
 :func:`summarize` is the one content. The end of ``sweep run``, ``sweep report`` (both
 :meth:`Summary.lines`), ``report.md``/``report.html`` and the parent run's MLflow description
-(the report's Markdown and HTML tables) write it out.
+(the report's Markdown and HTML tables) write it out; each confirmation run carries its
+level's mean as the table writes it (:func:`shown_means`), for the MLflow UI's view.
 
 Numbers are shown to what their interval supports: 2 significant digits of its half-width
 (:func:`decimals`); an accuracy (a metric in [0, 1]) in percent, its differences in points.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from decimal import Decimal
 
 import numpy as np
 
@@ -319,7 +321,6 @@ def _table(words: Words, levels: Sequence[str], values, ranking: Sequence[str],
            groups: Mapping[str, str]) -> tuple:
     """(header, rows, level -> its mean interval's half-width): the levels with a finite mean
     ranked, then those without."""
-    bounds = stats.METRIC_BOUNDS.get(words.metric)
     header = ("rank", words.header, f"mean {words.metric}{' %' if words.percent else ''}",
               "95% interval", "seeds", "group")
     rows, halves = [], {}
@@ -327,15 +328,46 @@ def _table(words: Words, levels: Sequence[str], values, ranking: Sequence[str],
     for i, level in enumerate([*ranking, *rest]):
         seeds = [v for v in (values.get(level) or {}).values() if v is not None]
         finite = [float(v) for v in seeds if math.isfinite(v)]
-        mean, low, high, _ = stats.mean_interval(finite, bounds)
-        halves[level] = half = (high - low) / 2 if not math.isnan(low) else math.nan
-        interval = f"[{words.amount(low, half)}, {words.amount(high, half)}]" \
-            if not math.isnan(low) else "-"
-        rows.append((str(i + 1) if level in ranking else "-", words.cell(level),
-                     words.amount(mean, half), interval,
+        mean, low, high, halves[level] = level_mean(words, finite)
+        interval = f"[{words.amount(low, halves[level])}, " \
+            f"{words.amount(high, halves[level])}]" if not math.isnan(low) else "-"
+        rows.append((str(i + 1) if level in ranking else "-", words.cell(level), mean, interval,
                      f"{len(finite)}" + (f" of {len(seeds)}" if len(seeds) > len(finite)
                                          else ""), groups.get(level, "-")))
     return header, tuple(rows), halves
+
+
+def level_mean(words: Words, values: Sequence[float]) -> tuple[str, float, float, float]:
+    """A level's mean over its finite confirmation ``values`` as the table of levels writes it
+    (an accuracy in %), rounded to its 95% t interval; with that interval (clipped to the
+    metric's range) and its half-width, NaN without one."""
+    mean, low, high, _ = stats.mean_interval(values, stats.METRIC_BOUNDS.get(words.metric))
+    half = (high - low) / 2 if not math.isnan(low) else math.nan
+    return words.amount(mean, half), low, high, half
+
+
+def shown_means(metric: str, values: Mapping[str, Mapping[Hashable, float | None]]
+                ) -> dict[str, float]:
+    """Each level's mean as the table of levels writes it (:func:`level_mean`), in the
+    metric's own units: a table's ``98.72`` (%) is ``0.9872``, a float that prints those
+    digits and no more. What the MLflow UI shows, which prints a number with all its digits
+    (:data:`orchestrator.core.keys.LEVEL_MEAN`).
+
+    Args:
+        metric: the comparison's metric.
+        values: level -> {seed: value} over the confirmation seeds, as :func:`summarize`'s.
+
+    Returns:
+        level -> its rounded mean; a level without a finite value is left out.
+    """
+    words = Words.of((), metric)
+    out = {}
+    for level, seeds in values.items():
+        finite = [float(v) for v in seeds.values() if v is not None and math.isfinite(v)]
+        if finite:  # the table's text, its point moved: no float's last bits added
+            text = level_mean(words, finite)[0]
+            out[level] = float(Decimal(text).scaleb(-2 if words.percent else 0))
+    return out
 
 
 def _names(words: Words, levels: Sequence[str]) -> str:

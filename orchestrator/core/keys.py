@@ -127,7 +127,8 @@ RUNS_VIEW_ID = "sweep"  # the view's key in its tag's name, and in the URL that 
 RUNS_VIEW = _key(f"mlflow.sharedViewState.{RUNS_VIEW_ID}", EXPERIMENT_TAG,
                  "the runs table's saved view `sweep ui` opens: best objective first, the "
                  "objective's metric and the searched settings as columns; a comparison's: "
-                 "its confirmation runs grouped by level, the objective's mean a row")
+                 "its confirmation runs grouped by level, the level's rounded mean "
+                 "(`level_mean`) a row")
 TUNING_VIEW_ID = "sweep-tuning"  # a comparison's second view: its tuning runs
 TUNING_VIEW = _key(f"mlflow.sharedViewState.{TUNING_VIEW_ID}", EXPERIMENT_TAG,
                    "a comparison's saved view of its tuning runs, best objective first; "
@@ -223,6 +224,11 @@ EPOCH_METRIC = _key("<epoch metric>", TRIAL_METRIC,
                     "train_loss, train_acc, val_loss, val_acc, ... (step: epoch)")
 LR = _key("lr", TRIAL_METRIC, "the learning rate of every optimizer step (step: global step)")
 TRAIN_SECONDS = _key("train_seconds", TRIAL_METRIC, "the trial's training time")
+LEVEL_MEAN = _key("level_mean", TRIAL_METRIC,
+                  "a decided comparison's confirmation run: its level's mean objective over its "
+                  "confirmation seeds, rounded as the report's table of levels rounds it, in "
+                  "the metric's units (the table's 98.72 % is 0.9872): the comparison's MLflow "
+                  "view shows it a row a level")
 VAL_ITEMS = _key("val_items", TRIAL_METRIC, "the validation items each val_* metric counts: "
                  "an accuracy moves in steps of 1 / val_items")
 EXPORT_SECONDS = _key("export_seconds", TRIAL_METRIC,

@@ -137,30 +137,38 @@ def runs_view(spec, study: str | None = None) -> str:
 
     A comparison's (``compare:``) shows its confirmation runs alone (of study ``study``, when
     given: ``sweep run --new`` adds a study to the experiment), grouped by level: a row per
-    level with the mean of each metric over its seeds (MLflow's *Group by* a tag, aggregate
-    *average*), the best mean first, phase, level and seed as columns; its tuning runs are
+    level with its mean objective over its seeds as the report's table of levels rounds it
+    (:data:`keys.LEVEL_MEAN`, which each confirmation run carries once the comparison is
+    decided), the best mean first, phase, level and seed as columns; its tuning runs are
     :func:`tuning_view`'s.
     A lucky seed no longer tops the table, and a tuning run's value (the winner of a search,
-    biased up) is no level's figure."""
+    biased up) is no level's figure.
+
+    MLflow's group row shows one aggregate of each metric over the group's runs (min, average
+    or max, one for every column): its average prints all its digits, even of equal rounded
+    values (0.97 three times: 0.9700000000000001), where the largest of equal values is that
+    value itself. So the view aggregates by *max* and leaves out the objective's own column,
+    whose *max* would be the best seed's."""
     first = spec.objectives[0]
     if spec.compare is None:
         return _view(f"sweep: best {first.metric} first", spec, [], {})
     from ..answer.compare import CONFIRM, Comparison
 
     levels = [level.label for level in Comparison.of(spec).levels]
-    # sorted by the objective (as _view sorts), MLflow orders the groups by their mean, best
-    # level first (MLflow 3.18). Not by start time: MLflow then also fetches the parent of
-    # the runs listed, a run without a level that it shows as a group "Additional runs".
+    # sorted by the level's mean (_view sorts by the first metric), MLflow orders the groups
+    # by it, best level first (MLflow 3.18). Not by start time: MLflow then also fetches the
+    # parent of the runs listed, a run without a level that it shows as a group "Additional
+    # runs"; nor by a metric the parent run has.
     return _view(f"sweep: confirmation runs, mean {first.metric} by level", spec,
                  COMPARISON_COLUMNS,
                  {"searchFilter": phase_filter(CONFIRM, study),
-                  "groupBy": {"aggregateFunction": "average",
+                  "groupBy": {"aggregateFunction": "max",
                               "groupByKeys": [{"mode": "tag", "groupByData": keys.LEVEL}]},
                   # a row a level, its seeds folded under it (MLflow's group id: mode.key.value)
                   "groupsExpanded": {f"tag.{keys.LEVEL}.{label}": False for label in levels},
-                  # the levels' names, the mean's digits and "(average)" readable
-                  "columnWidths": {NAME_COLUMN: _name_width(levels),
-                                   **{f"metrics.`{o.metric}`": 240 for o in spec.objectives}}})
+                  # the levels' names readable
+                  "columnWidths": {NAME_COLUMN: _name_width(levels)}},
+                 metrics=[keys.LEVEL_MEAN])
 
 
 def _name_width(levels: list[str]) -> int:
@@ -190,14 +198,16 @@ def phase_filter(phase: str, study: str | None = None) -> str:
 COMPARISON_COLUMNS = [f"tags.`{k}`" for k in (keys.PHASE, keys.LEVEL, keys.SEED)]
 
 
-def _view(name: str, spec, extra: list[str], more: dict) -> str:
-    """A saved view of the runs table named ``name``: sorted by the (first) objective's metric,
-    best first, with each objective's metric, the columns ``extra``, every searched setting
-    and each trial's end as columns next to the run's name; ``more`` (a filter, a grouping, a
-    sort) added. The value of an experiment tag ``mlflow.sharedViewState.<key>``."""
+def _view(name: str, spec, extra: list[str], more: dict,
+          metrics: list[str] | None = None) -> str:
+    """A saved view of the runs table named ``name``: sorted by the first of ``metrics``
+    (default: each objective's metric), best first in the (first) objective's direction, with
+    ``metrics``, the columns ``extra``, every searched setting and each trial's end as columns
+    next to the run's name; ``more`` (a filter, a grouping, a sort) added. The value of an
+    experiment tag ``mlflow.sharedViewState.<key>``."""
     from ..config import space as sp
 
-    metrics = list(dict.fromkeys(o.metric for o in spec.objectives))
+    metrics = metrics or list(dict.fromkeys(o.metric for o in spec.objectives))
     settings = list(dict.fromkeys(node.setting for _, node in sp.walk(spec.space)
                                   if not isinstance(node, sp.Fixed)))
     columns = [f"metrics.`{m}`" for m in metrics] + extra \

@@ -57,9 +57,11 @@ def close_sweep(book: TrialBook) -> None:
 def log_comparison(book: TrialBook) -> str | None:
     """At the end of a decided comparison: its pairs as ``report/comparison.csv`` and its
     answer's sentence (:mod:`orchestrator.answer.summary`) as the tag ``sweep.verdict`` on the
-    parent run (``sweep report`` writes both again from the stores). Says nothing: the end of
-    ``sweep run`` prints the answer once (its sentence and table, read back as ``sweep report``
-    reads it). Returns the sentence; None when the sweep is no comparison, or undecided."""
+    parent run (``sweep report`` writes both again from the stores), and on each confirmation
+    run its level's mean as the table of levels rounds it (:func:`log_level_means`). Says
+    nothing: the end of ``sweep run`` prints the answer once (its sentence and table, read back
+    as ``sweep report`` reads it). Returns the sentence; None when the sweep is no comparison,
+    or undecided."""
     plan = book.study.plan()
     if plan is None or not isinstance(plan.action, compare.Done):
         return None
@@ -84,8 +86,23 @@ def log_comparison(book: TrialBook) -> str | None:
             writer.writeheader()
             writer.writerows(budget.rows(curves))
         book.tracker.client.log_artifact(book.parent_id, str(path), folder)
+    log_level_means(book, plan.action.values)
     book.tracker.log_final(book.parent_id, {}, tags={keys.VERDICT: sentence})
     return sentence
+
+
+def log_level_means(book: TrialBook, values: dict[str, dict[int, float]]) -> None:
+    """Each confirmation run of the comparison gets its level's mean over ``values`` (level ->
+    {seed: value}, the decided plan's) with the digits of the report's table of levels
+    (:data:`keys.LEVEL_MEAN`, :func:`summary.shown_means`). The MLflow view of the comparison
+    shows it a row a level, as the largest of the level's runs' (``server.runs_view``): MLflow
+    prints its own mean of the seeds' values with all its digits, even of equal rounded values
+    (0.97 three times: 0.9700000000000001), and the largest of equal values is that value."""
+    means = summary.shown_means(book.study.comparison.metric, values)
+    for t in book.study.trials():
+        level, run_id = t.user_attrs.get(keys.LEVEL), t.user_attrs.get(keys.RUN_ID)
+        if t.user_attrs.get(keys.PHASE) == compare.CONFIRM and level in means and run_id:
+            book.tracker.log_final(run_id, {keys.LEVEL_MEAN: means[level]})
 
 
 def note_parent(book: TrialBook) -> None:

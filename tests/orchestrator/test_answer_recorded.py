@@ -16,6 +16,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -386,6 +387,64 @@ def test_a_confirmation_that_fails_for_good_last_records_the_answer_at_once(stor
     assert best_value == pytest.approx(np.mean([0.42, 0.48]))  # 16's mean, not 32's 0.30
     assert "16" in tags[keys.ANSWER] and stores.study("cmp").user_attrs[keys.ANSWER]["level"] \
         == "16"
+
+
+# three batch sizes, val_acc maximized, 2 paired seeds of one tuning: the accuracy of each tuning
+# (seed -1) and confirmation seed. 16's seeds are close: its mean to 0.01 points; 32's are far
+# apart: its interval clipped at 100%, its mean to whole points; 64's seed 2 diverges: its one
+# value has no interval, 3 significant digits
+LEVEL_ACCURACIES = {("16", -1): 0.97, ("16", 1): 0.9731, ("16", 2): 0.9736,
+                    ("32", -1): 0.95, ("32", 1): 0.9512, ("32", 2): 0.9920,
+                    ("64", -1): 0.93, ("64", 1): 0.9417}
+
+
+def test_each_confirmation_run_carries_its_levels_mean_with_the_digits_of_the_table(stores):
+    """The MLflow UI's comparison view shows ``level_mean`` a row a level (MLflow prints its
+    own mean with 16 digits): each confirmation run of a decided comparison carries its level's
+    mean over the confirmation runs' values, rounded as the report's table of levels rounds it
+    (2 significant digits of its 95% t interval's half-width, clipped to [0, 1]; in % there),
+    in the metric's units."""
+    from scipy.special import stdtrit  # scipy.stats.t.ppf, without scipy.stats' 2 s import
+
+    from orchestrator.answer import summary
+    from orchestrator.running.sweep_end import log_comparison
+
+    spec = validate(compare_spec(objective={"metric": "val_acc", "direction": "maximize"},
+                                 space={"batch_size": [16, 32, 64], "lr": [0.01]},
+                                 compare={"factor": "batch_size", "tune_trials": 1, "seeds": 2,
+                                          "max_seeds": 2, "tuning": "once"}))
+    book = TrialBook.open(spec, str(stores.journal), stores.tracking_uri, spec_text="name: cmp\n")
+    drive(book, {k: 1 - acc for k, acc in LEVEL_ACCURACIES.items()})  # val_loss = 1 - val_acc
+    assert log_comparison(book) is not None  # decided
+    runs = stores.runs("cmp", "trial")
+    frame = pd.DataFrame([{"level": r.data.tags[keys.LEVEL], "phase": r.data.tags[keys.PHASE],
+                           "value": r.data.metrics.get("val_acc", math.nan),
+                           "level_mean": r.data.metrics.get(keys.LEVEL_MEAN)} for r in runs])
+    confirm = frame[frame["phase"] == compare.CONFIRM]
+    assert len(confirm) == 6 and confirm["value"].isna().sum() == 1  # 64's diverged seed
+    assert frame.loc[frame["phase"] == compare.TUNE, "level_mean"].isna().all()
+    # the table of levels as the report writes it: level -> its mean's text (in %)
+    c = compare.Comparison.of(spec)
+    done = compare.plan(c, book.study.trials()).action
+    table = {row[1]: row[2] for row in summary.of_comparison(c, done.values, done.results).rows}
+    digits = {}
+    for level, values in confirm.groupby("level")["value"]:
+        x = values.dropna()
+        mean, n = 100 * x.mean(), len(x)  # in %
+        if n > 1:  # 2 significant digits of the half-width of its 95% t interval in [0, 100]
+            half = stdtrit(n - 1, 0.975) * 100 * x.std(ddof=1) / math.sqrt(n)
+            low, high = max(mean - half, 0.0), min(mean + half, 100.0)
+            digits[level] = 1 - math.floor(math.log10((high - low) / 2))
+        else:  # no interval: 3 significant digits
+            digits[level] = 2 - math.floor(math.log10(mean))
+        expected = f"{mean:.{digits[level]}f}"
+        assert table[level] == expected, (level, table, expected)
+        # every run of the level carries it, in the metric's units: the same digits, no more
+        logged = set(confirm.loc[confirm["level"] == level, "level_mean"])
+        assert len(logged) == 1, (level, logged)
+        shown = repr(logged.pop())  # as MLflow's UI prints a float: its shortest digits
+        assert Decimal(shown).scaleb(2) == Decimal(expected), (level, shown, expected)
+    assert digits == {"16": 2, "32": 0, "64": 1}, digits  # the case: three roundings
 
 
 # ------------------------------------------------------------------ real sweeps on digits

@@ -29,23 +29,26 @@ def _state(view: str) -> dict:
                                        {"metric": "val_loss", "direction": "minimize"}])
 def test_a_comparison_opens_on_its_confirmation_runs_a_row_a_level_with_their_mean(objective):
     spec = _comparison(objective)
-    metric = f"metrics.`{objective['metric']}`"
+    metric, mean = f"metrics.`{objective['metric']}`", f"metrics.`{keys.LEVEL_MEAN}`"
     state = _state(runs_view(spec, "cmp"))
     assert state["searchFilter"] == f"tags.`{keys.PHASE}` = '{CONFIRM}' and " \
                                     f"tags.`{keys.STUDY}` = 'cmp'"
-    # MLflow's Group by a tag with its aggregate, as its runs table writes it
-    assert state["groupBy"] == {"aggregateFunction": "average",
+    # MLflow's Group by a tag with its aggregate, as its runs table writes it: the largest of
+    # a level's runs' level_mean, all equal (MLflow's average of them prints 16 digits)
+    assert state["groupBy"] == {"aggregateFunction": "max",
                                 "groupByKeys": [{"mode": "tag", "groupByData": keys.LEVEL}]}
-    # sorted by the objective, MLflow orders the groups by their mean, best first; sorted by
-    # start time, it also lists the runs' parent, as a group "Additional runs"
+    # sorted by the level's mean, MLflow orders the groups by it, best first; sorted by start
+    # time, it also lists the runs' parent, as a group "Additional runs"
     assert (state["orderByKey"], state["orderByAsc"]) == (
-        metric, objective["direction"] == "minimize")
+        mean, objective["direction"] == "minimize")
     # each level's group folded (MLflow's group id: mode.key.value): a row a level
     assert state["groupsExpanded"] == {f"tag.{keys.LEVEL}.{b}": False for b in LEVELS}
-    # the objective, then phase, level and seed, then the searched settings, next to the name
-    columns = [metric, PHASE, LEVEL, SEED, "params.`batch_size`", "params.`lr`"]
+    # the level's mean, then phase, level and seed, then the searched settings, next to the
+    # name; not the objective's own column, whose max over a level's runs is its best seed
+    columns = [mean, PHASE, LEVEL, SEED, "params.`batch_size`", "params.`lr`"]
     assert state["selectedColumns"][:6] == columns
     assert state["columnOrder"][:7] == ["attributes.`Run Name`", *columns]
+    assert metric not in state["selectedColumns"] + state["columnOrder"]
     assert json.loads(runs_view(spec))["name"] == \
         f"sweep: confirmation runs, mean {objective['metric']} by level"
 
