@@ -80,7 +80,8 @@ def test_a_batch_drawn_without_replacement_has_the_corrected_variance():
 
 
 @pytest.mark.parametrize("trace, grad_sq", [(-35.03, 1.0), (1.0, -0.0007), (1.0, 0.0),
-                                            (0.0, 1.0), (math.inf, 1.0), (1.0, math.nan)])
+                                            (0.0, 1.0), (math.inf, 1.0), (1.0, math.nan),
+                                            (1.0, math.inf), (math.nan, 1.0)])
 def test_a_noise_scale_is_a_positive_number_or_missing(trace, grad_sq):
     m = measured(trace, grad_sq)
     assert math.isnan(m["noise_scale"])
@@ -88,12 +89,16 @@ def test_a_noise_scale_is_a_positive_number_or_missing(trace, grad_sq):
         assert m[key] == value if 0 <= value < math.inf else math.isnan(m[key])
 
 
-def test_fewer_than_two_items_or_identical_gradients_have_no_noise_scale():
+def test_fewer_than_two_items_or_chunks_or_identical_gradients_have_no_noise_scale():
     g = _items(n=1)
     assert math.isnan(_measure(g, [np.array([0])])["noise_scale"])
     same = np.repeat(_items(n=1), 10, axis=0)  # no spread: tr(Sigma) = 0
     m = _measure(same, np.array_split(np.arange(10), 5))
     assert math.isnan(m["noise_scale"]) and m["noise_trace"] == pytest.approx(0, abs=1e-12)
+    # one chunk of every item: |G|^2 exact, but no spread between chunks to tell tr(Sigma)
+    g = _items()
+    one = _measure(g, [np.arange(len(g))])
+    assert math.isnan(one["noise_scale"]) and math.isnan(one["noise_trace"])
 
 
 @pytest.mark.parametrize("world", [1, 3])
