@@ -403,3 +403,78 @@ def test_each_resample_is_the_median_curve_over_its_drawn_seeds_and_2000_take_a_
     cpu = time.process_time()
     sc.exponent(table, "val_loss", "minimize", resamples=2000)
     assert time.process_time() - cpu < 3
+
+
+# ------------------------------------------------ where the located optimum falls back to a grid lr
+
+def _around_the_best(**values) -> np.ndarray:
+    """A minimised curve over LRS: index -> value as given (NaN: no run), 9 elsewhere, so
+    the best is at index 5 and only the indices given are near it."""
+    curve = np.full(len(LRS), 9.0)
+    for k, v in values.items():
+        curve[int(k[1:])] = v
+    return curve
+
+
+def test_a_concave_fit_or_too_few_points_gives_the_best_grid_lr():
+    # a W around the best: the least-squares quadratic is concave (no minimum): the grid lr
+    w = _around_the_best(i3=0.1, i4=0.5, i5=0.05, i6=0.5, i7=0.2)
+    x = np.log(LRS[3:8]) - np.log(LRS[5])
+    assert np.polyfit(x, w[3:8], 2)[0] < 0
+    assert sc.optimum(np.array(LRS), w, "minimize") == (LRS[5], False)
+    assert sc.optimum(np.array(LRS), -w, "maximize") == (LRS[5], False)
+    # two points with a value within the window: no quadratic through them
+    two = _around_the_best(i3=math.nan, i4=math.nan, i5=0.3, i6=0.4, i7=math.nan)
+    assert sc.optimum(np.array(LRS), two, "minimize") == (LRS[5], False)
+
+
+def test_a_vertex_beyond_the_points_fitted_is_held_at_their_end():
+    """The best (index 5) and the two lrs above it, none below: the parabola through them
+    (0.30, 0.32, 0.36) has its vertex half a grid step below the best, outside the points it
+    was fitted to, so the located lr is the best grid lr itself."""
+    curve = _around_the_best(i3=math.nan, i4=math.nan, i5=0.30, i6=0.32, i7=0.36)
+    h = math.log(LRS[6] / LRS[5])
+    a, b, _ = np.polyfit(np.log(LRS[5:8]) - np.log(LRS[5]), curve[5:8], 2)
+    assert -b / (2 * a) == pytest.approx(-h / 2)
+    assert sc.optimum(np.array(LRS), curve, "minimize") == (pytest.approx(LRS[5]), False)
+
+
+def test_an_optimum_on_the_grids_edge_leaves_the_exponent_unsaid():
+    """Batch 256's curve peaks beyond the largest lr of the grid: its optimum is that lr, on
+    the edge, and the exponent and its interval are NaN (a slope through it would be
+    bounded by the grid, not measured)."""
+    trials = _grid_table(1.6, 3, 0.0, "minimize", np.random.default_rng(5))
+    e = sc.exponent(sc.cells(trials, "val_loss", "minimize"), "val_loss", "minimize",
+                    resamples=50)
+    assert e.edge == [256]
+    assert e.optimum[256] == pytest.approx(LRS[-1] * math.sqrt(8))
+    assert math.isnan(e.value) and math.isnan(e.ci_low) and math.isnan(e.ci_high)
+
+
+def test_a_failed_run_counts_as_the_worst_value_even_with_a_good_metric_logged():
+    """A run that failed after logging an epoch keeps that epoch's metric in MLflow: the cell
+    is still its grid's worst value, not the last value it logged."""
+    trials = _grid_table(1.0, 3, 0.1, "minimize", np.random.default_rng(3))
+    best = trials["metrics.val_loss"].idxmin()
+    trials.loc[best, "state"] = "FAIL"
+    table = sc.cells(trials, "val_loss", "minimize")
+    assert table.loc[best, "value"] == trials["metrics.val_loss"].max()
+
+
+def test_the_rules_are_compared_at_the_largest_of_three_batch_sizes():
+    trials = _grid_table(1.0, 4, 0.05, "minimize", np.random.default_rng(6))
+    small, ref, large, lrs, _ = sc.compare_rules(sc.cells(trials, "val_loss", "minimize"),
+                                                 "minimize", None)
+    assert (small, large) == (32, 256)
+    assert lrs == pytest.approx({"square root": ref * math.sqrt(8), "linear": ref * 8})
+
+
+def test_a_batch_sizes_optimizer_steps_are_the_most_any_of_its_runs_took():
+    from orchestrator.report.load import SweepData
+
+    trials = pd.DataFrame({"trial": [0, 1, 2], "params.batch_size": [32, 32, 256]})
+    # trial 1 stopped early (patience) after trial 0 took every step; trial 7 is not a run
+    # of the table (its row not read yet)
+    lr = pd.DataFrame({"trial": [0, 0, 1, 2, 2, 7], "step": [1, 270, 135, 1, 36, 999]})
+    data = SweepData(validate(_spec()), "s", trials, pd.DataFrame(), lr, None)
+    assert sc.optimizer_steps(data) == {32: 270, 256: 36}
