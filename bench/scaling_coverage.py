@@ -5,14 +5,16 @@ interval (:func:`orchestrator.report.scaling.exponent`, the report's own code), 
 each interval holds the pooled estimate.
 
     sweep run sweeps/batch_lr_scaling.yaml --set repeats=20 --set seed=7   # in POOL: 440 runs
-    python bench/scaling_coverage.py POOL                                  # about 3 minutes
+    python bench/scaling_coverage.py POOL [POOL2 ...]             # 3 to 10 minutes on 2 cores
+
+Several pool folders (each the grid run with other seeds) are read as one pool.
 
 Four disjoint subsets of 5 from 20 seeds are a small sample of re-runs (4 of 4 is what 95%
 minus 5 points needs), so the script also reads every subset of the shipped size (C(20, 5) =
 15,504, overlapping, so not independent): the spread of their estimates and how often their
 intervals hold the pooled estimate (``--subset-resamples`` resamples each, fewer than the
 report's 2,000). It ends with how often an interval of n seeds decides linear (1) against
-square root (0.5): exactly one of them inside it.
+square root (0.5): exactly one of them inside it ("both": undecided; "neither": beyond both).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -35,9 +38,10 @@ RULES = {"linear": sc.LINEAR, "square root": sc.SQUARE_ROOT}
 
 
 def decided(low: float, high: float) -> str:
-    """The rule an interval keeps when it holds exactly one, else '' (none or both)."""
+    """What an interval says of the two rules: the one it holds alone, "both" (undecided) or
+    "neither" (the exponent lies beyond both)."""
     inside = [name for name, k in RULES.items() if low <= k <= high]
-    return inside[0] if len(inside) == 1 else ""
+    return inside[0] if len(inside) == 1 else "both" if inside else "neither"
 
 
 def disjoint(table, seeds: list[int], size: int, metric: str, direction: str,
@@ -49,7 +53,8 @@ def disjoint(table, seeds: list[int], size: int, metric: str, direction: str,
         e = sc.exponent(table[table["seed"].isin(chunk)], metric, direction, resamples)
         holds = not math.isnan(e.value) and e.ci_low <= pooled <= e.ci_high
         out.append({"seeds": chunk, "e": e, "holds": holds,
-                    "decides": "" if math.isnan(e.value) else decided(e.ci_low, e.ci_high)})
+                    "decides": "no exponent" if math.isnan(e.value) else
+                    decided(e.ci_low, e.ci_high)})
     return out
 
 
@@ -70,7 +75,7 @@ def every_subset(curves, seeds: list[int], size: int, direction: str, resamples:
     holds = (bounds[:, 0] <= pooled) & (pooled <= bounds[:, 1])
     return {"n": len(subsets), "all": math.comb(len(seeds), size) <= most, "values": values,
             "edge": int(edge.sum()), "holds": holds, "width": np.nanmean(bounds @ [-1, 1]),
-            "decides": np.array([decided(*b) if not edge[i] else ""
+            "decides": np.array([decided(*b) if not edge[i] else "no exponent"
                                  for i, b in enumerate(bounds)])}
 
 
@@ -84,22 +89,26 @@ def clopper_pearson(k: int, n: int) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("pool", help="the folder where the pool of seeds ran (its "
-                        "batch_lr_scaling.yaml, mlflow.db and optuna.journal)")
+    parser.add_argument("pool", nargs="+", help="a folder where the grid ran with a pool of "
+                        "seeds (its batch_lr_scaling.yaml, mlflow.db and optuna.journal)")
     parser.add_argument("--size", type=int, default=5, help="seeds per subset (the shipped "
                         "repeats)")
     parser.add_argument("--resamples", type=int, default=2000, help="the report's resamples")
     parser.add_argument("--subset-resamples", type=int, default=400)
     parser.add_argument("--most", type=int, default=20_000, help="the most subsets read")
-    parser.add_argument("--decide-sizes", default="5,10", help="seeds per interval in the "
+    parser.add_argument("--decide-sizes", default="3,5,10,20", help="seeds per interval in the "
                         "table of decisions")
     args = parser.parse_args(argv)
-    pool = Path(args.pool).resolve()
     started = time.process_time()
-    data = load_sweep(str(pool / "batch_lr_scaling.yaml"), f"sqlite:///{pool / 'mlflow.db'}",
-                      str(pool / "optuna.journal"), curves=False)
-    trials = data.trials.dropna(subset=["params.batch_size"])
-    first_seed = int(trials["seed"].min() - trials["repeat"].min())
+    parts = []
+    for folder in (Path(p).resolve() for p in args.pool):
+        data = load_sweep(str(folder / "batch_lr_scaling.yaml"),
+                          f"sqlite:///{folder / 'mlflow.db'}", str(folder / "optuna.journal"),
+                          curves=False)
+        parts.append(data.trials)
+    # each run by its own seed (the base seed plus its repeat), so pools with other base seeds
+    # stay apart
+    trials = pd.concat(parts, ignore_index=True).assign(repeat=lambda t: t["seed"])
     spec = data.spec
     metrics = [scaling_metric(spec)]
     if spec.objective.metric != metrics[0][0]:
@@ -117,13 +126,13 @@ def main(argv: list[str] | None = None) -> int:
               + f"): {pooled.rules()}")
         rows = disjoint(table, seeds, args.size, metric, direction, args.resamples,
                         pooled.value)
-        print(f"\n| seeds | exponent | 95% interval | holds {pooled.value:.3f} | decides |")
+        print(f"\n| seeds | exponent | 95% interval | holds {pooled.value:.3f} | rules inside |")
         print("|---|---|---|---|---|")
         for r in rows:
             e = r["e"]
-            shown = f"{first_seed + r['seeds'][0]}-{first_seed + r['seeds'][-1]}"
+            shown = f"{r['seeds'][0]}-{r['seeds'][-1]}"
             print(f"| {shown} | {e.value:.3f} | [{e.ci_low:.3f}, {e.ci_high:.3f}] | "
-                  f"{'yes' if r['holds'] else 'NO'} | {r['decides'] or 'no'} |")
+                  f"{'yes' if r['holds'] else 'NO'} | {r['decides']} |")
         held = sum(r["holds"] for r in rows)
         low, high = clopper_pearson(held, len(rows))
         print(f"\ndisjoint subsets of {args.size}: {held} of {len(rows)} intervals hold the "
@@ -140,22 +149,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"their intervals ({args.subset_resamples} resamples each) hold the pooled "
               f"estimate in {every['holds'].mean():.1%} (overlapping subsets: not independent "
               f"re-runs)")
-        print("\n| seeds per interval | intervals | decide: square root | decide: linear | "
-              "undecided | mean width |")
-        print("|---|---|---|---|---|---|")
+        print("\n| seeds per interval | intervals | "
+              + " | ".join(f"{name} alone" for name in RULES)
+              + " | both (undecided) | neither | mean width |")
+        print("|---|---|---|---|---|---|---|")
         for n in (int(s) for s in args.decide_sizes.split(",")):
             if n == len(seeds):
-                said = decided(pooled.ci_low, pooled.ci_high) or "undecided"
-                print(f"| {n} (the pool) | 1 | {said} | | | "
+                print(f"| {n} (the pool) | 1 | {decided(pooled.ci_low, pooled.ci_high)} | | | | "
                       f"{pooled.ci_high - pooled.ci_low:.2f} |")
                 continue
             sized = every if n == args.size else every_subset(
                 curves, seeds, n, direction, args.subset_resamples, pooled.value,
                 min(args.most, 2000), rng)
             d = sized["decides"]
-            print(f"| {n} | {sized['n']} | {np.mean(d == 'square root'):.1%} | "
-                  f"{np.mean(d == 'linear'):.1%} | {np.mean(d == ''):.1%} | "
-                  f"{sized['width']:.2f} |")
+            print(f"| {n} | {sized['n']} | "
+                  + " | ".join(f"{np.mean(d == k):.1%}" for k in (*RULES, "both", "neither"))
+                  + f" | {sized['width']:.2f} |")
     print(f"\n{time.process_time() - started:.0f} CPU seconds")
     return 0
 

@@ -157,6 +157,10 @@ def test_the_optimum_is_the_vertex_of_the_quadratic_fitted_around_the_best(direc
     values = sign * -(np.log(LRS) - np.log(LRS[1] * 0.95)) ** 2
     assert sc.optimum(np.array(LRS), values, direction) == \
         (pytest.approx(LRS[1] * 0.95), False)
+    # a fit whose vertex falls past the window (steep on one side, flat on the other) is kept
+    # at the window's last lr
+    values = -sign * np.array([5, 5, 5, 1, 1, 0, 0.001, 0.002, 5, 5, 5])
+    assert sc.optimum(np.array(LRS), values, direction) == (pytest.approx(LRS[7]), False)
     # an lr without a run is left out of the fit
     values = sign * (1 - 0.3 * (np.log(LRS) - np.log(0.06)) ** 2) + rng.normal(0, 0.02, 11)
     values[4] = math.nan
@@ -187,17 +191,19 @@ def _grid_table(exponent: float, seeds: int, noise: float, direction: str,
     return pd.DataFrame(rows)
 
 
-def test_the_exponent_is_the_slope_through_the_optima_of_the_median_curves():
+@pytest.mark.parametrize("metric, direction", [("val_acc", "maximize"),
+                                               ("val_loss", "minimize")])
+def test_the_exponent_is_the_slope_through_the_optima_of_the_median_curves(metric, direction):
     rng = np.random.default_rng(2)
-    trials = _grid_table(0.75, seeds=5, noise=0.15, direction="minimize", rng=rng)
-    table = sc.cells(trials, "val_loss", "minimize")
-    e = sc.exponent(table, "val_loss", "minimize", resamples=400)
+    trials = _grid_table(0.75, seeds=5, noise=0.15, direction=direction, rng=rng)
+    table = sc.cells(trials, metric, direction)
+    e = sc.exponent(table, metric, direction, resamples=400)
     # by hand: each batch's median curve over the seeds, numpy's quadratic, scipy's line
     optima = []
     for b in (32, 128, 256):
         mine = trials[trials["params.batch_size"] == b]
-        median = mine.groupby("params.lr_effective")["metrics.val_loss"].median()
-        optima.append(_vertex_by_hand(median.index.to_numpy(), median.to_numpy(), "minimize"))
+        median = mine.groupby("params.lr_effective")[f"metrics.{metric}"].median()
+        optima.append(_vertex_by_hand(median.index.to_numpy(), median.to_numpy(), direction))
     slope = sst.linregress(np.log([32, 128, 256]), np.log(optima)).slope
     assert e.value == pytest.approx(slope, rel=1e-9)
     assert e.optimum == pytest.approx(dict(zip((32, 128, 256), optima)))
@@ -224,7 +230,7 @@ def test_a_blow_up_on_one_seed_moves_no_located_lr_by_a_grid_step(metric, direct
                          rng=np.random.default_rng(8))
     trials = trials[trials["params.batch_size"] != 128].reset_index(drop=True)
     table = sc.cells(trials, metric, direction)
-    before = sc.exponent(table, metric, direction, resamples=1).optimum
+    before = sc.exponent(table, metric, direction, resamples=2).optimum
     step = math.log(math.sqrt(2))
     moved = {}
     for b in (32, 256):
@@ -234,7 +240,7 @@ def test_a_blow_up_on_one_seed_moves_no_located_lr_by_a_grid_step(metric, direct
             for seed in range(5):
                 cell = (table["batch"] == b) & (table["lr"] == lr) & (table["seed"] == seed)
                 after = sc.exponent(table.assign(value=table["value"].where(~cell, blown)),
-                                    metric, direction, resamples=1).optimum
+                                    metric, direction, resamples=2).optimum
                 moved[(b, lr, seed)] = abs(math.log(after[b] / before[b])) / step
     assert len(moved) == 2 * 5 * 5
     assert max(moved.values()) < 1, max(moved.items(), key=lambda kv: kv[1])
@@ -252,6 +258,26 @@ def test_a_diverged_run_counts_as_the_worst_value_of_the_grid(metric, direction)
     finite = trials[f"metrics.{metric}"].drop([5, 7])
     worst = finite.min() if direction == "maximize" else finite.max()
     assert table.loc[5, "value"] == worst == table.loc[7, "value"]
+
+
+def test_a_run_still_to_finish_is_no_cell_and_a_retried_failure_has_its_retrys_value():
+    """Read while the grid runs: a trial waiting (no params yet) or running is left out, not
+    counted as a failure; a cell whose run failed and whose retry completed has the retry's
+    value."""
+    trials = _grid_table(1.0, 3, 0.1, "minimize", np.random.default_rng(3))
+    done = len(trials)
+    waiting = {"trial": done, "state": "WAITING", "repeat": math.nan}
+    running = {**trials.loc[4].to_dict(), "trial": done + 1, "state": "RUNNING",
+               "repeat": 5, "metrics.val_loss": math.nan}
+    failed = {**trials.loc[9].to_dict(), "trial": done + 2, "state": "FAIL",
+              "metrics.val_loss": math.nan}
+    trials = pd.concat([pd.DataFrame([failed]), trials, pd.DataFrame([waiting, running])],
+                       ignore_index=True)
+    table = sc.cells(trials, "val_loss", "minimize")
+    assert len(table) == done and set(table["seed"]) == {0, 1, 2}
+    cell = table[(table["batch"] == failed["params.batch_size"])
+                 & (table["lr"] == failed["params.lr_effective"]) & (table["seed"] == 0)]
+    assert cell["value"].tolist() == [trials.loc[10, "metrics.val_loss"]]  # the retry's
 
 
 @pytest.mark.parametrize("direction", ["maximize", "minimize"])
@@ -372,11 +398,13 @@ def test_the_sentences_say_the_step_confound_and_where_each_batch_lies_against_t
     assert "not located at batch 32: it lies on the edge" in sc._exponent_sentence(edge)
 
 
-def test_each_resample_is_the_median_curve_over_its_drawn_seeds_and_2000_take_a_moment():
+def test_the_interval_is_t_times_the_sd_of_exponents_from_median_curves_of_drawn_seeds():
     """A resample's optima come from the median curve over the seeds drawn (one drawn twice
-    counts twice, a missing run is left out of its lr's median), as pandas gives it; the grid
-    is pivoted once, not once per resample: 2000 resamples of the shipped grid's size (2 batch
-    sizes x 11 lrs x 5 seeds) took 13 CPU-seconds a metric at the end of sweep run that way."""
+    counts twice, a missing run is left out of its lr's median), as pandas gives it, and the
+    interval is the exponent plus and minus t(0.975, seeds - 1) times the resampled exponents'
+    standard deviation; the grid is pivoted once, not once per resample: 2000 resamples of the
+    shipped grid's size (2 batch sizes x 11 lrs x 5 seeds) took 13 CPU-seconds a metric at the
+    end of sweep run that way."""
     import time
 
     trials = _grid_table(0.5, seeds=5, noise=0.2, direction="minimize",
@@ -398,8 +426,9 @@ def test_each_resample_is_the_median_curve_over_its_drawn_seeds_and_2000_take_a_
         slopes.append(sst.linregress(np.log([32, 256]), np.log(optima)).slope)
     e = sc.exponent(table, "val_loss", "minimize", resamples=50)
     assert len(set(slopes)) > 10  # the draws move the optima
-    assert [e.ci_low, e.ci_high] == pytest.approx(list(np.percentile(slopes, [2.5, 97.5])),
-                                                  rel=1e-9)
+    # the interval: the exponent plus and minus scipy's t(0.975, 4) times their sd
+    half = sst.t.ppf(0.975, len(seeds) - 1) * np.std(slopes, ddof=1)
+    assert [e.ci_low, e.ci_high] == pytest.approx([e.value - half, e.value + half], rel=1e-9)
     cpu = time.process_time()
     sc.exponent(table, "val_loss", "minimize", resamples=2000)
     assert time.process_time() - cpu < 3
