@@ -935,3 +935,55 @@ def test_cli_validate_process_refuses_equal_levels_of_a_comparison_with_exit_2(w
     out = run_cli("run", str(path), cwd=tmp_path)
     assert out.returncode == 2 and "space.lr lists 1e-3 and 0.001" in out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+def _said(mapping: dict) -> list[str]:
+    """The problem lines of ``mapping`` (the sweep refused), else its warnings."""
+    try:
+        return list(validate(mapping, source="s.yaml").warnings)
+    except SpecError as e:
+        return e.lines
+
+
+def _compare_edge(**block) -> dict:
+    from tests.helpers import compare_spec
+
+    return compare_spec(compare={"factor": "optimizer", "tune_trials": 1, **block})
+
+
+GRID = {"sampler": {"name": "grid"}, "space": {"batch_size": [64, 128]}}
+K = {"metric": "val_acc", "direction": "maximize", "reduce": "mean_last_k"}
+# (rule, the sweep at its edge: neither refused nor warned, one past it, what is said then)
+EDGE_RULES = [
+    ("seeds up to numpy's largest", tiny_spec(seed=2**32 - 3, repeats=3, trials=3),
+     tiny_spec(seed=2**32 - 2, repeats=3, trials=3), "past numpy's largest seed"),
+    ("a grid's trials up to its configurations", tiny_spec(trials=2, **GRID),
+     tiny_spec(trials=3, **GRID), "trials: the grid has 2 configurations x 1 repeats"),
+    ("trials a multiple of repeats", tiny_spec(trials=4, repeats=2),
+     tiny_spec(trials=3, repeats=2), "trials must be a multiple of repeats (2)"),
+    ("max_seeds at least seeds", _compare_edge(seeds=3, max_seeds=3),
+     _compare_edge(seeds=3, max_seeds=2), "compare.max_seeds must be >= compare.seeds (3)"),
+    ("at most 100 looks", _compare_edge(seeds=2, max_seeds=101),
+     _compare_edge(seeds=2, max_seeds=102), "is 101 looks; the statistics take at most 100"),
+    ("pruning from an epoch the trials reach", tiny_spec(pruner={"name": "median",
+                                                                 "min_epochs": 2}),
+     tiny_spec(pruner={"name": "median", "min_epochs": 3}), "pruner.min_epochs (3) is past"),
+    ("k epochs averaged out of those run", tiny_spec(objective={**K, "k": 2}),
+     tiny_spec(objective={**K, "k": 3}), "objective.k (3) is past train.epochs (2)"),
+    ("patience below the epochs", tiny_spec(patience=1), tiny_spec(patience=2),
+     "patience (2) is not below train.epochs (2)"),
+    ("a constraint's min up to its max",  # tpe: a sampler that reads constraints
+     tiny_spec(sampler={"name": "tpe"}, constraints=[{"metric": "val_loss", "min": 0.5,
+                                                      "max": 0.5}]),
+     tiny_spec(sampler={"name": "tpe"}, constraints=[{"metric": "val_loss", "min": 0.6,
+                                                      "max": 0.5}]),
+     "constraints.0: min (0.6) is above max (0.5); swap them"),
+]
+
+
+@pytest.mark.parametrize("edge, past, said", [e[1:] for e in EDGE_RULES],
+                         ids=[e[0] for e in EDGE_RULES])
+def test_each_sweep_rule_holds_at_its_edge_and_speaks_one_past_it(edge, past, said):
+    assert _said(edge) == []
+    lines = _said(past)
+    assert len(lines) == 1 and said in lines[0], lines
