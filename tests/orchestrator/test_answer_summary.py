@@ -19,7 +19,9 @@ from orchestrator.answer.summary import (
     Words,
     decimals,
     fixed,
+    interval_text,
     level_values,
+    no_interval,
     p_text,
     plain,
     ranked,
@@ -452,3 +454,63 @@ def test_an_interval_as_wide_as_the_metrics_range_rules_out_nothing():
     assert acc.allowed(1.5) == "nothing"
     assert acc.allowed(0.95, 0.1) == "beyond 95 points"
     assert loss.allowed(7.0, 1.0) == "beyond 7.0 val_loss"  # no upper end: never "nothing"
+
+
+def test_more_groups_than_letters_are_numbered_in_brackets():
+    """52 letters (a-z, A-Z), then [53], [54]...: 54 levels each separated from every other."""
+    levels = [f"l{i}" for i in range(54)]
+    got = letters(levels, list(itertools.combinations(levels, 2)))
+    assert [got[lv] for lv in levels[:2]] == ["a", "b"]
+    assert [got[lv] for lv in levels[25:28]] == ["z", "A", "B"]
+    assert [got[lv] for lv in levels[51:]] == ["Z", "[53]", "[54]"]
+
+
+def test_an_interval_says_its_level_its_look_and_whether_it_was_clipped():
+    r = st.PairResult("a", "b", 6, 0.01, -0.01, 0.03, 0.95, "t", 0.5, 0.5, "undecided", None)
+    assert interval_text(r) == "95% t interval"
+    assert interval_text(st.PairResult(**{**r.__dict__, "ci_level": 0.986, "look": 2,
+                                          "looks": 6})) == "98.6% t interval, look 2 of 6"
+    assert interval_text(st.PairResult(**{**r.__dict__, "looks": 2})) == \
+        "95% t interval, look 1 of 2"
+    assert interval_text(st.PairResult(**{**r.__dict__, "ci_method": "t, clipped to [-1, 1]"})) \
+        == "95% t interval, clipped to the metric's range"
+    # no interval: the reason in words
+    assert [no_interval(st.PairResult(**{**r.__dict__, "finite_pairs": k})) for k in (0, 1, 2)] \
+        == ["0 finite pairs", "1 finite pair", "no spread (every seed gave the same difference)"]
+
+
+def test_an_accuracys_differences_are_points_whatever_it_is_called():
+    for metric in ("val_acc", "train_acc", "test_acc", "clipped_fraction"):
+        words = Words.of(["optimizer"], metric)
+        assert words.percent and words.unit == "points"
+    for metric in ("val_loss", "my_metric"):
+        words = Words.of(["optimizer"], metric)
+        assert not words.percent and words.unit == metric
+
+
+def test_the_notes_of_a_decided_pair_say_its_lead_and_b_minus_a_with_their_intervals():
+    values = {"adam": {1: 0.95, 2: 0.96, 3: 0.955, 4: 0.952},
+              "sgd": {1: 0.90, 2: 0.915, 3: 0.905, 4: 0.91}}
+    [better] = st.compare_paired(values, direction="maximize", bounds=(0.0, 1.0), seeds=4)
+    s = summarize(["optimizer"], list(values), values, [better], metric="val_acc",
+                  direction="maximize")
+    # by hand: adam - sgd over the seeds, its t interval, in points
+    d = np.array([values["adam"][k] - values["sgd"][k] for k in range(1, 5)])
+    low, high = stats.t.interval(0.95, 3, loc=d.mean(), scale=stats.sem(d))
+    digits = max(0, 1 - math.floor(math.log10(100 * (high - low) / 2)))
+    assert (f"adam better than sgd by {100 * d.mean():.{digits}f} points "
+            f"[{100 * low:.{digits}f}, {100 * high:.{digits}f}] (95% t interval; Holm ") in \
+        _text(s)
+    close = {"adam": {1: 0.950, 2: 0.951, 3: 0.949, 4: 0.952},
+             "sgd": {1: 0.951, 2: 0.951, 3: 0.950, 4: 0.950}}
+    [eq] = st.compare_paired(close, direction="maximize", bounds=(0.0, 1.0), seeds=4,
+                             precision=0.02)
+    assert eq.verdict == "equivalent" and (eq.a, eq.b) == ("adam", "sgd")
+    s = summarize(["optimizer"], list(close), close, [eq], metric="val_acc", direction="maximize")
+    d = np.array([close["sgd"][k] - close["adam"][k] for k in range(1, 5)])  # b - a
+    low, high = stats.t.interval(0.95, 3, loc=d.mean(), scale=stats.sem(d))
+    digits = max(0, 1 - math.floor(math.log10(100 * (high - low) / 2)))
+    shown = [f"{100 * v:.{digits}f}" for v in (d.mean(), low, high)]
+    shown = [t.lstrip("-") if float(t) == 0 else t for t in shown]
+    assert (f"adam and sgd equivalent within ±2 points: sgd minus adam = {shown[0]} "
+            f"[{shown[1]}, {shown[2]}] (95% t interval).") in s.notes
