@@ -132,8 +132,8 @@ def replicate(names: list[str], base: Path) -> str:
     Markdown) with its checks."""
     from orchestrator.config.spec import load_spec
 
-    lines = ["| sweep | base seed | quantity | verdict | interval | wall s |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| sweep | base seed | quantity | verdict | interval | wall s | CPU s | load |",
+             "|---|---|---|---|---|---|---|---|"]
     checks = []
     for name in names:
         shipped = load_spec(ROOT / "sweeps" / SHIPPED[name]).seed
@@ -142,11 +142,12 @@ def replicate(names: list[str], base: Path) -> str:
             folder = base / f"{name}-{seed}"
             timing = timing_of(folder) if (folder / "timing.json").exists() else \
                 run(name, folder, seed)
-            found[seed] = (quantities(name, folder), timing["wall_s"])
+            found[seed] = (quantities(name, folder), timing)
             for q, (verdict, winner, low, high) in found[seed][0].items():
                 said = f"{verdict} ({winner})" if winner else verdict
+                load = f"{timing.get('load_before', '?')}-{timing.get('load_after', '?')}"
                 lines.append(f"| {name} | {seed} | {q} | {said} | [{low:.4g}, {high:.4g}] "
-                             f"| {timing['wall_s']:.0f} |")
+                             f"| {timing['wall_s']:.0f} | {timing['cpu_s']:.0f} | {load} |")
         checks.append(_checks(name, found))
     return "\n".join(lines) + "\n\n" + "\n".join(checks) + "\n"
 
@@ -160,10 +161,13 @@ def _checks(name: str, found: dict) -> str:
     # intervals overlap pairwise when the highest low end lies below the lowest high end
     apart = [q for q in quantities_ if max(r[0][q][2] for r in runs if q in r[0]) >
              min(r[0][q][3] for r in runs if q in r[0])]
-    slow = [w for _, w in runs if w > 60 * MINUTES]
+    slow = [t for _, t in runs if t["wall_s"] > 60 * MINUTES]
+    # on 2 idle cores a run takes at least its CPU seconds / 2: over the budget even then?
+    idle_slow = [t for _, t in runs if t["cpu_s"] / 2 > 60 * MINUTES]
     return (f"- {name}: opposite verdicts: {', '.join(opposite) or 'none'}; intervals that do "
-            f"not all overlap: {', '.join(apart) or 'none'}; runs over {MINUTES} minutes: "
-            f"{len(slow)} of {len(runs)}.")
+            f"not all overlap: {', '.join(apart) or 'none'}; runs over {MINUTES} minutes of "
+            f"wall clock: {len(slow)} of {len(runs)} (CPU seconds / 2 over it: "
+            f"{len(idle_slow)} of {len(runs)}).")
 
 
 def block(name: str, lines: list[str], timing: dict) -> str:
