@@ -387,6 +387,11 @@ def test_a_confirmation_that_fails_for_good_last_records_the_answer_at_once(stor
     assert best_value == pytest.approx(np.mean([0.42, 0.48]))  # 16's mean, not 32's 0.30
     assert "16" in tags[keys.ANSWER] and stores.study("cmp").user_attrs[keys.ANSWER]["level"] \
         == "16"
+    # the study's record of the answer says what the parent run says, figure for figure
+    answer = stores.study("cmp").user_attrs[keys.ANSWER]
+    assert answer["text"] == tags[keys.ANSWER] and answer["seeds"] == 2
+    assert answer["mean"] == pytest.approx(best_value)
+    assert str(answer["trial"]) == tags[keys.BEST_TRIAL]
 
 
 # three batch sizes, val_acc maximized, 2 paired seeds of one tuning: the accuracy of each tuning
