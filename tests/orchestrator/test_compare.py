@@ -308,7 +308,8 @@ def test_a_planted_difference_is_decided_early_and_logged_as_decide_computes_it(
     runs = trial_frame(stores, "cmp")
     confirm = runs[runs.phase == "confirm"]
     assert sorted(confirm.seed) == [6, 6, 7, 7, 8, 8]  # decided at the first look
-    assert set(runs[runs.phase == "tune"].seed) == {5}
+    # each seed k tuned anew, on its replicate's tuning seed 5 + 10000 + k
+    assert set(runs[runs.phase == "tune"].seed) == {10_006, 10_007, 10_008}
     values = {lv: dict(zip(g.seed, g.value)) for lv, g in confirm.groupby("level")}
     expected = st.compare_paired(values, factor="optimizer", direction="maximize",
                                  bounds=(0.0, 1.0), look=1, looks=4, seeds=3)
@@ -378,11 +379,13 @@ def test_an_interrupted_comparison_resumes_with_equal_tuning_budgets(cli, stores
     out = cli(spec)
     assert out.returncode == 0, out.stderr
     trials = compare.counted(stores.study("cmp").trials)
-    tuned = pd.Series([t.user_attrs[keys.LEVEL] for t in trials
+    tuned = pd.Series([(t.user_attrs[keys.LEVEL], t.user_attrs[keys.REPLICATE]) for t in trials
                        if t.user_attrs[keys.PHASE] == "tune"])
-    assert tuned.value_counts().to_dict() == {"adam": 3, "sgd": 3}
+    # each of the 2 seeds' replicates tuned every level with 3 trials
+    assert tuned.value_counts().to_dict() == {("adam", 1): 3, ("sgd", 1): 3, ("adam", 2): 3,
+                                              ("sgd", 2): 3}
     assert all(t.state == TrialState.COMPLETE for t in trials)
-    assert len(trials) == 2 * (3 + 2)
+    assert len(trials) == 2 * 2 * (3 + 1)
 
 
 def test_a_changed_compare_block_is_refused_on_rerun_like_any_changed_yaml(tmp_path):
