@@ -1,6 +1,7 @@
 """End-to-end: a sweep over a torch:NAME optimizer with its own keyword searched under its
 option, asserted through the Optuna study and the MLflow runs."""
 import math
+import re
 
 import pytest
 
@@ -33,7 +34,9 @@ def test_a_sweep_searches_torch_radams_own_keywords_and_logs_them(stores, write_
         assert p["optimizer_args"] == str({"betas": [0.8, 0.95], "eps": t.params["RAdam.eps"]})
         assert float(p["optimizer_args.eps"]) == t.params["RAdam.eps"]  # a param of its own
         config = by_number[t.number].data.tags["sweep.config"]  # the run's name, each a word
-        assert f"eps={t.params['RAdam.eps']:.3g}" in config.split()
+        # 3 significant digits, the exponent written as a person does (1.25e-7, not 1.25e-07)
+        eps = re.sub(r"e(-?)\+?0*(\d)", r"e\1\2", f"{t.params['RAdam.eps']:.3g}")
+        assert f"eps={eps}" in config.split()
         # the optimizer trained at the searched lr, under the schedule's formula
         s = TrainSettings(lr=t.params["RAdam.lr"], epochs=1, batch_size=128,
                           schedule="warmup_linear")
