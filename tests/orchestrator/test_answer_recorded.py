@@ -209,7 +209,7 @@ def memory_stores(mlflow_template):
     shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.mark.slow  # 120 orders, about 25 s with a tuning per seed: the full suite's, not the fast tier's
+@pytest.mark.slow  # 120 orders, about 25 s with a tuning per seed: not the fast tier's
 @settings(max_examples=120, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(levels=st.integers(2, 4), direction=st.sampled_from(["minimize", "maximize"]),
