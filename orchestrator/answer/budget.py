@@ -59,6 +59,16 @@ def expected_best(tunings: Mapping[Hashable, Sequence[float | None]], direction:
     return out
 
 
+def of_comparison(c, trials) -> dict[str, list[BudgetPoint]]:
+    """Each level's curve of comparison ``c`` (an
+    :class:`orchestrator.answer.compare.Comparison`) from its study's ``trials``: what the report
+    and the parent run's ``expected_best.csv`` both show."""
+    from .compare import tuning_values
+
+    return {level: expected_best(tunings, c.direction, stats.METRIC_BOUNDS.get(c.metric))
+            for level, tunings in tuning_values(trials).items()}
+
+
 def rows(curves: Mapping[str, Sequence[BudgetPoint]]) -> list[dict]:
     """The curves as rows of ``expected_best.csv`` (:data:`CSV_COLUMNS`)."""
     return [{"level": level, "trials": p.trials, "expected_best": p.mean, "ci_low": p.low,

@@ -252,9 +252,7 @@ def compare(data: SweepData) -> Comparison | None:
                      rule, target=target, answer=found,
                      finished=finished, budget=budget(data, levels, factor),
                      val_items=_val_items(data) if metric.startswith("val_") else None)
-    out.expected_best = {
-        level: tuning_budget.expected_best(tunings, direction, stats.METRIC_BOUNDS.get(metric))
-        for level, tunings in plan.tuning_values(data.frozen).items()}
+    out.expected_best = tuning_budget.of_comparison(c, data.frozen) if c is not None else {}
     if target is not None and len(reach):
         out.reach_results = _reach_results(out)
     if out.results:

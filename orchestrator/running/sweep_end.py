@@ -76,10 +76,7 @@ def log_comparison(book: TrialBook) -> str | None:
             writer.writeheader()
             writer.writerows(r.as_row() for r in plan.action.results)
         book.tracker.client.log_artifact(book.parent_id, str(path), folder)
-        curves = {level: budget.expected_best(tunings, book.study.comparison.direction,
-                                              stats.METRIC_BOUNDS.get(
-                                                  book.study.comparison.metric))
-                  for level, tunings in compare.tuning_values(book.study.trials()).items()}
+        curves = budget.of_comparison(book.study.comparison, book.study.trials())
         path = Path(tmp) / posixpath.basename(keys.EXPECTED_BEST_CSV)
         with open(path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(budget.CSV_COLUMNS))
