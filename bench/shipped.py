@@ -19,7 +19,9 @@ at :data:`OTHER_SEEDS` added to it (chosen before any of these runs), and the ta
 three answers side by side: every pair's verdict and interval (the scaling exponent's interval
 for the grid), the wall time, and three checks: no two runs give opposite verdicts, the
 intervals of the same quantity overlap, and each run finished within 10 minutes. The table is
-written between ``<!-- shipped: replicate -->`` and ``<!-- /shipped: replicate -->``.
+written between ``<!-- shipped: replicate -->`` and ``<!-- /shipped: replicate -->``. Each
+run's figures are kept in :data:`RECORD` (committed), so that ``--only NAME`` adds its rows to
+the others' instead of dropping them; the shipped-seed run also writes that sweep's own block.
 
 A reused run's time is read from ``timing.json`` (written here) or, for a run made with
 ``/usr/bin/time -v sweep run ... 2> time.log``, from ``time.log``.
@@ -51,6 +53,7 @@ PAGE = ROOT / "docs" / "compare.md"
 OTHER_SEEDS = (1000, 2000)  # added to each sweep's shipped seed; fixed before any run
 MINUTES = 10  # the longest a shipped sweep may take on 2 idle cores
 SWEEP = Path(sys.executable).with_name("sweep")
+RECORD = ROOT / "bench" / "shipped_replicate.json"  # name -> seed -> quantities and timing
 
 
 def run(name: str, folder: Path, seed: int | None = None) -> dict:
@@ -127,22 +130,39 @@ def quantities(name: str, folder: Path) -> dict[str, tuple[str, str, float, floa
         os.chdir(here)
 
 
-def replicate(names: list[str], base: Path) -> str:
-    """Run each sweep at its seed and the :data:`OTHER_SEEDS`; the side-by-side table (as
+def replicate(names: list[str], base: Path, page: Path) -> str:
+    """Run each of ``names`` at its seed and the :data:`OTHER_SEEDS` (a finished run in
+    ``base`` is read, not run again), record them in :data:`RECORD`, write each shipped-seed
+    run's block on ``page``, and return the side-by-side table of every recorded sweep (as
     Markdown) with its checks."""
     from orchestrator.config.spec import load_spec
 
-    lines = ["| sweep | base seed | quantity | verdict | interval | wall s | CPU s | load |",
-             "|---|---|---|---|---|---|---|---|"]
-    checks = []
+    record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
     for name in names:
         shipped = load_spec(ROOT / "sweeps" / SHIPPED[name]).seed
-        found = {}
+        runs = {}
         for seed in (shipped, *(shipped + k for k in OTHER_SEEDS)):
             folder = base / f"{name}-{seed}"
             timing = timing_of(folder) if (folder / "timing.json").exists() else \
                 run(name, folder, seed)
-            found[seed] = (quantities(name, folder), timing)
+            runs[str(seed)] = {"quantities": quantities(name, folder), "timing": timing}
+            if seed == shipped:
+                write(page, name, block(name, answer(name, folder), timing))
+        record[name] = runs
+        RECORD.write_text(json.dumps(record, indent=1) + "\n")
+    return table(record)
+
+
+def table(record: dict) -> str:
+    """The side-by-side table of the recorded runs, in :data:`SHIPPED` order, and its checks."""
+    lines = ["| sweep | base seed | quantity | verdict | interval | wall s | CPU s | load |",
+             "|---|---|---|---|---|---|---|---|"]
+    checks = []
+    for name in [n for n in SHIPPED if n in record]:
+        found = {}
+        for seed, got in record[name].items():
+            timing = got["timing"]
+            found[seed] = ({q: tuple(v) for q, v in got["quantities"].items()}, timing)
             for q, (verdict, winner, low, high) in found[seed][0].items():
                 said = f"{verdict} ({winner})" if winner else verdict
                 load = f"{timing.get('load_before', '?')}-{timing.get('load_after', '?')}"
@@ -201,9 +221,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="shipped-")) if args.reuse is None else args.reuse
     if args.replicate:
-        table = replicate(args.only or list(SHIPPED), base)
-        write(args.page, "replicate", table)
-        print(table)
+        text = replicate(args.only or list(SHIPPED), base, args.page)
+        write(args.page, "replicate", text)
+        print(text)
         return
     for name in args.only or SHIPPED:
         folder = base / name
