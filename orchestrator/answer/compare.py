@@ -196,11 +196,12 @@ def plan(c: Comparison, trials: Sequence[FrozenTrial]) -> Plan:
     the fewest tuning trials started goes next (ties: level order), until each has
     ``tune_trials``. Confirm, once a replicate's tuning trials all finished: each level's best
     (:func:`best_tuned`) on the replicate's seed; a level without a complete tuning trial in it
-    has no finite value there (its worst outcome). While a replicate waits on running trials,
-    the next one starts. After the seeds of the current round count have all finished, the
-    levels are decided (look ``rounds - seeds + 1`` of ``max_seeds - seeds + 1``) and, while
-    undecided and below ``max_seeds``, one more paired seed (and, each_seed, its replicate) is
-    added.
+    has no finite value there (its worst outcome). With ``tune_trials`` 0 there is no Tune:
+    each level's own parameters are confirmed (:func:`confirmed_params`). While a replicate
+    waits on running trials, the next one starts. After the seeds of the current round count
+    have all finished, the levels are decided (look ``rounds - seeds + 1`` of ``max_seeds -
+    seeds + 1``) and, while undecided and below ``max_seeds``, one more paired seed (and,
+    each_seed, its replicate) is added.
     """
     trials = counted(trials)
     tuning: dict[tuple[str, int], list[FrozenTrial]] = {}
@@ -216,7 +217,8 @@ def plan(c: Comparison, trials: Sequence[FrozenTrial]) -> Plan:
             return Plan(step, c.total(rounds))
         # a level no replicate tuned to completion is left out: there is nothing to compare
         values = {label: v for label, v in values.items()
-                  if any(x is not None and not math.isnan(x) for x in v.values())
+                  if c.tune_trials == 0
+                  or any(x is not None and not math.isnan(x) for x in v.values())
                   or any(best_tuned(tuning.get((label, c.replicate_of(k)), ()), c.direction)
                          for k in range(1, rounds + 1))}
         results = decide_look(c, values, rounds)
@@ -241,16 +243,27 @@ def _round(c: Comparison, rounds: int, tuning: dict, confirms: dict
             waiting = True
             continue
         for lv in c.levels:
-            best = best_tuned(mine[lv.label], c.direction)
-            if best is None:
+            params = confirmed_params(c, lv, mine[lv.label])
+            if params is None:
                 values[lv.label][seed] = math.nan
             elif (lv.label, seed) not in confirms:
-                return Confirm(lv, dict(best.params), seed), values
+                return Confirm(lv, params, seed), values
             elif not confirms[lv.label, seed].state.is_finished():
                 waiting = True
             else:
                 values[lv.label][seed] = confirmed_value(confirms[lv.label, seed])
     return (Wait() if waiting else None), values
+
+
+def confirmed_params(c: Comparison, level: Level,
+                     tuning: Sequence[FrozenTrial]) -> dict[str, Any] | None:
+    """The parameters a confirmation of ``level`` trains: the best of its ``tuning`` trials
+    (:func:`best_tuned`), or with nothing to tune (``tune_trials: 0``) the level's own (the
+    space's fixed settings come with every trial). None when no tuning trial completed."""
+    if c.tune_trials == 0:
+        return dict(level.params)
+    best = best_tuned(tuning, c.direction)
+    return None if best is None else dict(best.params)
 
 
 def tuning_values(trials: Sequence[FrozenTrial]) -> dict[str, dict[int, list[float | None]]]:

@@ -501,8 +501,13 @@ def of_comparison(c, values: Mapping[str, Mapping[Hashable, float | None]],
 
 
 def estimand(c) -> str:
-    """What a comparison's intervals are about, and what they hold, by its ``tuning``."""
+    """What a comparison's intervals are about, and what they hold, by its ``tuning`` (and
+    with ``tune_trials: 0``, nothing tuned)."""
     trials = f"{c.tune_trials} tuning trial{'s' if c.tune_trials != 1 else ''}"
+    if c.tune_trials == 0:
+        return (f"What it estimates: the {c.metric} of the fixed configuration of each level, "
+                f"over fresh paired seeds (compare.tune_trials: 0, nothing tuned). Each interval "
+                f"holds the seed alone: other settings may order the levels otherwise.")
     if c.replicated:
         return (f"What it estimates: each level's expected {c.metric} after tuning with "
                 f"{trials}. Every seed tuned each level anew and trained its best once, so each "

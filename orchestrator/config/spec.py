@@ -128,8 +128,9 @@ class CompareSpec(_Strict):
     factor: str | list[str] = Field(description="the searched setting whose levels are "
                                     "compared (an option mapping or a list under space); a list "
                                     "of settings compares the product of their levels")
-    tune_trials: int = Field(ge=1, description="tuning trials per level and tuning, each over "
-                             "that level's own sub-space")
+    tune_trials: int = Field(ge=0, description="tuning trials per level and tuning, each over "
+                             "that level's own sub-space; 0: nothing is tuned, each level's "
+                             "fixed settings are confirmed directly")
     tuning: Literal["each_seed", "once"] = Field(
         "each_seed", description="each_seed: every paired seed tunes each level anew and trains "
         "its best once on that seed, so the interval holds the tuning draw (the estimand: a "

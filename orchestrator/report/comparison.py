@@ -394,7 +394,8 @@ def _no_verdict(c: Comparison, data: SweepData) -> str:
     tune = data.trials[data.trials["phase"] == "tune"] if "phase" in data.trials else \
         data.trials.iloc[0:0]
     planned = int(data.compare.get("tune_trials") or 0)
-    empty = [lv for lv in c.levels if len(tune[tune["level"].map(str) == lv]) >= planned
+    empty = [lv for lv in c.levels if planned  # tune_trials 0: no level needs a tuning
+             and len(tune[tune["level"].map(str) == lv]) >= planned
              and not (tune[tune["level"].map(str) == lv]["state"] == "COMPLETE").any()]
     if empty:
         who = f"{empty[0]} completed none of its" if len(empty) == 1 else \
@@ -412,8 +413,9 @@ def _no_verdict(c: Comparison, data: SweepData) -> str:
     if c.finished:
         return (f"No comparison of {c.factor}: fewer than two levels have a confirmation value "
                 f"to compare (the trials table says why).")
-    return (f"The comparison of {c.factor} is not finished: {len(phase(data.trials, 'tune'))} "
-            f"of {planned * max(1, len(c.levels))} tuning trials and "
+    tuned = f"{len(phase(data.trials, 'tune'))} of {planned * max(1, len(c.levels))} tuning " \
+        f"trials and " if planned else ""
+    return (f"The comparison of {c.factor} is not finished: {tuned}"
             f"{sum(map(len, c.confirm.values()))} confirmation runs complete; `sweep run` again "
             f"resumes it.")
 

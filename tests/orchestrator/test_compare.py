@@ -45,20 +45,45 @@ from tests.helpers import COMPARE_SPACE, compare_spec, finish, progress, start_s
      "compare.max_seeds must be >= compare.seeds (4), got 3"),
     ({"compare": {"factor": "optimizer", "tune_trials": 2, "seeds": 1}},
      "compare.seeds must be greater than or equal to 2, got 1"),
+    ({"compare": {"factor": "optimizer", "tune_trials": -1}},
+     "compare.tune_trials must be greater than or equal to 0, got -1"),
+    # nothing to tune, yet each level's lr is searched: it would be drawn at random per seed
     ({"compare": {"factor": "optimizer", "tune_trials": 0}},
-     "compare.tune_trials must be greater than or equal to 1, got 0"),
+     "compare.tune_trials: 0 tunes nothing, but space.optimizer.adam.lr, "
+     "space.optimizer.sgd.lr are still searched; give each one value (a scalar, not a list or "
+     "a range), or set compare.tune_trials to 1 or more to tune them"),
+    ({"compare": {"factor": "optimizer", "tune_trials": 0},
+      "space": {"optimizer": ["adam", "sgd"], "lr": 0.01, "momentum": [0.8, 0.9]}},
+     "compare.tune_trials: 0 tunes nothing, but space.momentum is still searched; give it one "
+     "value (a scalar, not a list or a range), or set compare.tune_trials to 1 or more to "
+     "tune it"),
     ({"compare": {"factor": "optimizer", "tune_trials": 2, "precision": 0}},
      "compare.precision must be greater than 0, got 0"),
     ({"compare": {"factor": "optimizer", "tune_trials": 2, "seed": 3}},
      "compare.seed is not a known key (did you mean `seeds`?)"),
 ], ids=["trials", "repeats", "grid", "hyperband", "not searched", "range", "one level",
-        "factor twice", "max_seeds below seeds", "one seed", "no tuning", "precision 0",
+        "factor twice", "max_seeds below seeds", "one seed", "negative tuning",
+        "nothing to tune, ranges searched", "nothing to tune, a list searched", "precision 0",
         "unknown key"])
 def test_each_refused_comparison_is_one_line_naming_field_value_and_fix(change, line):
     with pytest.raises(SpecError) as e:
         validate(compare_spec(**change), source="c.yaml")
     assert len(e.value.lines) == 1, e.value.lines
     assert e.value.lines[0].startswith(f"c.yaml: {line}"), e.value.lines[0]
+
+
+@pytest.mark.parametrize("tuning", ["each_seed", "once"])
+def test_a_comparison_with_nothing_to_tune_counts_one_trial_a_level_and_seed(tuning):
+    """tune_trials 0 with only fixed settings beside the factor (option sub-spaces of fixed
+    values too): levels x max_seeds confirmations, whatever ``tuning`` says, with no warning."""
+    space = {"optimizer": {"adam": {"lr": 1e-3}, "sgd": {"lr": 0.1, "momentum": 0.9}},
+             "clip_grad_norm": [None, 1.0], "weight_decay": 1e-4}
+    spec = validate(compare_spec(space=space, compare={
+        "factor": ["optimizer", "clip_grad_norm"], "tune_trials": 0, "seeds": 2,
+        "max_seeds": 5, "tuning": tuning}))
+    assert spec.trials == 4 * 5 and not spec.warnings
+    c = compare.Comparison.of(spec)
+    assert [c.total(r) for r in (2, 5)] == [4 * 2, 4 * 5]
 
 
 def test_a_comparison_counts_its_most_trials_and_its_levels():
@@ -164,6 +189,33 @@ def test_confirmation_trains_each_levels_best_on_shared_fresh_seeds(direction):
         assert best.params[f"{lv}.lr"] == 0.01
         assert all(t.params == best.params for t in confirmed if t.user_attrs[keys.LEVEL] == lv)
     assert last.action.results[0].winner == "sgd"  # the direction decides which is better
+
+
+@pytest.mark.parametrize("tuning", ["each_seed", "once"])
+def test_with_nothing_to_tune_each_level_is_confirmed_with_its_own_parameters(tuning):
+    """tune_trials 0: no tuning trial; every seed confirms each level's own parameters (the
+    fixed lr comes with the space); a level whose every confirmation failed stays in the
+    comparison as its worst outcome, not dropped as untuned."""
+    c = compare.Comparison.of(validate(compare_spec(
+        seed=3, space={"optimizer": ["adam", "sgd"], "lr": 0.01},
+        compare={"factor": "optimizer", "tune_trials": 0, "seeds": 2, "max_seeds": 2,
+                 "tuning": tuning})))
+    study = optuna.create_study(direction="maximize")
+    started = []
+    while not isinstance((p := compare.plan(c, study.trials)).action, compare.Done):
+        a = p.action
+        assert isinstance(a, compare.Confirm) and p.total == 2 * 2
+        started.append((a.level.label, a.params, a.seed))
+        failed = a.level.label == "sgd"  # sgd diverges on every seed
+        _add(study, a.level, compare.CONFIRM, a.seed, None if failed else 0.9, a.params,
+             state=TrialState.FAIL if failed else TrialState.COMPLETE)
+    assert started == [("adam", {"optimizer": "adam"}, 4), ("sgd", {"optimizer": "sgd"}, 4),
+                       ("adam", {"optimizer": "adam"}, 5), ("sgd", {"optimizer": "sgd"}, 5)]
+    done = p.action
+    assert done.values["adam"] == {4: 0.9, 5: 0.9}
+    assert all(math.isnan(v) for v in done.values["sgd"].values()) and len(done.values) == 2
+    [r] = done.results
+    assert (r.pairs, r.finite_pairs, r.nonfinite_b) == (2, 0, 2)
 
 
 @pytest.mark.parametrize("tuning, per_seed, fixed", [("once", 1, 1), ("each_seed", 2, 0)])
