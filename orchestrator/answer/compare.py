@@ -39,6 +39,7 @@ from ..config.spec import SweepSpec
 from ..core import compat, keys
 from ..core.numbers import value_text
 from . import objectives, stats
+from .edges import Edge, at_edges
 
 TUNE, CONFIRM = "tune", "confirm"  # the values of keys.PHASE
 EACH_SEED, ONCE = "each_seed", "once"  # the values of compare.tuning
@@ -153,13 +154,15 @@ class Answer:
     """A finished comparison's one answer, named alike by the parent run, the export, the end
     table, ``sweep status`` and the report: ``level`` with its ``mean`` objective over its
     ``seeds`` finite confirmation values, ``trial`` the confirmation run whose weights stand for
-    it, and ``why`` in words."""
+    it, ``why`` in words, and the numeric parameters its levels' tunings left on an edge of
+    their range (:mod:`.edges`)."""
 
     level: str
     mean: float
     seeds: int
     trial: FrozenTrial = field(hash=False)
     why: str
+    edges: tuple[Edge, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -353,7 +356,22 @@ def answer(c: Comparison, trials: Sequence[FrozenTrial], done: Done) -> Answer |
            f"{'s' if n != 1 else ''} ({reason}); its weights: the run of seed "
            f"{run.user_attrs.get(keys.SEED)} (trial {run.number}), the confirmation run closest "
            f"to that mean")
-    return Answer(label, mean, n, run, why)
+    return Answer(label, mean, n, run, why, tuple(at_edges(tuned_bests(c, trials))))
+
+
+def tuned_bests(c: Comparison, trials: Sequence[FrozenTrial]) -> dict[str, list[FrozenTrial]]:
+    """Each level's tuned best (:func:`best_tuned`) of each of its tunings, in level and
+    replicate order: a level without a complete tuning trial has an empty list."""
+    tunings: dict[tuple[str, int], list[FrozenTrial]] = {}
+    for t in counted(trials):
+        if t.user_attrs.get(keys.PHASE) == TUNE:
+            tunings.setdefault((t.user_attrs.get(keys.LEVEL), replicate(t)), []).append(t)
+    out: dict[str, list[FrozenTrial]] = {lv.label: [] for lv in c.levels}
+    for (label, _), mine in sorted(tunings.items(), key=lambda kv: kv[0][1]):
+        best = best_tuned(mine, c.direction)
+        if best is not None and label in out:
+            out[label].append(best)
+    return out
 
 
 def final_answer(c: Comparison | None, trials: Sequence[FrozenTrial]) -> Answer | None:

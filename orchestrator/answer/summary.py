@@ -26,6 +26,7 @@ import numpy as np
 
 from ..core import keys
 from . import objectives, stats
+from .edges import EDGE
 from .letters import letters
 
 SEEDS_LIMIT = 1000  # seeds_to_decide looks no further: beyond, "more than 1000"
@@ -497,7 +498,29 @@ def of_comparison(c, values: Mapping[str, Mapping[Hashable, float | None]],
                     named=found.level if found is not None else None, finished=finished,
                     run=(found.trial.user_attrs.get(keys.SEED), found.trial.number)
                     if found is not None else None)
-    return replace(out, notes=(estimand(c), *out.notes))
+    edges = edge_note(Words.of(c.factor.split(","), c.metric), found.edges) \
+        if found is not None else None
+    return replace(out, notes=(estimand(c), *out.notes, *([edges] if edges else [])))
+
+
+def edge_note(words: Words, edges: Sequence) -> str | None:
+    """The tuned optima on an edge of their searched range
+    (:class:`orchestrator.answer.edges.Edge`), in one line: each level's parameter, its tuned
+    values there, which end of which range, in how many of the level's tunings; None when
+    there is none."""
+    if not edges:
+        return None
+    said = []
+    for e in edges:
+        lo, hi = min(e.values), max(e.values)
+        value = plain(lo) if lo == hi else f"{plain(lo)} to {plain(hi)}"
+        said.append(f"{words.name(e.level)} {e.param.rpartition('.')[2]} {value} at the "
+                    f"{e.side} end of [{plain(e.low)}, {plain(e.high)}]"
+                    f"{' (log scale)' if e.log else ''}, in {len(e.values)} of {e.tunings} "
+                    f"tuning{'s' if e.tunings != 1 else ''}")
+    return (f"Tuned within {EDGE:.0%} of an end of the searched range (on its log scale "
+            f"for a log range), so the optimum may lie beyond it; widen the range and run "
+            f"again: " + "; ".join(said) + ".")
 
 
 def estimand(c) -> str:

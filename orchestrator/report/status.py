@@ -53,6 +53,9 @@ def show(console: Console, name: str | None, url: str) -> ExitCode:
         return ExitCode.OK
     study = load_named(name, url, storage, names)
     console.out(summary_line(study), highlight=False)
+    edges = (study.user_attrs.get(keys.ANSWER) or {}).get("edges")
+    if edges:  # a tuned optimum on the edge of its range, as the answer's notes say it
+        console.out(edges, highlight=False)
     trials = study.get_trials(deepcopy=False)
     if trials:
         _table(console, f"trials of {name}", trial_rows(study, now))

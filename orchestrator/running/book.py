@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from ..answer import compare, objectives
+from ..answer import compare, objectives, summary
 from ..config import space as sp
 from ..config.spec import SweepSpec
 from ..core import keys, paths
@@ -466,9 +466,12 @@ def record(study: SweepStudy, tracker, parent_id: str, last=None, *, trials: lis
     if found is None and keys.ANSWER in study.study.user_attrs:
         return last  # decided, in a read newer than ``trials``
     if found is not None:
+        c = study.comparison
+        edges = summary.edge_note(summary.Words.of(c.factor.split(","), c.metric), found.edges)
         study.study.set_user_attr(keys.ANSWER, {
             "level": found.level, "mean": found.mean, "seeds": found.seeds,
-            "trial": found.trial.number, "text": found.why})
+            "trial": found.trial.number, "text": found.why,
+            **({"edges": edges} if edges else {})})
     tracker.record_best(parent_id, now.value, now.trial.user_attrs.get(keys.RUN_ID, ""),
                         now.trial.number, finished,
                         tags={keys.ANSWER: found.why} if found is not None else None)
