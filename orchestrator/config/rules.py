@@ -231,8 +231,7 @@ def _check_compare(top, space: sp.Space, problems: list[str]) -> int | None:
         problems.append(f"compare: seeds {c.seeds} to max_seeds {c.most_seeds} is "
                         f"{c.most_seeds - c.seeds + 1} looks; the statistics take at most "
                         f"{MAX_LOOKS} looks and seeds <= {MAX_COMPARE_SEEDS}; lower max_seeds")
-    if c.tune_trials == 0:
-        _check_nothing_tuned(space, c.factors, problems)
+    problems.extend(_untuned(c, space))
     if top.repeats > 1:
         problems.append(f"repeats: {top.repeats}: repeats does not apply to a comparison: use "
                         f"compare.seeds (each level's best is trained on that many fresh "
@@ -260,23 +259,15 @@ def _check_compare(top, space: sp.Space, problems: list[str]) -> int | None:
     return most
 
 
-def _check_nothing_tuned(space: sp.Space, factors: tuple[str, ...], problems: list[str]) -> None:
-    """``compare.tune_trials: 0`` confirms each level's fixed settings: nothing but the
-    factors may be searched (a setting left searched would be drawn at random for every
-    confirmation trial)."""
-    searched: list[str] = []
-    for path, node in sp.walk(space):
-        top_factor = path.count(".") == 1 and node.setting in factors
-        if not isinstance(node, sp.Fixed) and not top_factor and \
-                not any(path.startswith(f"{p}.") for p in searched):
-            searched.append(path)
-    if searched:
-        problems.append(f"compare.tune_trials: 0 tunes nothing, but {', '.join(searched)} "
-                        f"{'is' if len(searched) == 1 else 'are'} still searched; give "
-                        f"{'it' if len(searched) == 1 else 'each'} one value (a scalar, not a "
-                        f"list or a range), "
-                        f"or set compare.tune_trials to 1 or more to tune "
-                        f"{'it' if len(searched) == 1 else 'them'}")
+def _untuned(c, space: sp.Space) -> list[str]:
+    """``compare.tune_trials: 0`` confirms each level as it is: what else ``space`` searches
+    would be drawn at random for every confirmation trial (one line, or none)."""
+    left = sp.searched(space, c.factors) if c.tune_trials == 0 else []
+    one = len(left) == 1
+    return [f"compare.tune_trials: 0 tunes nothing, but {', '.join(left)} "
+            f"{'is' if one else 'are'} still searched; give {'it' if one else 'each'} one value "
+            f"(a scalar, not a list or a range), or set compare.tune_trials to 1 or more to "
+            f"tune {'it' if one else 'them'}"] if left else []
 
 
 def _check_slots(top, problems: list[str]) -> None:

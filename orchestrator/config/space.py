@@ -182,6 +182,19 @@ def walk(space: Space, where: str = "space") -> Iterator[tuple[str, Node]]:
                 yield from walk(sub, f"{path}.{option}")
 
 
+def searched(space: Space, besides: tuple[str, ...] = ()) -> list[str]:
+    """The YAML paths of what ``space`` searches (a list, a range, an option mapping: the
+    outermost only), leaving out the top-level settings ``besides`` but not their options'
+    sub-spaces: ``["space.optimizer.adam.lr"]`` for an optimizer compared at a searched lr."""
+    out: list[str] = []
+    for path, node in walk(space):
+        top = path.count(".") == 1 and node.setting in besides
+        if not isinstance(node, Fixed) and not top and \
+                not any(path.startswith(f"{p}.") for p in out):
+            out.append(path)
+    return out
+
+
 def first_values(space: Space) -> dict[str, Any]:
     """A representative configuration: the first choice, option and low end of every node."""
     out: dict[str, Any] = {}

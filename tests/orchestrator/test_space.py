@@ -161,3 +161,19 @@ def test_a_nested_sweep_runs_resumes_and_retries_on_a_real_study(tmp_path):
         names = {n for n in t.params if n.endswith("lr")}
         assert names in ({"sgd.constant.lr"}, {"adam.constant.lr"})
         assert resumed.trial_settings(t)["lr"] == t.params[names.pop()]
+
+
+def test_what_a_space_searches_is_named_by_its_outermost_yaml_path_the_factors_left_out():
+    space, problems = parse({
+        "optimizer": {"adam": {"lr": 1e-3}, "sgd": {"lr": {"low": 0.01, "high": 0.1},
+                                                    "momentum": 0.9}},
+        "schedule": {"warmup_cosine": {"warmup_epochs": [0, 1]}, "constant": {}},
+        "batch_size": 64, "weight_decay": [0.0, 1e-4]})
+    assert problems == []
+    # a searched option mapping is named once, not each node under it; fixed values never
+    assert sp.searched(space) == ["space.optimizer", "space.schedule", "space.weight_decay"]
+    # a compared factor is left out, what its options search is not
+    assert sp.searched(space, ("optimizer",)) == [
+        "space.optimizer.sgd.lr", "space.schedule", "space.weight_decay"]
+    assert sp.searched(space, ("optimizer", "schedule", "weight_decay")) == [
+        "space.optimizer.sgd.lr", "space.schedule.warmup_cosine.warmup_epochs"]
