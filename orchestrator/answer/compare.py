@@ -17,29 +17,31 @@ What it estimates (``compare.tuning``):
 :func:`plan` is the whole procedure as a pure function of the study's trials: start a tuning trial
 of a level (:class:`Tune`), a confirmation trial (:class:`Confirm`), :class:`Wait` for running
 trials, or :class:`Done`. Every ``sweep run`` process replays it from the trials alone, so an
-interrupted comparison resumes in whichever phase it stopped. :class:`LevelSampler` and
-:class:`LevelPruner` show Optuna's sampler and pruner the trials of one level only.
+interrupted comparison resumes in whichever phase it stopped; seeding stops once the question
+``compare.goal`` names is decided (:mod:`orchestrator.answer.goal`). Optuna's sampler and pruner
+see the trials of one level only (:mod:`orchestrator.answer.levels`).
 """
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 # replicate k (each_seed) tunes on training seed seed + TUNING_SEEDS + k: never a confirmation
 # seed (seed + 1 ... seed + max_seeds, at most MAX_COMPARE_SEEDS + MAX_LOOKS)
 from ..config.rules import TUNING_SEEDS, compare_levels
 from ..config.spec import SweepSpec
-from ..core import compat, keys
+from ..core import keys
 from ..core.numbers import value_text
+from . import goal as goals
 from . import objectives, stats
 from .edges import Edge, at_edges
+from .effects import Effect, effects
 
 TUNE, CONFIRM = "tune", "confirm"  # the values of keys.PHASE
 EACH_SEED, ONCE = "each_seed", "once"  # the values of compare.tuning
@@ -77,6 +79,11 @@ class Comparison:
     direction: str
     metric: str
     tuning: str = EACH_SEED  # EACH_SEED: a fresh tuning per paired seed; ONCE: one tuning
+    goal: str = ""  # the question that stops seeding (answer.goal); "": its factors' default
+
+    def __post_init__(self):
+        if not self.goal:
+            object.__setattr__(self, "goal", goals.default(len(self.factors)))
 
     @classmethod
     def of(cls, spec: SweepSpec) -> Comparison | None:
@@ -88,7 +95,22 @@ class Comparison:
                        for p in compare_levels(spec.space, c.factors))
         return cls(",".join(c.factors), levels, c.tune_trials, c.seeds, c.most_seeds,
                    c.precision, spec.seed, spec.objective.direction, spec.objective.metric,
-                   c.tuning)
+                   c.tuning, c.goal or "")
+
+    @property
+    def factors(self) -> tuple[str, ...]:
+        """The compared settings, in the order a level's parameters name them."""
+        return tuple(self.factor.split(","))
+
+    def cells(self) -> dict[str, tuple]:
+        """Each level's label -> its values, one a factor (a cell of the product)."""
+        return {lv.label: tuple(lv.params.values()) for lv in self.levels}
+
+    def factor_levels(self) -> list[list[Any]]:
+        """Each factor's levels in YAML order (the first is its reference)."""
+        cells = list(self.cells().values())
+        return [list({repr(cell[i]): cell[i] for cell in cells}.values())
+                for i in range(len(self.factors))]
 
     @property
     def replicated(self) -> bool:
@@ -147,6 +169,19 @@ class Done:
 
     results: tuple[stats.PairResult, ...]
     values: dict[str, dict[int, float]] = field(hash=False)  # level -> {seed: value}
+    effects: tuple[Effect, ...] = ()  # two or more factors: answer.effects at that look
+
+
+@dataclass(frozen=True)
+class Look:
+    """A look after which seeding went on: look ``look`` of ``looks``, at ``rounds`` paired
+    seeds, and what of the comparison's goal was still open (undecided pairs or effects)."""
+
+    look: int
+    looks: int
+    rounds: int
+    open: tuple[stats.PairResult | Effect, ...]
+    effects: tuple[Effect, ...] = ()  # every effect at that look (two or more factors)
 
 
 @dataclass(frozen=True)
@@ -169,6 +204,7 @@ class Answer:
 class Plan:
     action: Tune | Confirm | Wait | Done
     total: int  # the trials the comparison plans now (grows with each seed added)
+    looks: tuple[Look, ...] = ()  # the looks taken so far after which seeding went on
 
 
 def counted(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
@@ -202,9 +238,10 @@ def plan(c: Comparison, trials: Sequence[FrozenTrial]) -> Plan:
     has no finite value there (its worst outcome). With ``tune_trials`` 0 there is no Tune:
     each level's own parameters are confirmed (:func:`confirmed_params`). While a replicate
     waits on running trials, the next one starts. After the seeds of the current round count
-    have all finished, the levels are decided (look ``rounds - seeds + 1`` of ``max_seeds -
-    seeds + 1``) and, while undecided and below ``max_seeds``, one more paired seed (and,
-    each_seed, its replicate) is added.
+    have all finished, the comparison is looked at (look ``rounds - seeds + 1`` of
+    ``max_seeds - seeds + 1``: :func:`look`) and, while its goal is open
+    (:func:`orchestrator.answer.goal.still_open`) and below ``max_seeds``, one more paired seed
+    (and, each_seed, its replicate) is added; each such look is kept in :attr:`Plan.looks`.
     """
     trials = counted(trials)
     tuning: dict[tuple[str, int], list[FrozenTrial]] = {}
@@ -214,20 +251,37 @@ def plan(c: Comparison, trials: Sequence[FrozenTrial]) -> Plan:
             tuning.setdefault((t.user_attrs.get(keys.LEVEL), replicate(t)), []).append(t)
         elif t.user_attrs.get(keys.PHASE) == CONFIRM:
             confirms[t.user_attrs.get(keys.LEVEL), t.user_attrs.get(keys.SEED)] = t
+    looks: list[Look] = []
     for rounds in range(c.seeds, c.max_seeds + 1):
         step, values = _round(c, rounds, tuning, confirms)
         if step is not None:
-            return Plan(step, c.total(rounds))
+            return Plan(step, c.total(rounds), tuple(looks))
         # a level no replicate tuned to completion is left out: there is nothing to compare
         values = {label: v for label, v in values.items()
                   if c.tune_trials == 0
                   or any(x is not None and not math.isnan(x) for x in v.values())
                   or any(best_tuned(tuning.get((label, c.replicate_of(k)), ()), c.direction)
                          for k in range(1, rounds + 1))}
-        results = decide_look(c, values, rounds)
-        if rounds == c.max_seeds or stats.decided(results):
-            return Plan(Done(results, values), c.total(rounds))
+        results, found, still = look(c, values, rounds)
+        if rounds == c.max_seeds or not still:
+            return Plan(Done(results, values, found), c.total(rounds), tuple(looks))
+        looks.append(Look(rounds - c.seeds + 1, c.max_seeds - c.seeds + 1, rounds, still,
+                          found))
     raise AssertionError("unreachable: the last round is always Done")
+
+
+def look(c: Comparison, values: dict[str, dict[int, float | None]], rounds: int
+         ) -> tuple[tuple[stats.PairResult, ...], tuple[Effect, ...],
+                    tuple[stats.PairResult | Effect, ...]]:
+    """The look at ``rounds`` paired seeds: every pair of levels (:func:`decide_look`), the
+    effects of two or more factors (:func:`decide_effects`), and what of the comparison's
+    goal is still open (:func:`orchestrator.answer.goal.still_open`; empty: seeding may stop).
+    The plan and the simulated procedure (:func:`orchestrator.answer.simulate.run`) both stop
+    on it."""
+    results = decide_look(c, values, rounds)
+    found = decide_effects(c, values, rounds)
+    return results, found, tuple(goals.still_open(c.goal, results, found, values,
+                                                  c.direction))
 
 
 def _round(c: Comparison, rounds: int, tuning: dict, confirms: dict
@@ -313,6 +367,21 @@ def _decide(factor, direction, metric, precision, seeds, frozen, look,
                                       seeds=seeds))
 
 
+def decide_effects(c: Comparison, values: dict[str, dict[int, float | None]],
+                   rounds: int) -> tuple[Effect, ...]:
+    """:func:`orchestrator.answer.effects.effects` of a comparison of two or more factors at
+    the look of ``rounds`` seeds (the levels' values as cells of the product); empty for one
+    factor."""
+    if len(c.factors) < 2:
+        return ()
+    cells = c.cells()
+    by_cell = {cells[label]: v for label, v in values.items() if label in cells}
+    return tuple(effects(c.factors, c.factor_levels(), by_cell, direction=c.direction,
+                         bounds=stats.difference_bounds(c.metric, values),
+                         look=rounds - c.seeds + 1, looks=c.max_seeds - c.seeds + 1,
+                         precision=c.precision, seeds=c.seeds))
+
+
 def answer(c: Comparison, trials: Sequence[FrozenTrial], done: Done) -> Answer | None:
     """The level a finished comparison names, and its run (None when no level has a finite
     confirmation value).
@@ -325,17 +394,11 @@ def answer(c: Comparison, trials: Sequence[FrozenTrial], done: Done) -> Answer |
     (ties: the lower seed), a typical seed rather than the luckiest.
     """
     beaten = {r.loser for r in done.results if r.winner is not None}
-    sign = objectives.sign(c.direction)
-    ranks = []
-    for label in stats.level_order(done.values):
-        found = [v for v in done.values[label].values() if v is not None]
-        finite = [v for v in found if math.isfinite(v)]
-        if finite and label not in beaten:
-            mean = math.fsum(finite) / len(finite)
-            ranks.append((len(found) - len(finite), sign * mean, label, mean, len(finite)))
-    if not ranks:
+    label = goals.leader(done.values, done.results, c.direction)
+    if label is None:
         return None
-    *_, label, mean, n = min(ranks, key=lambda r: r[:2])
+    finite = [v for v in done.values[label].values() if v is not None and math.isfinite(v)]
+    mean, n = math.fsum(finite) / len(finite), len(finite)
     runs = [t for t in trials if t.user_attrs.get(keys.PHASE) == CONFIRM
             and t.user_attrs.get(keys.LEVEL) == label and t.state == TrialState.COMPLETE
             and t.value is not None and math.isfinite(t.value)]
@@ -412,90 +475,3 @@ def standing(c: Comparison | None, trials: Sequence[FrozenTrial],
         return Standing(found.trial, found.mean, found)
     best = objectives.best_trials(trials, list(directions))
     return Standing(best[0], best[0].value) if best else None
-
-
-# ------------------------------------------------------------------ Optuna's view of one level
-
-class LevelView:
-    """A study as one level's sampler or pruner sees it: only the tuning trials of ``label``
-    in tuning replicate ``replicate`` (every other attribute is the study's own)."""
-
-    def __init__(self, study: optuna.Study, label: str | None, replicate: int = 0):
-        self._study, self._label, self._replicate = study, label, replicate
-
-    def __getattr__(self, name: str):
-        return getattr(self._study, name)
-
-    def _mine(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
-        return [t for t in trials if t.user_attrs.get(keys.LEVEL) == self._label
-                and t.user_attrs.get(keys.PHASE) == TUNE and replicate(t) == self._replicate]
-
-    def get_trials(self, deepcopy: bool = True, states=None) -> list[FrozenTrial]:
-        return self._mine(self._study.get_trials(deepcopy=deepcopy, states=states))
-
-    def trials_read(self, deepcopy: bool = True, states=None, use_cache: bool = False):
-        """The study's own trials read (:data:`compat.STUDY_TRIALS`, which samplers call), of
-        this level only."""
-        return self._mine(compat.study_trials(self._study, deepcopy=deepcopy, states=states,
-                                              use_cache=use_cache))
-
-    @property
-    def trials(self) -> list[FrozenTrial]:
-        return self.get_trials()
-
-
-compat.implement(LevelView, compat.STUDY_TRIALS, LevelView.trials_read)
-
-
-class LevelSampler(optuna.samplers.BaseSampler):
-    """One sampler per level and tuning replicate, made by ``make(replicate)`` (so every level
-    of a replicate is seeded alike) and shown only that level's tuning trials of that
-    replicate: each tuning is searched as if it were the only one."""
-
-    def __init__(self, make: Callable[[int], optuna.samplers.BaseSampler]):
-        self._make = make
-        self._samplers: dict[tuple[str | None, int], optuna.samplers.BaseSampler] = {}
-
-    def _of(self, study, trial: FrozenTrial):
-        key = (trial.user_attrs.get(keys.LEVEL), replicate(trial))
-        if key not in self._samplers:
-            self._samplers[key] = self._make(key[1])
-        return self._samplers[key], LevelView(study, *key)
-
-    def infer_relative_search_space(self, study, trial):
-        sampler, view = self._of(study, trial)
-        return sampler.infer_relative_search_space(view, trial)
-
-    def sample_relative(self, study, trial, search_space):
-        sampler, view = self._of(study, trial)
-        return sampler.sample_relative(view, trial, search_space)
-
-    def sample_independent(self, study, trial, param_name, param_distribution):
-        sampler, view = self._of(study, trial)
-        return sampler.sample_independent(view, trial, param_name, param_distribution)
-
-    def before_trial(self, study, trial) -> None:
-        sampler, view = self._of(study, trial)
-        sampler.before_trial(view, trial)
-
-    def after_trial(self, study, trial, state, values) -> None:
-        sampler, view = self._of(study, trial)
-        sampler.after_trial(view, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        for sampler in self._samplers.values():
-            sampler.reseed_rng()
-
-
-class LevelPruner(optuna.pruners.BasePruner):
-    """``inner`` judging a tuning trial against its own level's tuning trials only; a
-    confirmation trial is never pruned (its seed would go unpaired)."""
-
-    def __init__(self, inner: optuna.pruners.BasePruner):
-        self._inner = inner
-
-    def prune(self, study, trial) -> bool:
-        if trial.user_attrs.get(keys.PHASE) != TUNE:
-            return False
-        return self._inner.prune(LevelView(study, trial.user_attrs.get(keys.LEVEL),
-                                           replicate(trial)), trial)

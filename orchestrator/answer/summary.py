@@ -10,10 +10,11 @@ seeds would decide it (:func:`seeds_to_decide`).
 (the report's Markdown and HTML tables) write it out; each confirmation run carries its
 level's mean as the table writes it (:func:`shown_means`), for the MLflow UI's view.
 
-Numbers are shown to what their interval supports: 2 significant digits of its half-width
-(:func:`decimals`); an accuracy (a metric in [0, 1]) in percent, its differences in points.
-Names are shown as the user wrote them: a level by its values (``linear, 1.0`` for the
-factors ``lr_scaling, clip_grad_norm``, which the table's header names once).
+The sentence is :func:`orchestrator.answer.finding.sentence` (for a product of factors, its
+effects' verdicts); figures and names are written by :mod:`orchestrator.answer.words`: numbers
+to what their interval supports, an accuracy in percent and its differences in points, a level
+by its values (``linear, 1.0`` for the factors ``lr_scaling, clip_grad_norm``, which the
+table's header names once).
 """
 from __future__ import annotations
 
@@ -25,9 +26,12 @@ from decimal import Decimal
 import numpy as np
 
 from ..core import keys
-from . import objectives, stats
+from . import finding, objectives, stats
+from . import goal as goals
 from .edges import EDGE
+from .effects import Effect
 from .letters import letters
+from .words import Words, half_width, interval_text, p_text, plain, rules_out
 
 SEEDS_LIMIT = 1000  # seeds_to_decide looks no further: beyond, "more than 1000"
 
@@ -59,6 +63,7 @@ class Summary:
     means: dict[str, float]  # level -> mean over its finite confirmation values
     groups: dict[str, str]  # level -> its letters
     open_pairs: tuple[OpenPair, ...]
+    effects: tuple[Effect, ...] = ()  # two or more factors: what the sentence is about
 
     def lines(self) -> list[str]:
         """The content as terminal lines: the sentence, the table in aligned columns, its
@@ -72,69 +77,6 @@ class Summary:
                              for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
         return [self.sentence, line(self.header), *(line(r) for r in self.rows), self.caption,
                 *self.notes]
-
-
-# ------------------------------------------------------------------------------ numbers
-
-def decimals(half: float) -> int | None:
-    """The decimals that show 2 significant digits of an interval's half-width ``half`` (0 to
-    6); None without one (NaN, zero or infinite)."""
-    if not (math.isfinite(half) and half > 0):
-        return None
-    return min(6, max(0, 1 - math.floor(math.log10(half))))
-
-
-def fixed(value: float, half: float = math.nan) -> str:
-    """``value`` to the decimals of ``half`` (:func:`decimals`), or to 3 significant digits
-    without it; never an exponent, never ``-0``; ``-`` for NaN."""
-    if math.isnan(value):
-        return "-"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    digits = decimals(half)
-    if digits is None:
-        size = abs(value)
-        digits = 0 if size == 0 else min(6, max(0, 2 - math.floor(math.log10(size))))
-        if round(value, digits) == 0:  # a float's last bits (b - a = -3.7e-17): nothing
-            return "0"
-    text = f"{value:.{digits}f}"
-    return text.lstrip("-") if float(text) == 0 else text
-
-
-def plain(value: float) -> str:
-    """A setting's figure (a precision): as short as ``:g`` writes it, without an exponent."""
-    text = f"{value:.3g}"
-    if "e" in text:
-        text = f"{value:.12f}".rstrip("0").rstrip(".")
-    return text
-
-
-def p_text(p: float) -> str:
-    """``p = 0.012``, ``p < 0.001`` (never an exponent), ``no p``."""
-    return "no p" if math.isnan(p) else "p < 0.001" if p < 0.001 else f"p = {p:.2g}"
-
-
-# -------------------------------------------------------------------------- the figures
-
-def no_interval(r: stats.PairResult) -> str:
-    """Why a pair has no interval, in words without figures (its ``ci_method`` writes the
-    one difference of a pair without spread as a raw float: ``-1.85e-17``)."""
-    if r.finite_pairs < 2:
-        return f"{r.finite_pairs} finite pair{'s' if r.finite_pairs != 1 else ''}"
-    return "no spread (every seed gave the same difference)"
-
-
-def interval_text(r: stats.PairResult) -> str:
-    """``95% t interval`` or ``98.6% t interval, look 2 of 6`` (clipped: said so)."""
-    where = f", look {r.look} of {r.looks}" if r.looks > 1 else ""
-    clipped = ", clipped to the metric's range" if "clipped" in r.ci_method else ""
-    return f"{stats.level_percent(r.ci_level)} t interval{where}{clipped}"
-
-
-def rules_out(r: stats.PairResult) -> float:
-    """The largest difference (either sign) the pair's interval still allows: max(|low|,
-    |high|); NaN without an interval."""
-    return max(abs(r.ci_low), abs(r.ci_high)) if not math.isnan(r.ci_low) else math.nan
 
 
 def seeds_to_decide(r: stats.PairResult, direction: str,
@@ -192,83 +134,13 @@ def ranked(levels: Sequence[str], values: Mapping[str, Mapping[Hashable, float |
 
 # -------------------------------------------------------------------------- the content
 
-@dataclass(frozen=True)
-class Words:
-    """How a comparison's names and amounts are written: a level by its values (in the
-    sentence and the lines, in parentheses when it has several), an accuracy in percent and
-    its differences in points, every figure rounded to its interval (:func:`fixed`)."""
-
-    factors: tuple[str, ...]
-    metric: str
-    percent: bool  # a metric in [0, 1]: means in %, differences in points
-
-    @classmethod
-    def of(cls, factors: Sequence[str], metric: str) -> Words:
-        return cls(tuple(factors), metric, stats.METRIC_BOUNDS.get(metric) == (0.0, 1.0))
-
-    @property
-    def header(self) -> str:
-        """The factor(s) as the table's header names them: ``lr_scaling, clip_grad_norm``."""
-        return ", ".join(self.factors)
-
-    @property
-    def unit(self) -> str:
-        return "points" if self.percent else self.metric
-
-    def cell(self, label: str) -> str:
-        """A level in the table: its value(s), ``linear, 1.0``."""
-        return ", ".join(level_values(label, self.factors))
-
-    def name(self, label: str) -> str:
-        """A level in a sentence: ``adam``, or ``(linear, 1.0)`` for several factors."""
-        text = self.cell(label)
-        return f"({text})" if len(self.factors) > 1 else text
-
-    def amount(self, value: float, half: float = math.nan) -> str:
-        """A difference (or a precision) in the unit of differences, rounded to ``half``."""
-        scale = 100.0 if self.percent else 1.0
-        return fixed(scale * value, scale * half)
-
-    def allowed(self, value: float, half: float = math.nan) -> str:
-        """What a pair's interval rules out: ``beyond 0.9 points``; ``nothing`` when its
-        interval spans every difference the metric can take."""
-        bounds = stats.METRIC_BOUNDS.get(self.metric)
-        if bounds and None not in bounds and value >= bounds[1] - bounds[0]:
-            return "nothing"
-        return f"beyond {self.amount(value, half)} {self.unit}"
-
-    def mean(self, value: float, half: float = math.nan) -> str:
-        """``val_acc 96.1%`` or ``val_loss 0.231``."""
-        return f"{self.metric} {self.amount(value, half)}{'%' if self.percent else ''}"
-
-
-def level_values(label: str, factors: Sequence[str]) -> list[str]:
-    """The values of a level's label (``lr_scaling=linear,clip_grad_norm=1.0`` ->
-    ``["linear", "1.0"]``; one factor: the label itself); the label whole when it does not
-    read as the factors' values."""
-    if len(factors) < 2:
-        return [label]
-    out, rest = [], label
-    for i, factor in enumerate(factors):
-        if not rest.startswith(f"{factor}="):
-            return [label]
-        rest = rest[len(factor) + 1:]
-        if i + 1 == len(factors):
-            out.append(rest)
-            break
-        cut = rest.find(f",{factors[i + 1]}=")
-        if cut < 0:
-            return [label]
-        out.append(rest[:cut])
-        rest = rest[cut + 1:]
-    return out
-
 
 def summarize(factors: Sequence[str], levels: Sequence[str],
               values: Mapping[str, Mapping[Hashable, float | None]],
               results: Sequence[stats.PairResult], *, metric: str, direction: str,
               named: str | None = None, run: tuple[int, int] | None = None,
-              finished: bool = True) -> Summary:
+              finished: bool = True, effects: Sequence[Effect] = (),
+              goal: str | None = None) -> Summary:
     """The comparison's content.
 
     Args:
@@ -281,6 +153,9 @@ def summarize(factors: Sequence[str], levels: Sequence[str],
             the best mean among the levels no other beats (an interim look).
         run: ``(seed, trial number)`` of the run whose weights stand for ``named``.
         finished: False for an interim look (the sentence says so).
+        effects: two or more factors: :func:`orchestrator.answer.effects.effects` over the
+            same values; the sentence then gives each effect's verdict.
+        goal: the question that stopped the seeding (``compare.goal``); None: not said.
     """
     words = Words.of(factors, metric)
     order = ranked(levels, values, direction)
@@ -289,17 +164,18 @@ def summarize(factors: Sequence[str], levels: Sequence[str],
     compared = {x for r in results for x in (r.a, r.b)}
     groups = letters([*ranking, *sorted(compared - set(ranking))],
                      [(r.a, r.b) for r in results if r.verdict == stats.BETTER])
-    open_pairs = tuple(OpenPair(r.a, r.b, r.verdict, rules_out(r), _half(r),
+    open_pairs = tuple(OpenPair(r.a, r.b, r.verdict, rules_out(r), half_width(r),
                                 seeds_to_decide(r, direction))
                        for r in results if r.verdict != stats.BETTER)
     beaten = {r.loser for r in results if r.winner is not None}
     leader = named or next((lv for lv in ranking if lv not in beaten),
                            ranking[0] if ranking else None)
     header, rows, halves = _table(words, levels, values, ranking, groups)
-    sentence = _sentence(words, results, leader, means.get(leader, math.nan),
-                         halves.get(leader, math.nan), direction,
-                         bool(ranking) and leader == ranking[0], finished)
-    notes = _pair_notes(words, results, direction) + _open_note(words, open_pairs) + \
+    sentence = finding.sentence(words, results, tuple(effects), leader,
+                                means.get(leader, math.nan), halves.get(leader, math.nan),
+                                direction, ranking, finished)
+    notes = finding.effect_notes(words, effects) + _pair_notes(words, results, direction) + \
+        _open_note(words, open_pairs) + _goal_note(goal, results, effects, finished) + \
         _value_notes(words, levels, values) + (
         [f"The weights of {words.name(leader)}: the run of seed {run[0]} (trial {run[1]}), "
          f"the confirmation run closest to its mean."] if run is not None and leader else [])
@@ -311,11 +187,7 @@ def summarize(factors: Sequence[str], levels: Sequence[str],
                f"test ({level_text}, Holm's correction over {len(results)} "
                f"pair{'s' if len(results) != 1 else ''}); levels with no letter in common are.")
     return Summary(sentence, header, rows, caption, tuple(notes), ranking, means, groups,
-                   open_pairs)
-
-
-def _half(r: stats.PairResult) -> float:
-    return (r.ci_high - r.ci_low) / 2 if not math.isnan(r.ci_low) else math.nan
+                   open_pairs, tuple(effects))
 
 
 def _table(words: Words, levels: Sequence[str], values, ranking: Sequence[str],
@@ -371,70 +243,11 @@ def shown_means(metric: str, values: Mapping[str, Mapping[Hashable, float | None
     return out
 
 
-def _names(words: Words, levels: Sequence[str]) -> str:
-    """One or two levels by name, more by their count."""
-    if len(levels) <= 2:
-        return " and ".join(words.name(lv) for lv in levels)
-    return f"{len(levels)} levels"
-
-
-def _sentence(words: Words, results: Sequence[stats.PairResult], leader: str | None,
-              mean: float, half: float, direction: str, top: bool, finished: bool) -> str:
-    """The answer and its strongest evidence: the least lead of a level better than every
-    other; else the largest difference from the named level its open pairs still allow."""
-    factor = words.header if len(words.factors) == 1 else f"({words.header})"
-    if leader is None:
-        text = f"{factor}: no level has a finite {words.metric} on its confirmation seeds"
-    elif not results:
-        text = f"{factor}: fewer than two levels have confirmation values to compare"
-    else:
-        text = f"{factor}: {_verdict(words, results, leader, mean, half, direction, top)}"
-    return text + ("" if finished else
-                   " (an interim look: not finished; `sweep run` again resumes it)") + "."
-
-
-def _verdict(words: Words, results: Sequence[stats.PairResult], leader: str, mean: float,
-             half: float, direction: str, top: bool) -> str:
-    n = max(r.pairs for r in results)
-    name, unit = words.name(leader), words.unit
-    mine = [r for r in results if leader in (r.a, r.b)]
-    wins = [r for r in mine if r.winner == leader]
-
-    def intervals(rs) -> str:
-        return f"{stats.level_percent(rs[0].ci_level)} t interval{'s' if len(rs) > 1 else ''}"
-    least = min(wins, key=lambda r: r.lead(direction)[1], default=None)
-    by = "" if least is None else \
-        f" by at least {words.amount(least.lead(direction)[1], _half(least))} {unit}"
-    if mine and len(wins) == len(mine):
-        others = "every other level" if len(mine) > 1 else words.name(mine[0].loser)
-        return (f"{name} is best, {words.mean(mean, half)} over {n} seeds; better than "
-                f"{others}{by} ({intervals(mine)})")
-    if all(r.verdict == stats.EQUIVALENT for r in results):
-        widest = max(results, key=rules_out)
-        levels = len({x for r in results for x in (r.a, r.b)})
-        return (f"{'both' if levels == 2 else f'all {levels}'} levels equivalent within "
-                f"±{plain((100 if words.percent else 1) * results[0].precision)} {unit} over "
-                f"{n} seeds (no difference beyond "
-                f"{words.amount(rules_out(widest), _half(widest))}, {intervals(results)}); "
-                f"best mean {name}, {words.mean(mean, half)}")
-    decided = any(r.verdict == stats.BETTER for r in results)
-    better = f", better than {_names(words, [r.loser for r in wins])}{by}" if wins else ""
-    allowed = [r for r in mine if r.verdict != stats.BETTER and not math.isnan(r.ci_low)]
-    widest = max(allowed, key=rules_out, default=None)
-    why = next((no_interval(r) for r in mine if math.isnan(r.ci_low)), "")
-    rule = f"; no interval for its pairs: {why}" if widest is None else (
-        f"; differences from it {words.allowed(rules_out(widest), _half(widest))} ruled out "
-        f"({intervals(allowed)})")
-    return (f"no level shown better than {'every other' if decided else 'another'} after {n} "
-            f"seeds; {'best mean' if top else 'named'} {name}, {words.mean(mean, half)}"
-            f"{better}{rule}")
-
-
 def _pair_notes(words: Words, results: Sequence[stats.PairResult], direction: str) -> list[str]:
     """A sentence per decided pair (better or equivalent), with its interval."""
     out = []
     for r in results:
-        h = _half(r)
+        h = half_width(r)
         if r.verdict == stats.BETTER:
             ahead, low, high = r.lead(direction)
             out.append(f"{words.name(r.winner)} better than {words.name(r.loser)} by "
@@ -471,6 +284,20 @@ def _open_note(words: Words, pairs: Sequence[OpenPair]) -> list[str]:
             "(if its mean difference and spread held): " + "; ".join(said) + "."]
 
 
+def _goal_note(goal: str | None, results: Sequence[stats.PairResult],
+               found: Sequence[Effect], finished: bool) -> list[str]:
+    """Where seeding stopped on a question narrower than every pair: which pairs it left
+    undecided without holding the seeding open."""
+    left = [r for r in results if r.verdict == stats.UNDECIDED]
+    if not finished or goal in (None, goals.PAIRS) or not left or \
+            (goal == goals.EFFECTS and not found):
+        return []
+    question = "every effect" if goal == goals.EFFECTS else "the best level"
+    return [f"Seeding stops once {question} is decided (compare.goal: {goal}); the "
+            f"{len(left)} undecided pair{'s' if len(left) > 1 else ''} of levels did not hold "
+            f"it open."]
+
+
 def _value_notes(words: Words, levels: Sequence[str], values) -> list[str]:
     """The levels with seeds without a value, or no confirmation value at all."""
     out = []
@@ -488,16 +315,16 @@ def _value_notes(words: Words, levels: Sequence[str], values) -> list[str]:
 
 def of_comparison(c, values: Mapping[str, Mapping[Hashable, float | None]],
                   results: Sequence[stats.PairResult], found=None,
-                  finished: bool = True) -> Summary:
+                  finished: bool = True, effects: Sequence[Effect] = ()) -> Summary:
     """:func:`summarize` for a ``compare:`` block (:class:`orchestrator.answer.compare.Comparison`
-    ``c``) at a look (``values``, ``results``), naming ``found`` (its
-    :class:`~orchestrator.answer.compare.Answer`, None before the end): what ``sweep run`` and
-    ``sweep report`` both write, so that both say the same."""
+    ``c``) at a look (``values``, ``results`` and, for two or more factors, ``effects``),
+    naming ``found`` (its :class:`~orchestrator.answer.compare.Answer`, None before the end):
+    what ``sweep run`` and ``sweep report`` both write, so that both say the same."""
     out = summarize(c.factor.split(","), stats.level_order(lv.label for lv in c.levels),
                     values, results, metric=c.metric, direction=c.direction,
                     named=found.level if found is not None else None, finished=finished,
                     run=(found.trial.user_attrs.get(keys.SEED), found.trial.number)
-                    if found is not None else None)
+                    if found is not None else None, effects=effects, goal=c.goal)
     edges = edge_note(Words.of(c.factor.split(","), c.metric), found.edges) \
         if found is not None else None
     return replace(out, notes=(estimand(c), *out.notes, *([edges] if edges else [])))

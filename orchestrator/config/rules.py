@@ -224,6 +224,10 @@ def _check_compare(top, space: sp.Space, problems: list[str]) -> int | None:
         elif len(_levels_of(node)) < 2:
             problems.append(f"compare.factor: space.{f} has one level, "
                             f"{list(_levels_of(node))}; list at least two to compare")
+    if c.goal == "effects" and len(c.factors) < 2:
+        problems.append(f"compare.goal: effects needs two or more settings in compare.factor "
+                        f"(main effects and their interaction), got factor: {c.factor}; use "
+                        f"goal: best or goal: pairs, or list several factors")
     if c.max_seeds is not None and c.max_seeds < c.seeds:
         problems.append(f"compare.max_seeds must be >= compare.seeds ({c.seeds}), got "
                         f"{c.max_seeds}; raise it or drop it")

@@ -148,6 +148,11 @@ class CompareSpec(_Strict):
                                     "on better or equivalent, never on undecided")
     target: float | None = Field(None, description="objective value for time-to-target "
                                  "(epochs and seconds each level takes to reach it)")
+    goal: Literal["best", "pairs", "effects"] | None = Field(
+        None, description="the question whose answer stops the seeding: best (every pair of "
+        "the leading level decided), pairs (every pair of levels decided) or effects (every "
+        "main effect and interaction decided; two or more factors only); default: effects "
+        "for two or more factors, else best")
 
     @property
     def factors(self) -> tuple[str, ...]:

@@ -229,8 +229,8 @@ def compare(data: SweepData) -> Comparison | None:
     factor = [block["factor"]] if isinstance(block["factor"], str) else list(block["factor"])
     metric, direction = spec.objective.metric, spec.objective.direction
     c = plan.Comparison.of(spec)
-    results, values, finished, found = _decision(c, data.frozen) if c is not None else \
-        ([], {}, False, None)
+    results, values, finished, found, effects = _decision(c, data.frozen) if c is not None \
+        else ([], {}, False, None, ())
     tune = phase(data.trials, "tune")
     levels = stats.level_order([lv.label for lv in c.levels] if c is not None else
                                set(tune["level"].map(str)) | set(values))
@@ -256,18 +256,20 @@ def compare(data: SweepData) -> Comparison | None:
     if target is not None and len(reach):
         out.reach_results = _reach_results(out)
     if out.results:
-        out.summary = of_comparison(c, out.confirm, out.results, found, finished)
+        out.summary = of_comparison(c, out.confirm, out.results, found, finished, effects)
     out.sentences = sentences(out, data)
     return out
 
 
 def _decision(c: plan.Comparison, trials) -> tuple:
-    """(results, values, finished, answer): the plan's decision at its last look when it is
-    done, else the look the finished confirmation rounds reached so far (an interim look)."""
+    """(results, values, finished, answer, effects): the plan's decision at its last look when
+    it is done, else the look the finished confirmation rounds reached so far (an interim
+    look)."""
     step = plan.plan(c, trials)
     if isinstance(step.action, plan.Done):
         done = step.action
-        return done.results, done.values, True, plan.answer(c, plan.counted(trials), done)
+        return (done.results, done.values, True, plan.answer(c, plan.counted(trials), done),
+                done.effects)
     counted = plan.counted(trials)
     values: dict[str, dict[int, float | None]] = {}
     for t in counted:
@@ -276,9 +278,10 @@ def _decision(c: plan.Comparison, trials) -> tuple:
                 int(t.user_attrs.get(keys.SEED))] = plan.confirmed_value(t)
     paired = set.intersection(*(set(v) for v in values.values())) if len(values) > 1 else set()
     if len(paired) < 2:
-        return [], values, False, None
+        return [], values, False, None, ()
     rounds = min(max(len(paired), c.seeds), c.max_seeds)
-    return plan.decide_look(c, values, rounds), values, False, None
+    return (plan.decide_look(c, values, rounds), values, False, None,
+            plan.decide_effects(c, values, rounds))
 
 
 def budget(data: SweepData, levels: list[str], factor: list[str] = ()) -> pd.DataFrame:

@@ -359,7 +359,7 @@ def _pairs_table(c: Comparison, words) -> Table:
     """Every pair of levels in the report's units (points for an accuracy), rounded to each
     pair's interval."""
     from ..answer.stats import level_percent
-    from ..answer.summary import no_interval
+    from ..answer.words import no_interval
 
     return Table(
         f"Every pair of levels over their paired confirmation seeds: b minus a in "

@@ -26,7 +26,7 @@ from ..core.errors import ExitCode, SweepError, SweepFailure
 from ..report.display import WINDOW, Snapshot, TrialRow, config_name
 from ..stores.storages import default_storage
 from ..stores.study import PendingTrial
-from . import phases
+from . import looks, phases
 from .book import TrialBook, fail_stale_trials, stop_sweep
 from .pool import Worker, WorkerPool
 from .protocol import (
@@ -493,7 +493,7 @@ class _View:
         self.times: deque[float] = deque(maxlen=WINDOW)
         self.measured = 0
         self._key: tuple = ()
-        self._read_at = 0.0
+        self._read_at, self._looks = 0.0, None  # a comparison's looks said (looks.py)
         self._cached: tuple = ({}, 0, None)
         self._front: int | None = None  # several objectives: the Pareto front's size
 
@@ -533,7 +533,7 @@ class _View:
     def _read(self) -> tuple:
         study, spec = self.book.study, self.book.spec
         best = study.best(None if spec.is_multi_objective else 1)
-        plan = study.plan()
+        plan, self._looks = looks.say_looks(self.book, study.plan(), self._looks)
         shown = None
         if spec.is_multi_objective:
             self._front, best = len(best), []

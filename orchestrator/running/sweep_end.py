@@ -67,7 +67,8 @@ def log_comparison(book: TrialBook) -> str | None:
         return None
     found = compare.final_answer(book.study.comparison, book.study.trials())
     sentence = summary.of_comparison(book.study.comparison, plan.action.values,
-                                     plan.action.results, found).sentence
+                                     plan.action.results, found,
+                                     effects=plan.action.effects).sentence
     folder, name = posixpath.split(keys.COMPARISON_CSV)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / name

@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from ..answer import compare, objectives
+from ..answer import compare, levels, objectives
 from ..config import space as sp
 from ..config.samplers import build_pruner, build_sampler
 from ..config.spec import SweepSpec, settings_of
@@ -34,9 +34,9 @@ from .storages import open_storage
 
 def make_sampler(spec: SweepSpec, seed_offset: int = 0):
     """The sampler of ``spec``, its seed offset by ``seed_offset`` (see :meth:`SweepStudy.open`);
-    for a comparison, one such sampler per level (:class:`compare.LevelSampler`)."""
+    for a comparison, one such sampler per level (:class:`levels.LevelSampler`)."""
     if spec.compare is not None:
-        return compare.LevelSampler(  # a replicate's levels seeded alike, replicates apart
+        return levels.LevelSampler(  # a replicate's levels seeded alike, replicates apart
             lambda replicate: _one_sampler(spec, seed_offset + REPLICATE_STRIDE * replicate))
     return _one_sampler(spec, seed_offset)
 
@@ -54,7 +54,7 @@ def make_pruner(spec: SweepSpec):
     """The pruner of ``spec``; for a comparison, judging each level against itself."""
     p = spec.pruner
     pruner = build_pruner(p.name, p.min_epochs, spec.epochs, p.options)
-    return compare.LevelPruner(pruner) if spec.compare is not None else pruner
+    return levels.LevelPruner(pruner) if spec.compare is not None else pruner
 
 
 class TrialLost(RuntimeError):

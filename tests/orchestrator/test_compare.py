@@ -15,7 +15,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 from scipy import stats
 
-from orchestrator.answer import compare
+from orchestrator.answer import compare, levels
 from orchestrator.answer import stats as st
 from orchestrator.config.spec import validate
 from orchestrator.core import keys
@@ -285,7 +285,7 @@ def _with_curve(level: str, phase: str, value: float) -> optuna.trial.FrozenTria
 
 
 def test_a_tuning_trial_is_pruned_against_its_own_level_only():
-    pruner = compare.LevelPruner(optuna.pruners.MedianPruner(n_startup_trials=1,
+    pruner = levels.LevelPruner(optuna.pruners.MedianPruner(n_startup_trials=1,
                                                              n_warmup_steps=0))
     study = optuna.create_study(direction="maximize", pruner=pruner)
     for level, value in (("adam", 0.9), ("adam", 0.9), ("sgd", 0.1)):
@@ -312,7 +312,7 @@ def test_each_level_is_sampled_alike_from_its_own_trials():
             seen.setdefault(trial.user_attrs[keys.LEVEL], []).append(len(study.get_trials()))
             return super().sample_independent(study, trial, name, dist)
 
-    study = optuna.create_study(sampler=compare.LevelSampler(lambda r: Recording(seed=3)))
+    study = optuna.create_study(sampler=levels.LevelSampler(lambda r: Recording(seed=3)))
     for level in ("adam", "adam", "sgd"):
         study.add_trial(_with_curve(level, compare.TUNE, 0.5))
     draws = {}

@@ -61,9 +61,9 @@ def test_the_simulated_looks_are_the_plans_own(tuning):
             else:
                 trials.append(_trial(step.level, compare.CONFIRM, step.seed,
                                      values[step.level.label][step.seed]))
-        rounds, results = sim.run(c, values)
-        assert step.results == results
-        assert {s for v in step.values.values() for s in v} == set(c.confirm_seeds(rounds))
+        stop = sim.run(c, values)
+        assert step.results == stop.results
+        assert {s for v in step.values.values() for s in v} == set(c.confirm_seeds(stop.rounds))
 
 
 def _shipped_like(tuning: str | None) -> compare.Comparison:

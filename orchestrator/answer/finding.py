@@ -1,0 +1,357 @@
+"""A comparison's finding in words: its one sentence (the headline, at most
+:data:`HEADLINE_LIMIT` characters) and, for a product of factors, a line per effect.
+
+The sentence says what is decided first, then what stays open, then the level and method of
+its intervals. For one factor: a level better than every other with its lead over the closest;
+each winner's losers; the levels equivalent two by two as groups; the undecided pairs. For two
+or more factors: each main effect and interaction (:mod:`orchestrator.answer.effects`): a level
+better than another by its contrast, or no effect (no interaction) beyond what its interval
+rules out, then the effects left undecided. Each amount comes with its own interval, or is the
+largest its interval allows: never two figures a reader must reconcile. "Undecided" is no
+evidence either way, never "no difference". Shorter wordings are tried in turn until the
+sentence fits.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+from ..core.numbers import value_text
+from . import stats
+from .effects import INTERACTION, MAIN, SHOWN, Effect
+from .words import Words, half_width, interval_text, no_interval, p_text, plain, rules_out
+
+HEADLINE_LIMIT = 300  # the most characters of a headline
+
+
+def _names(words: Words, levels: Sequence[str]) -> str:
+    """Levels by name: ``a``, ``a and b``, ``a, b and c``."""
+    shown = [words.name(lv) for lv in levels]
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
+
+
+def sentence(words: Words, results: Sequence[stats.PairResult], found: Sequence[Effect],
+              leader: str | None, mean: float, half: float, direction: str,
+              ranking: Sequence[str], finished: bool) -> str:
+    """The finding in one sentence of at most :data:`HEADLINE_LIMIT` characters: what is
+    decided first (which levels are better than which and which are equivalent; or each
+    effect's verdict), then what stays open, then the intervals' level. Each amount comes
+    with its own interval or is what an interval rules out: never two figures to reconcile.
+    Shorter wordings are tried in turn until it fits."""
+    factor = words.header if len(words.factors) == 1 else f"({words.header})"
+    interim = "" if finished else " (an interim look: not finished; `sweep run` again " \
+        "resumes it)"
+    if leader is None:
+        return f"{factor}: no level has a finite {words.metric} on its confirmation " \
+            f"seeds{interim}."
+    if not results:
+        return f"{factor}: fewer than two levels have confirmation values to compare{interim}."
+    n = max(r.pairs for r in results)
+    if found:
+        level = f"{_intervals(found, len(found) > 1)}; Holm over {found[0].family} effects"
+    else:
+        level = _intervals(results, len(results) > 1)
+    head, tail = f"{factor} after {n} seeds: ", f" ({level}){interim}."
+    for detail in (2, 1, 0):
+        clauses = _effect_clauses(words, found, direction, detail) if found else \
+            _pair_clauses(words, results, leader, mean, half, direction, ranking, detail)
+        text = head + "; ".join(clauses) + tail
+        if len(text) <= HEADLINE_LIMIT:
+            return text
+    text = _fit(head, clauses, tail)
+    return text if len(text) <= HEADLINE_LIMIT else text[:HEADLINE_LIMIT - 1] + "…"
+
+
+def _intervals(items: Sequence, several: bool) -> str:
+    """``98.6% t intervals, look 3 of 6``: the level, method and look the items share."""
+    first = items[0]
+    where = f", look {first.look} of {first.looks}" if first.looks > 1 else ""
+    return f"{stats.level_percent(first.ci_level)} t interval{'s' if several else ''}{where}"
+
+
+def _fit(head: str, clauses: Sequence[str], tail: str) -> str:
+    """``head`` + the clauses joined by ``; `` + ``tail``; clauses from the last on are left
+    to the notes ("N more below") while it is longer than :data:`HEADLINE_LIMIT`."""
+    kept = list(clauses)
+    text = head + "; ".join(kept) + tail
+    while len(text) > HEADLINE_LIMIT and len(kept) > 1:
+        kept.pop()
+        text = head + "; ".join(kept) + f"; {len(clauses) - len(kept)} more below" + tail
+    return text
+
+
+def _span(words: Words, low: float, high: float, half: float) -> str:
+    return f"[{words.amount(low, half)}, {words.amount(high, half)}]"
+
+
+def _by(words: Words, lead: tuple[float, float, float], half: float, detail: int) -> str:
+    """A lead with its interval (``0.42 points [0.01, 0.82]``), or its lower end alone."""
+    amount, low, high = lead
+    if detail >= 2:
+        return f"{words.amount(amount, half)} {words.unit} {_span(words, low, high, half)}"
+    return f"at least {words.amount(low, half)} {words.unit}"
+
+
+def _pair_clauses(words: Words, results: Sequence[stats.PairResult], leader: str, mean: float,
+                  half: float, direction: str, ranking: Sequence[str], detail: int) -> list[str]:
+    """The decided pairs in words (a level better than every other first, then each winner's
+    losers, then the equivalent groups), then the undecided pairs, then the named level."""
+    wins: dict[str, list[stats.PairResult]] = {}
+    for r in results:
+        if r.verdict == stats.BETTER:
+            wins.setdefault(r.winner, []).append(r)
+    others = {x for r in results for x in (r.a, r.b)} - {leader}
+    best = bool(others) and {r.loser for r in wins.get(leader, [])} >= others
+    out = []
+    if best:
+        out.append(_best_clause(words, sorted(wins.pop(leader), key=lambda r: r.lead(direction)[0]),
+                                mean, half, direction, detail))
+    out += _better_clauses(words, wins, direction, ranking, detail)
+    out += _equivalent_clauses(words, results, ranking, detail)
+    out += _undecided_clauses(words, results, detail)
+    if not best:
+        top = bool(ranking) and leader == ranking[0]
+        out.append(f"{'best mean' if top else 'named'} {words.name(leader)}, "
+                   f"{words.mean(mean, half)}")
+    return out
+
+
+def _better_clauses(words: Words, wins: dict[str, list[stats.PairResult]], direction: str,
+                    ranking: Sequence[str], detail: int) -> list[str]:
+    """Each winner's losers: every pair with its lead and interval; shorter, only the pairs no
+    chain of two others implies (a > b and b > c say a > c), with the least lead's lower end,
+    then without figures."""
+    if detail < 2:
+        said = {(w, r.loser) for w, rs in wins.items() for r in rs}
+        middle = {x for pair in said for x in pair}
+        wins = {w: [r for r in rs if not any((w, m) in said and (m, r.loser) in said
+                                             for m in middle)] for w, rs in wins.items()}
+    rank = {lv: i for i, lv in enumerate(ranking)}
+    out = []
+    for winner in sorted(wins, key=lambda lv: (rank.get(lv, len(rank)), lv)):
+        rs = sorted(wins[winner], key=lambda r: r.lead(direction)[0])
+        if detail == 0:
+            out.append(f"{words.name(winner)} better than " + (
+                f"{len(rs)} levels" if len(rs) > 2 else _names(words, [r.loser for r in rs])))
+        elif len(rs) == 1 or detail == 1:
+            least = min(rs, key=lambda r: r.lead(direction)[1])
+            out.append(f"{words.name(winner)} better than "
+                       f"{_names(words, [r.loser for r in rs])} by "
+                       f"{_by(words, least.lead(direction), half_width(least), detail)}")
+        else:
+            out.append(f"{words.name(winner)} better than " + ", than ".join(
+                f"{words.name(r.loser)} by {_by(words, r.lead(direction), half_width(r), detail)}"
+                for r in rs))
+    return out
+
+
+def _best_clause(words: Words, rs: Sequence[stats.PairResult], mean: float, half: float,
+                 direction: str, detail: int) -> str:
+    """A level better than every other: its mean, and its lead over the closest level."""
+    closest = rs[0]
+    head = f"{words.name(closest.winner)} best, {words.mean(mean, half)}"
+    lead = _by(words, closest.lead(direction), half_width(closest), detail)
+    if len(rs) == 1:
+        return f"{head}, better than {words.name(closest.loser)} by {lead}"
+    return f"{head}, better than every other level, than the closest " \
+        f"({words.name(closest.loser)}) by {lead}"
+
+
+def _equivalent_clauses(words: Words, results: Sequence[stats.PairResult],
+                        ranking: Sequence[str], detail: int) -> list[str]:
+    """The equivalent pairs as groups: the largest sets of levels equivalent two by two
+    (three or more), then each level with its remaining equivalent partners; each with the
+    largest difference its intervals still allow."""
+    pairs = {frozenset((r.a, r.b)): r for r in results if r.verdict == stats.EQUIVALENT}
+    if not pairs:
+        return []
+    if detail == 0:
+        return [f"{len(pairs)} pair{'s' if len(pairs) > 1 else ''} equivalent"]
+    rank = {lv: i for i, lv in enumerate(ranking)}
+
+    def order(levels) -> list[str]:
+        return sorted(levels, key=lambda lv: (rank.get(lv, len(rank)), lv))
+
+    def beyond(group_pairs) -> str:
+        widest = max(group_pairs, key=rules_out)
+        return words.allowed(rules_out(widest), half_width(widest))
+    out, left = [], dict(pairs)
+    for group in _cliques(set(pairs)):
+        if len(group) >= 3:
+            inside = [pairs[frozenset(p)] for p in itertools.combinations(group, 2)]
+            out.append(f"{_names(words, order(group))} equivalent, no difference "
+                       f"{beyond(inside)}")
+            for p in itertools.combinations(group, 2):
+                left.pop(frozenset(p), None)
+    while left:
+        counts = {lv: sum(lv in p for p in left) for p in left for lv in p}
+        hub = min(counts, key=lambda lv: (-counts[lv], rank.get(lv, len(rank)), lv))
+        mine = [p for p in left if hub in p]
+        partners = order([lv for p in mine for lv in p if lv != hub])
+        out.append(f"{words.name(hub)} equivalent to {_names(words, partners)}, no difference "
+                   f"{beyond([left.pop(p) for p in mine])}")
+    return out
+
+
+def _cliques(edges: set[frozenset]) -> list[frozenset]:
+    """The maximal sets of levels linked two by two (Bron-Kerbosch), largest first."""
+    links: dict[str, set[str]] = {}
+    for e in edges:
+        a, b = tuple(e)
+        links.setdefault(a, set()).add(b)
+        links.setdefault(b, set()).add(a)
+    found: list[frozenset] = []
+
+    def grow(r: set, p: set, x: set) -> None:
+        if not p and not x:
+            found.append(frozenset(r))
+        for v in sorted(p):
+            grow(r | {v}, p & links[v], x & links[v])
+            p, x = p - {v}, x | {v}
+    grow(set(), set(links), set())
+    return sorted(found, key=lambda g: (-len(g), sorted(g)))
+
+
+def _undecided_clauses(words: Words, results: Sequence[stats.PairResult],
+                       detail: int) -> list[str]:
+    """What stays open: one undecided pair with its difference and interval; several by
+    name; many by their count."""
+    open_ = [r for r in results if r.verdict == stats.UNDECIDED]
+    if not open_:
+        return []
+    if len(open_) == 1 and detail >= 1:
+        r = open_[0]
+        what = f"{words.name(r.a)} vs {words.name(r.b)} undecided"
+        if math.isnan(r.ci_low):
+            return [f"{what} (no interval: {no_interval(r)})"]
+        h = half_width(r)
+        return [f"{what}: {words.name(r.b)} minus {words.name(r.a)} = "
+                f"{words.amount(r.diff, h)} {words.unit} {_span(words, r.ci_low, r.ci_high, h)}"]
+    if len(open_) <= (3 if detail >= 1 else 2):
+        return ["undecided: " + ", ".join(f"{words.name(r.a)} vs {words.name(r.b)}"
+                                          for r in open_)]
+    return [f"{len(open_)} pair{'s' if len(open_) > 1 else ''} undecided"]
+
+
+def _effect_name(e: Effect, found: Sequence[Effect]) -> str:
+    """How a contrast is named: ``warmup_epochs`` (a factor of two levels), ``warmup_epochs
+    2 vs 0`` (of more), ``the interaction`` (two factors of two levels each) or
+    ``warmup_epochs × clip_grad_norm`` (with its levels where a factor has more than two)."""
+    mains = Counter(x.factors[0] for x in found if x.kind == MAIN)
+    if e.kind == MAIN:
+        many = mains[e.factors[0]] > 1
+        return f"{e.factors[0]} {value_text(e.levels[0])} vs {value_text(e.bases[0])}" if many \
+            else e.factors[0]
+    if len(mains) == 2 and set(mains.values()) == {1}:
+        return "the interaction"
+    at = f" ({value_text(e.levels[0])}, {value_text(e.levels[1])})" \
+        if mains[e.factors[0]] > 1 or mains[e.factors[1]] > 1 else ""
+    return f"{e.factors[0]} × {e.factors[1]}{at}"
+
+
+def _effect_clause(words: Words, e: Effect, found: Sequence[Effect], direction: str,
+                   detail: int) -> str:
+    """A decided effect in words: a level better than another, an interaction shown, or what
+    an equivalent effect's interval rules out."""
+    h, name = half_width(e), _effect_name(e, found)
+    if e.verdict == stats.BETTER:
+        ahead = e.winner[0]
+        behind = e.bases[0] if ahead == e.levels[0] else e.levels[0]
+        what = f"{e.factors[0]} {value_text(ahead)} better than {value_text(behind)}"
+        return what if detail == 0 else f"{what} by {_by(words, e.lead(direction), h, detail)}"
+    if e.verdict == SHOWN:
+        if detail == 0:
+            return f"{e.factors[0]} and {e.factors[1]} interact"
+        up = e.estimate > 0
+        low, high = (e.ci_low, e.ci_high) if up else (-e.ci_high, -e.ci_low)
+        span = f" {_span(words, low, high, h)}" if detail >= 2 else ""
+        return (f"{e.factors[0]} and {e.factors[1]} interact: {e.factors[0]} "
+                f"{value_text(e.levels[0])} minus {value_text(e.bases[0])} is "
+                f"{words.amount(abs(e.estimate), h)} {words.unit}{span} "
+                f"{'higher' if up else 'lower'} with {e.factors[1]} {value_text(e.levels[1])} than "
+                f"with {value_text(e.bases[1])}")
+    beyond = words.allowed(max(abs(e.ci_low), abs(e.ci_high)), h)
+    if e.kind == INTERACTION:
+        return f"no interaction {beyond}" if name == "the interaction" else \
+            f"no {name} interaction {beyond}"
+    return f"{name}: no effect {beyond}"
+
+
+def _effect_clauses(words: Words, found: Sequence[Effect], direction: str,
+                    detail: int) -> list[str]:
+    """The effects' verdicts in words: the decided ones, then what stays open."""
+    out = [_effect_clause(words, e, found, direction, detail) for e in found if e.decided]
+    open_ = [e for e in found if not e.decided]
+    if not open_:
+        return out
+    if detail == 0:
+        return out + [f"{len(open_)} effect{'s' if len(open_) > 1 else ''} undecided"]
+    if detail == 1 or len(open_) > 2:
+        return out + ["undecided: " + ", ".join(_effect_name(e, found) for e in open_)]
+    said = []
+    for e in open_:
+        h = half_width(e)
+        size = f"no interval: {e.ci_method.split(': ', 1)[-1]}" if math.isnan(e.ci_low) else \
+            f"{words.amount(e.estimate, h)} {words.unit} {_span(words, e.ci_low, e.ci_high, h)}"
+        said.append(f"{_effect_name(e, found)} ({size})")
+    return out + ["undecided: " + ", ".join(said)]
+
+
+def effect_notes(words: Words, found: Sequence[Effect]) -> list[str]:
+    """What the effects are, then a sentence per effect with its contrast, interval, Holm p,
+    seeds and the seeds that gave no contrast."""
+    if not found:
+        return []
+    many = any(Counter(x.factors[0] for x in found if x.kind == MAIN)[f] > 1
+               for f in {e.factors[0] for e in found})
+    out = [f"Effects: a factor's main effect is, at each paired seed, a level minus the "
+           f"factor's first level, averaged over the other factors' levels"
+           f"{' (a factor of more than two levels: each level against its first)' if many else ''}"
+           f"; an interaction is how much one factor's effect changes from the other's first "
+           f"level to another (a difference of differences). Each interval is Student's t over "
+           f"the seeds' contrasts, with Holm's correction over the {found[0].family} effects."]
+    verdicts = {stats.BETTER: "better", SHOWN: "an interaction shown",
+                stats.UNDECIDED: "undecided"}
+    for e in found:
+        h = half_width(e)
+        others = [f for f in dict.fromkeys(f for x in found for f in x.factors)
+                  if f not in e.factors]
+        if e.kind == MAIN:
+            what = (f"Main effect of {e.factors[0]} ({value_text(e.levels[0])} minus "
+                    f"{value_text(e.bases[0])}, averaged over {', '.join(others)})")
+        else:
+            what = (f"Interaction of {e.factors[0]} and {e.factors[1]} ({e.factors[0]} "
+                    f"{value_text(e.levels[0])} minus {value_text(e.bases[0])} with "
+                    f"{e.factors[1]} {value_text(e.levels[1])}, minus the same with "
+                    f"{value_text(e.bases[1])}" +
+                    (f", averaged over {', '.join(others)})" if others else ")"))
+        size = f"no interval ({e.ci_method.split(': ', 1)[-1]})" if math.isnan(e.ci_low) else \
+            f"{words.amount(e.estimate, h)} {words.unit} {_span(words, e.ci_low, e.ci_high, h)}" \
+            f" ({interval_text(e)}; Holm {p_text(e.p_holm)})"
+        verdict = verdicts.get(e.verdict) or \
+            f"equivalent within ±{plain((100 if words.percent else 1) * e.precision)} {words.unit}"
+        gone = f"; {e.dropped} seed{'s' if e.dropped > 1 else ''} with a non-finite value at a " \
+            f"level it needs gave no contrast" if e.dropped else ""
+        out.append(f"{what}: {size} over {e.seeds - e.dropped} "
+                   f"seed{'s' if e.seeds - e.dropped != 1 else ''}: {verdict}{gone}.")
+    return out
+
+
+def look_line(words: Words, look) -> str:
+    """The line ``sweep run`` says at a look after which seeding goes on
+    (:class:`orchestrator.answer.compare.Look`): what of the question is still undecided,
+    e.g. ``(warmup_epochs, clip_grad_norm), look 1 of 4 at 3 paired seeds: warmup_epochs and
+    the interaction undecided; one more paired seed (at most 6).``"""
+    factor = words.header if len(words.factors) == 1 else f"({words.header})"
+    names = [_effect_name(x, look.effects) if isinstance(x, Effect)
+             else f"{words.name(x.a)} vs {words.name(x.b)}" for x in look.open]
+    shown = names if len(names) <= 4 else [*names[:3], f"{len(names) - 3} more"]
+    return (f"{factor}, look {look.look} of {look.looks} at {look.rounds} paired seeds: "
+            f"{_join(shown)} undecided; one more paired seed (at most "
+            f"{look.rounds - look.look + look.looks}).")
+
+
+def _join(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
