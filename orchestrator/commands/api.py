@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from ..report import Report
     from ..running.runner import Outcome
+    from .plan import Planned
     from .reproduce import Verdict
 
 MAPPING_SOURCE = "<mapping>"  # how messages name a sweep given as a dict
@@ -345,6 +346,36 @@ def report(spec_or_name: str | Path, *, out: str | Path | None = None, by: str |
 
 # what a report holds whatever the sweep: checked before any work (the rest when written)
 REPORT_NAMES = ("report.md", "report.html", "trials.csv", "trials.parquet", "plots")
+
+
+def plan(spec: str | Path, *, pilot_seeds: int | None = None, source: str | None = None,
+         draws: int = 1000, console: Console | None = None) -> Planned:
+    """Size the comparison of sweep YAML ``spec`` from a pilot, as ``sweep plan`` does: the
+    chance that each design of a grid decides its question, its expected seeds, trials and
+    wall time, and the cheapest design that reaches 80% (:mod:`orchestrator.commands.plan`).
+
+    Args:
+        pilot_seeds: paired seeds of each level the pilot runs (default 3), with ``sweep
+            run``'s machinery, in stores of its own under ``.sweep/NAME/plan/``; reused while
+            the spec is unchanged.
+        source: no pilot run: a finished sweep of the same settings, its folder (with its
+            ``optuna.journal``) or its study storage.
+        draws: simulated comparisons per design.
+        console: shows the pilot's progress, when given.
+
+    Returns:
+        The plan: ``designs`` (each a :class:`orchestrator.answer.design.Design`),
+        ``recommended``, and ``lines()`` as ``sweep plan`` prints them.
+
+    Raises:
+        SpecError: the YAML is invalid.
+        SweepError: no ``compare:`` block, a scaling grid, a bad argument, or a ``source``
+            that is missing, of other settings, or without two full paired seeds.
+    """
+    from .plan import plan as size
+
+    return size(spec, run, pilot_seeds=pilot_seeds, source=source, draws=draws,
+                console=console)
 
 
 def reproduce(run_id: str, *, tracking_uri: str | None = None,

@@ -184,6 +184,14 @@ def cmd_status(args, console: Console) -> ExitCode:
     return show(console, args.name, url)
 
 
+def cmd_plan(args, console: Console) -> ExitCode:
+    planned = api.plan(args.spec, pilot_seeds=args.pilot_seeds, source=args.source,
+                       draws=args.draws, console=console)
+    for line in planned.lines():
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+    return ExitCode.OK
+
+
 def cmd_schema(args, console: Console) -> ExitCode:
     import json
 
@@ -417,7 +425,7 @@ def cmd_server(args, console: Console) -> ExitCode:
 # what each command of orchestrator.commands.parser.COMMANDS does, by its name there
 HANDLERS: dict[str, Callable[..., ExitCode]] = {
     "run": cmd_run, "status": cmd_status, "doctor": cmd_doctor, "validate": cmd_validate,
-    "schema": cmd_schema, "export": cmd_export, "report": cmd_report,
+    "plan": cmd_plan, "schema": cmd_schema, "export": cmd_export, "report": cmd_report,
     "reproduce": cmd_reproduce, "ui": cmd_ui, "server": cmd_server, "submit": cmd_submit,
     "completion": cmd_completion,
 }

@@ -145,6 +145,18 @@ def _validate_arguments(p: argparse.ArgumentParser) -> None:
     _set_flag(p)
 
 
+def _plan_arguments(p: argparse.ArgumentParser) -> None:
+    _spec_arg(p, help="sweep YAML file with a compare: block")
+    p.add_argument("--pilot-seeds", type=int, metavar="N",
+                   help="paired seeds of each level the pilot runs (default 3), in its own "
+                        "stores under .sweep/NAME/plan/")
+    p.add_argument("--from", dest="source", metavar="FOLDER_OR_STORE",
+                   help="no pilot: read a finished sweep of the same settings, its folder (with "
+                        "optuna.journal) or its study storage")
+    p.add_argument("--draws", type=int, default=1000, metavar="N",
+                   help="simulated comparisons per design (default 1000)")
+
+
 def _schema_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="FILE", help="write it to FILE instead of printing it")
 
@@ -300,6 +312,16 @@ COMMANDS: dict[str, Command] = {
         "line naming the field, the value and the fix (exit 2).",
         ("sweep validate sweeps/adam_vs_sgd.yaml --set repeats=1",),
         _validate_arguments),
+    "plan": Command(
+        "size a comparison's seeds from a pilot",
+        "Size a comparison's design from a pilot: a few paired seeds of each level at the "
+        "spec's settings (run in stores of their own, or a finished sweep with --from). The "
+        "shipped procedure is simulated from the pilot's means and spread for a grid of "
+        "designs: the chance of a decided answer, the seeds, trials and wall time expected, "
+        "and the cheapest design that reaches 80%.",
+        ("sweep plan sweeps/clipping.yaml --pilot-seeds 3",
+         "sweep plan sweeps/clipping.yaml --from runs/clipping   # a finished sweep's folder"),
+        _plan_arguments),
     "schema": Command(
         "print the JSON Schema of the sweep YAML (for editors)",
         "Print the JSON Schema of the sweep YAML, generated from the models that validate it, "

@@ -36,7 +36,8 @@ def examples(help_text: str) -> list[str]:
 
 
 def test_the_parser_knows_the_commands_the_readme_lists():
-    assert set(subcommands()) == {"run", "status", "doctor", "validate", "schema", "export",
+    assert set(subcommands()) == {"run", "status", "doctor", "validate", "plan", "schema",
+                                  "export",
                                   "report", "reproduce", "ui", "server", "submit", "completion"}
     table = re.findall(r"^\| `sweep (\w+)[ `]", (ROOT / "README.md").read_text(), re.M)
     assert sorted(table) == sorted(subcommands()), table
