@@ -118,6 +118,20 @@ def test_the_carried_chance_is_the_chance_for_a_large_pilot_and_lower_for_a_smal
     assert small.carried < small.chance - 0.1, small
 
 
+def test_a_carried_draw_spreads_as_the_posterior_predictive_of_the_pilot():
+    """With the pilot's uncertainty carried, the mean of a comparison's m seeds of a level has
+    variance sd^2 (n - 1) / (n - 3) (1 / n + 1 / m) (n pilot seeds: the spread's scale has
+    mean (n - 1) / (n - 3), the pilot's mean is off by sd / sqrt(n)); without it, sd^2 / m.
+    (n = 8: the scale's variance is finite, so the figure settles.)"""
+    c = sim.comparison(["a", "b"], tune_trials=1, seeds=6, max_seeds=6)
+    est = design.Estimates(("a", "b"), np.array([0.5, 0.5]), np.diag([0.02, 0.02]), seeds=8)
+    rng = np.random.default_rng(4)
+    for carried, want in ((True, 0.02 ** 2 * 7 / 5 * (1 / 8 + 1 / 6)), (False, 0.02 ** 2 / 6)):
+        means = [np.mean(list(design.draw(c, est, rng, carried)["a"].values()))
+                 for _ in range(6000)]
+        assert np.var(means) == pytest.approx(want, rel=0.1), carried
+
+
 def _row(seeds: int, max_seeds: int, chance: float, trials: float) -> design.Design:
     return design.Design(seeds, max_seeds, chance, chance, seeds, trials, 100)
 
