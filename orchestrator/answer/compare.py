@@ -189,8 +189,9 @@ class Answer:
     """A finished comparison's one answer, named alike by the parent run, the export, the end
     table, ``sweep status`` and the report: ``level`` with its ``mean`` objective over its
     ``seeds`` finite confirmation values, ``trial`` the confirmation run whose weights stand for
-    it, ``why`` in words, and the numeric parameters its levels' tunings left on an edge of
-    their range (:mod:`.edges`)."""
+    it, ``why`` in words, the numeric parameters its levels' tunings left on an edge of their
+    range (:mod:`.edges`), and the ``peers`` no evidence separates from it (its weights then
+    stand for one of them)."""
 
     level: str
     mean: float
@@ -198,6 +199,7 @@ class Answer:
     trial: FrozenTrial = field(hash=False)
     why: str
     edges: tuple[Edge, ...] = ()
+    peers: tuple[str, ...] = ()  # the levels no other beats that are not separated from it
 
 
 @dataclass(frozen=True)
@@ -419,7 +421,14 @@ def answer(c: Comparison, trials: Sequence[FrozenTrial], done: Done) -> Answer |
            f"{'s' if n != 1 else ''} ({reason}); its weights: the run of seed "
            f"{run.user_attrs.get(keys.SEED)} (trial {run.number}), the confirmation run closest "
            f"to that mean")
-    return Answer(label, mean, n, run, why, tuple(at_edges(tuned_bests(c, trials))))
+    # the top levels not separated: the weights are one of theirs, and the reason says which
+    peers = [lv for lv in stats.level_order(done.values) if lv != label and lv not in beaten
+             and any(v is not None and math.isfinite(v) for v in done.values[lv].values())]
+    if peers:
+        why += (f"; no evidence separates {label} from {', '.join(peers)}, so these weights are "
+                f"those of one of {len(peers) + 1} levels, the one named for the reason above")
+    return Answer(label, mean, n, run, why, tuple(at_edges(tuned_bests(c, trials))),
+                  tuple(peers))
 
 
 def tuned_bests(c: Comparison, trials: Sequence[FrozenTrial]) -> dict[str, list[FrozenTrial]]:

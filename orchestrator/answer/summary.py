@@ -176,9 +176,8 @@ def summarize(factors: Sequence[str], levels: Sequence[str],
                                 direction, ranking, finished)
     notes = finding.effect_notes(words, effects) + _pair_notes(words, results, direction) + \
         _open_note(words, open_pairs) + _goal_note(goal, results, effects, finished) + \
-        _value_notes(words, levels, values) + (
-        [f"The weights of {words.name(leader)}: the run of seed {run[0]} (trial {run[1]}), "
-         f"the confirmation run closest to its mean."] if run is not None and leader else [])
+        _value_notes(words, levels, values) + weights_note(words, results, means, leader, run,
+                                                             direction)
     level_text = interval_text(results[0]).replace(", clipped to the metric's range", "") \
         if results else "no pair"
     caption = (f"Levels ranked by their mean {metric} over their confirmation seeds"
@@ -328,6 +327,36 @@ def of_comparison(c, values: Mapping[str, Mapping[Hashable, float | None]],
     edges = edge_note(Words.of(c.factor.split(","), c.metric), found.edges) \
         if found is not None else None
     return replace(out, notes=(estimand(c), *out.notes, *([edges] if edges else [])))
+
+
+def weights_note(words: Words, results: Sequence[stats.PairResult], means: Mapping[str, float],
+                 leader: str | None, run: tuple[int, int] | None, direction: str) -> list[str]:
+    """Whose weights stand for the answer (``run``: seed and trial of ``leader``'s
+    confirmation run closest to its mean), and, when levels no other beats are not separated
+    from ``leader``, that these weights are one of theirs and why ``leader``'s."""
+    if run is None or not leader:
+        return []
+    name = words.name(leader)
+    text = (f"The weights of {name}: the run of seed {run[0]} (trial {run[1]}), the "
+            f"confirmation run closest to its mean.")
+    beaten = {r.loser for r in results if r.winner is not None}
+    mine = {(r.b if r.a == leader else r.a): r for r in results if leader in (r.a, r.b)}
+    peers = [lv for lv, r in mine.items() if r.verdict != stats.BETTER and lv not in beaten]
+    if not peers:
+        return [text]
+    equivalent = all(mine[lv].verdict == stats.EQUIVALENT for lv in peers)
+    best = not any(objectives.is_better(means.get(lv, math.nan), means.get(leader, math.nan),
+                                        direction) for lv in peers)
+    return [text + f" {name} is {'equivalent to' if equivalent else 'not separated from'} "
+            f"{_listed([words.name(lv) for lv in peers])}, so these weights are those of one "
+            f"of {len(peers) + 1} levels: {name}'s, "
+            f"{'the best mean among them' if best else 'the one with fewer seeds without a value'}"
+            f"{'' if equivalent else ' (another may yet prove better)'}."]
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def edge_note(words: Words, edges: Sequence) -> str | None:

@@ -399,11 +399,13 @@ def reproduce(run_id: str, *, tracking_uri: str | None = None,
 @dataclass
 class Exported:
     """What :func:`export` wrote: the files in ``out``, the parity ``report`` per format (as
-    ``export/export.json``) and its summary ``metrics``; ``failed``: formats that failed."""
+    ``export/export.json``) and its summary ``metrics``; ``failed``: formats that failed;
+    ``answer``: a comparison's answer in words when the run is the one standing for it."""
 
     out: Path
     report: dict[str, Any]
     metrics: dict[str, float]
+    answer: str | None = None  # the comparison's answer, when these weights stand for it
 
     @property
     def failed(self) -> list[str]:
@@ -439,7 +441,8 @@ def export(run_id: str, *, formats: Iterable[str] | None = None, out: str | Path
 
     tracker = Tracker(tracking_uri or paths.default_tracking_uri())
     with tempfile.TemporaryDirectory(prefix="sweep-export-") as tmp:
-        settings_dict, weights = TrackingReader(tracker).trial_files(run_id, tmp)
+        reader = TrackingReader(tracker)
+        settings_dict, weights = reader.trial_files(run_id, tmp)
         status = contextlib.nullcontext()
         if console is not None:
             console.print(f"exporting run {run_id} as {', '.join(formats)}...")
@@ -455,7 +458,7 @@ def export(run_id: str, *, formats: Iterable[str] | None = None, out: str | Path
         (Path(tmp) / "export" / PARITY_CSV).write_text(parity_csv(export_figures(result)))
         tracker.log_export(run_id, result)
         outputs.publish(Path(tmp) / "export", out, "sweep export", option)
-    return Exported(out, parity, metrics)
+    return Exported(out, parity, metrics, reader.answer_of(run_id))
 
 
 PARITY_CSV = Path(keys.PARITY_FILE).name

@@ -85,22 +85,38 @@ def _slurm_slots(args) -> tuple[int, list]:
 
 
 def print_summary(console: Console, spec, outcome) -> None:
-    """How the sweep ended, its best configurations (with repeats: mean +- std over seeds) or
-    trials, every shown trial's full MLflow run id on a line of its own (a table would cut it
-    on a narrow or piped console), then the commands that look at it."""
+    """How the sweep ended; with repeats or a comparison, the report's answer (before any run
+    id); its best configurations (with repeats: mean +- std over seeds; a comparison's
+    accuracy in percent, as its answer shows it) or trials, every shown trial's full MLflow
+    run id on a line of its own (a table would cut it on a narrow or piped console), then the
+    commands that look at it."""
     c = outcome.counts
     name = outcome.study_name or spec.name  # NAME-2... after --new: the study that ran
     state = "interrupted" if outcome.exit_code.stopped else "finished"
     console.print(f"sweep {name!r} {state} in {outcome.elapsed:.1f} s: {c['complete']} "
                   f"complete, {c['pruned']} pruned, {c['fail']} failed", soft_wrap=True)
+    answer = _report_answer(name, outcome) if outcome.configurations else None
+    if answer:  # repeats or a comparison: the report's answer (a comparison's table too)
+        console.print(f"sweep report: {answer[0]}", soft_wrap=True, markup=False,
+                      highlight=False)
+        for line in answer[1:]:
+            console.print(line, soft_wrap=True, markup=False, highlight=False)
     objective = "; ".join(f"{o.label}, {o.goal}" for o in spec.objectives)
     if outcome.configurations:
-        table = Table(title=f"best configurations ({objective}; mean ± std over seeds)")
+        from ..answer.summary import Words
+
+        # a comparison's accuracy as its answer writes it: means in %, their spread in points
+        scale = 100 if spec.compare is not None and Words.of((), spec.objective.metric).percent \
+            else 1
+        table = Table(title=f"best configurations ({objective}; mean ± std over seeds"
+                            f"{', in %' if scale == 100 else ''})")
         for col in ("configuration", "mean", "± std", "n", "trials"):
             table.add_column(col, overflow="fold")
+        digits = 2 if scale == 100 else 4
         for conf in outcome.configurations[:SUMMARY_ROWS]:
-            table.add_row(conf["name"], f"{conf['mean']:.4f}", f"{conf['std']:.4f}",
-                          str(conf["n"]), " ".join(map(str, conf["trials"])))
+            table.add_row(conf["name"], f"{scale * conf['mean']:.{digits}f}",
+                          f"{scale * conf['std']:.{digits}f}", str(conf["n"]),
+                          " ".join(map(str, conf["trials"])))
         console.print(table)
         ids = [(n, run) for conf in outcome.configurations[:SUMMARY_ROWS]
                for n, run in zip(conf["trials"], conf["run_ids"])]
@@ -122,12 +138,6 @@ def print_summary(console: Console, spec, outcome) -> None:
         for number, run in ids:
             console.print(f"  trial {number}: {run or '(none)'}", soft_wrap=True,
                           highlight=False)
-    answer = _report_answer(name, outcome) if outcome.configurations else None
-    if answer:  # repeats or a comparison: the report's answer (a comparison's table too)
-        console.print(f"sweep report: {answer[0]}", soft_wrap=True, markup=False,
-                      highlight=False)
-        for line in answer[1:]:
-            console.print(line, soft_wrap=True, markup=False, highlight=False)
     console.print(_browse_lines(name, outcome), soft_wrap=True, markup=False,
                   highlight=False)
 
@@ -389,6 +399,9 @@ def cmd_export(args, console: Console) -> ExitCode:
     console.print(export_line({"report": exported.report}), soft_wrap=True)
     console.print(f"files in {exported.out}/ and in the run's artifacts under export/",
                   soft_wrap=True)
+    if exported.answer:  # a comparison's: whose weights, and why that run
+        console.print(f"these are the weights of the comparison's answer: {exported.answer}",
+                      soft_wrap=True, markup=False, highlight=False)
     return ExitCode.NEGATIVE if exported.failed else ExitCode.OK
 
 

@@ -441,11 +441,14 @@ def _resolution_notes(c: Comparison, step: float) -> list[str]:
     within one item of the best value the metric can take."""
     notes, name = [], Words.of(c.factor.split(","), c.metric).name
     small = [r for r in c.results if not math.isnan(r.diff) and abs(r.diff) < step]
-    if small:
-        notes.append("the difference" + (" of " + ", ".join(f"{name(r.b)} - {name(r.a)}"
-                                                            for r in small)
-                                         if len(c.results) > 1 else "")
-                     + " is smaller than one item")
+    if small and len(c.results) == 1:
+        notes.append("the two levels' means differ by less than one item")
+    elif len(small) == 1:
+        notes.append(f"the means of {name(small[0].a)} and {name(small[0].b)} differ by less "
+                     f"than one item")
+    elif small:
+        notes.append("the means of each of these pairs differ by less than one item: "
+                     + ", ".join(f"{name(r.a)} vs {name(r.b)}" for r in small))
     means = {lv: np.mean([v for v in vals.values() if math.isfinite(v)])
              for lv, vals in c.confirm.items() if any(math.isfinite(v) for v in vals.values())}
     ceiling = (1.0 - step) if c.direction == "maximize" else step  # the best value's side

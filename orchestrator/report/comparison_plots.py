@@ -7,9 +7,13 @@ import math
 import numpy as np
 
 from ..answer.objectives import running_best
+from ..answer.summary import Words
 from .comparison import LINEAR, SQUARE_ROOT, Comparison, phase, tolerance_words
 from .load import SweepData
 from .plots import Figure, png_bytes
+
+
+TITLE_CHARACTERS = 38  # a level's values on one line of a 4-inch panel's title (10 pt)
 
 
 def _colors(levels: list[str]) -> dict:
@@ -26,7 +30,7 @@ def comparison_plots(c: Comparison, data: SweepData) -> dict[str, Figure]:
     out = {}
     tune = phase(data.trials, "tune")
     if c.sensitivity:
-        out["lr_sensitivity.png"] = Figure(_sensitivity(c, tune), (
+        out["lr_sensitivity.png"] = Figure(png_bytes(sensitivity_figure(c, tune)), (
             f"{c.metric} against the learning rate over every tuning trial of each level (log "
             f"axis); the star is the tuned best, the shaded span the learning rates that stay "
             f"within {tolerance_words(c.metric)} of it."))
@@ -47,8 +51,9 @@ def comparison_plots(c: Comparison, data: SweepData) -> dict[str, Figure]:
             f"{c.metric} per epoch of each level's tuned settings on the confirmation seeds: "
             f"the mean, and a band from the lowest to the highest seed."))
     if c.results:
-        out["differences.png"] = Figure(_forest(c), (
-            f"Every pairwise difference (b minus a, in the metric's units) with its interval "
+        unit = "points" if _words(c).percent else "the metric's units"
+        out["differences.png"] = Figure(png_bytes(forest_figure(c)), (
+            f"Every pairwise difference (b minus a, in {unit}) with its interval "
             f"({c.results[0].level_text()}); green: one level is better (Holm-corrected), "
             f"blue: equivalent within +-precision, grey: undecided."))
     if c.target is not None and len(c.reach):
@@ -62,12 +67,23 @@ def comparison_plots(c: Comparison, data: SweepData) -> dict[str, Figure]:
     return out
 
 
-def _sensitivity(c: Comparison, tune) -> bytes:
+def _words(c: Comparison) -> Words:
+    """How the comparison's answer writes its levels and amounts."""
+    return Words.of(c.factor.split(","), c.metric)
+
+
+def sensitivity_figure(c: Comparison, tune):
+    """The learning-rate sensitivity plot: a panel a level, titled by the level's values
+    (wrapped to the panel's width; the factors named once above them)."""
+    import textwrap
+
     import matplotlib.pyplot as plt
 
-    levels = list(c.sensitivity)
+    levels, words = list(c.sensitivity), _words(c)
     fig, axes = plt.subplots(1, len(levels), figsize=(4 * len(levels), 3.5), sharey=True,
-                             squeeze=False)
+                             squeeze=False, layout="constrained")
+    if len(words.factors) > 1:
+        fig.suptitle(words.header)
     colors = _colors(c.levels)
     for ax, level in zip(axes[0], levels):
         s = c.sensitivity[level]
@@ -79,10 +95,10 @@ def _sensitivity(c: Comparison, tune) -> bytes:
                    label=f"tuned best: lr {s.best_lr:.3g}")
         ax.set_xscale("log")
         ax.set_xlabel("learning rate")
-        ax.set_title(level)
+        ax.set_title(textwrap.fill(words.cell(level), TITLE_CHARACTERS), fontsize=10)
         ax.legend(fontsize=8)
     axes[0][0].set_ylabel(c.metric)
-    return png_bytes(fig)
+    return fig
 
 
 def _progress(c: Comparison, tune) -> bytes:
@@ -145,22 +161,27 @@ def _confirmation(c: Comparison, confirm, curves) -> bytes:
     return png_bytes(fig)
 
 
-def _forest(c: Comparison) -> bytes:
+def forest_figure(c: Comparison):
+    """Every pair's difference b - a with its interval, in the unit of the answer (points for
+    an accuracy), each pair named as the answer names its levels."""
     import matplotlib.pyplot as plt
 
+    words = _words(c)
+    scale = 100.0 if words.percent else 1.0
     rows = c.results[::-1]
     fig, ax = plt.subplots(figsize=(7, 0.8 + 0.45 * len(rows)))
     for y, r in enumerate(rows):
         color = {"better": "tab:green", "equivalent": "tab:blue"}.get(r.verdict, "tab:grey")
         if math.isnan(r.ci_low):  # no interval (no spread, too few pairs): the point alone
-            ax.plot([r.diff], [y], "o", color=color)
+            ax.plot([scale * r.diff], [y], "o", color=color)
             continue
-        ax.errorbar([r.diff], [y], xerr=[[r.diff - r.ci_low], [r.ci_high - r.diff]], fmt="o",
+        ax.errorbar([scale * r.diff], [y], xerr=[[scale * (r.diff - r.ci_low)],
+                                                 [scale * (r.ci_high - r.diff)]], fmt="o",
                     color=color, capsize=4)
     ax.axvline(0, color="k", lw=0.8)
-    ax.set_yticks(range(len(rows)), [f"{r.b} - {r.a}" for r in rows])
-    ax.set_xlabel(f"difference in {c.metric} (b - a)")
-    return png_bytes(fig)
+    ax.set_yticks(range(len(rows)), [f"{words.name(r.b)} - {words.name(r.a)}" for r in rows])
+    ax.set_xlabel(f"difference in {c.metric} (b - a){', in points' if words.percent else ''}")
+    return fig
 
 
 def _reach(c: Comparison) -> bytes:

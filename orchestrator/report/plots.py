@@ -4,6 +4,8 @@ optimization history, importances and parallel coordinates (and a comparison's o
 from __future__ import annotations
 
 import io
+import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,7 +60,7 @@ def plots(data: SweepData, by: str | None) -> tuple[dict[str, Figure], list[str]
             f"deviation over seeds)."))
     out["history.png"] = Figure(_plot_history(data), (
         "Every trial's objective in order of start; the black line is the best so far."))
-    study = _complete_study(data)  # one in-memory study for both plots that need one
+    study = complete_study(data)  # one in-memory study for both plots that need one
     if study is not None:
         importance, why = _plot_importance(data, study)
         if importance:
@@ -67,7 +69,7 @@ def plots(data: SweepData, by: str | None) -> tuple[dict[str, Figure], list[str]
                 "the complete trials: a random forest's functional ANOVA)."))
         else:
             notes.append(f"No importance plot: {why}.")
-        out["parallel.png"] = Figure(_plot_parallel(study), (
+        out["parallel.png"] = Figure(png_bytes(parallel_axes(study).figure), (
             "Each complete trial as a line through its settings, coloured by its objective."))
     return out, notes
 
@@ -215,31 +217,42 @@ def history_values(rows: pd.DataFrame, trials: pd.DataFrame, metric: str,
     return y.fillna(0.0 if worst is None else worst)
 
 
-def _complete_study(data: SweepData):
+def complete_study(data: SweepData):
     """The complete trials as an in-memory Optuna study (for its importance and parallel
-    coordinate plots), or None with fewer than two."""
+    coordinate plots), or None with fewer than two. A numeric setting with more than
+    :data:`MAX_LEVELS` values is a range (log when it spans 10x or more); one with fewer is
+    a choice of its values rounded to 3 significant digits (Optuna sorts numeric choices);
+    anything else a choice of its values as YAML writes them, sorted."""
     import optuna
 
     done = data.trials[data.trials["state"] == "COMPLETE"]
     if len(done) < 2:
         return None
     study = optuna.create_study(direction=data.spec.objective.goal)
+    dists, shown = {}, {}
+    for f in [f for f in data.factors if f"params.{f}" in done]:
+        column = done[f"params.{f}"]
+        numeric = all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+                      and math.isfinite(v) for v in column)
+        low, high = (float(column.min()), float(column.max())) if numeric else (0, 0)
+        if numeric and column.nunique() > MAX_LEVELS:
+            dists[f] = optuna.distributions.FloatDistribution(
+                low, high, log=low > 0 and high >= 10 * low)
+            shown[f] = float
+        else:
+            shown[f] = _rounded if numeric else value_text
+            dists[f] = optuna.distributions.CategoricalDistribution(
+                tuple(sorted(set(column.map(shown[f])))))
     for _, row in done.iterrows():
-        params = {f: row[f"params.{f}"] for f in data.factors if f"params.{f}" in row}
-        dists = {}
-        for f, v in params.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and \
-                    done[f"params.{f}"].nunique() > MAX_LEVELS:
-                dists[f] = optuna.distributions.FloatDistribution(
-                    float(done[f"params.{f}"].min()), float(done[f"params.{f}"].max()))
-                params[f] = float(v)
-            else:
-                choices = tuple(sorted(done[f"params.{f}"].map(value_text).unique()))
-                dists[f] = optuna.distributions.CategoricalDistribution(choices)
-                params[f] = value_text(v)
+        params = {f: shown[f](row[f"params.{f}"]) for f in dists}
         study.add_trial(optuna.trial.create_trial(params=params, distributions=dists,
                                                   value=float(row["value"])))
     return study
+
+
+def _rounded(value: float) -> float:
+    """A setting's value to 3 significant digits, as an axis labels it (an int stays one)."""
+    return int(value) if isinstance(value, numbers.Integral) else float(f"{value:.3g}")
 
 
 def _plot_importance(data: SweepData, study) -> tuple[bytes | None, str]:
@@ -271,12 +284,12 @@ def _plot_importance(data: SweepData, study) -> tuple[bytes | None, str]:
     return png_bytes(fig), ""
 
 
-def _plot_parallel(study) -> bytes:
+def parallel_axes(study):
+    """Optuna's parallel-coordinate plot of ``study`` (:func:`complete_study`): its Axes."""
     import warnings
 
     import optuna
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # experimental-API warnings
-        ax = optuna.visualization.matplotlib.plot_parallel_coordinate(study)
-    return png_bytes(ax.figure)
+        return optuna.visualization.matplotlib.plot_parallel_coordinate(study)

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..answer import objectives
+from ..answer.stats import METRIC_BOUNDS
 from ..core import keys, paths
 from ..core.errors import ExitCode, SweepError, did_you_mean
 from ..core.urls import RDB_SCHEMES, mask
@@ -26,6 +27,7 @@ from ..stores.study import state_counts
 from .display import clock, params_text
 
 NUMERIC = {"trials", "complete", "running", "pruned", "failed", "#", "epochs", "value"}
+NUMERIC_SUFFIX = " %"  # a comparison's accuracy column (val_acc %) is a number too
 WRAPS = {"sweep", "best", "started", "last activity", "params", "note"}
 
 
@@ -108,7 +110,7 @@ def sweep_row(study: optuna.Study, now: datetime) -> dict[str, str]:
     return {"sweep": study.study_name, "trials": str(len(trials)),
             "complete": str(c["complete"]), "running": str(c["running"]),
             "pruned": str(c["pruned"]), "failed": str(c["fail"]),
-            "best": f"{found['level']}: {_metric(study)} {found['mean']:.4f} (mean of "
+            "best": f"{found['level']}: {mean_text(study, found['mean'])} (mean of "
                     f"{found['seeds']})" if found else
             f"{_metric(study)} {best.value:.4f} ({_direction(study)[:3]})" if best
             else f"Pareto front: {len(front)} trials" if front else "-",
@@ -123,6 +125,8 @@ def trial_rows(study: optuna.Study, now: datetime) -> list[dict[str, str]]:
     best = _best(study, trials)
     front = {t.number for t in best_trials(study, trials)} if best is None else set()
     found = study.user_attrs.get(keys.ANSWER)
+    percent = _percent(study)  # a comparison's accuracy: in %, as its answer shows it
+    value = f"{_metric(study)} %" if percent else "value"
     rows = []
     for t in trials:
         notes = []
@@ -140,7 +144,8 @@ def trial_rows(study: optuna.Study, now: datetime) -> list[dict[str, str]]:
         if t.state == TrialState.FAIL and t.user_attrs.get(keys.FAIL_REASON):
             notes.append(_first_line(t.user_attrs[keys.FAIL_REASON]))
         rows.append({"#": str(t.number), "state": t.state.name,
-                     "value": objectives.values_text(t.values),
+                     value: objectives.values_text(t.values) if not percent else
+                     ", ".join(f"{100 * v:.2f}" for v in t.values or ()),
                      "epochs": str(objectives.epochs_of(t) or ""),
                      "params": params_text(t.params), "duration": _duration(t, now),
                      "MLflow run": t.user_attrs.get(keys.RUN_ID, ""), "note": "; ".join(notes)})
@@ -176,8 +181,23 @@ def answer_text(study: optuna.Study, found: dict) -> str:
     """A decided comparison's answer (:data:`keys.ANSWER`): ``adamw: val_loss 0.4722, the mean
     of 2 confirmation seeds (its weights: trial 4)``."""
     n = found["seeds"]
-    return (f"{found['level']}: {_metric(study)} {found['mean']:.4g}, the mean of {n} "
+    return (f"{found['level']}: {mean_text(study, found['mean'])}, the mean of {n} "
             f"confirmation seed{'s' if n != 1 else ''} (its weights: trial {found['trial']})")
+
+
+def mean_text(study: optuna.Study, mean: float) -> str:
+    """A comparison's mean as its answer writes the unit: ``val_acc 96.12%`` (an accuracy),
+    ``val_loss 0.4722``; 4 significant digits."""
+    if _percent(study):
+        return f"{_metric(study)} {100 * mean:.4g}%"
+    return f"{_metric(study)} {mean:.4g}"
+
+
+def _percent(study: optuna.Study) -> bool:
+    """Whether the study is a comparison of a metric in [0, 1]: shown in percent, as its
+    answer shows it (:class:`orchestrator.answer.summary.Words`)."""
+    return keys.COMPARE in study.user_attrs and \
+        METRIC_BOUNDS.get(_metric(study)) == (0.0, 1.0)
 
 
 def best_trials(study: optuna.Study, trials: list[FrozenTrial]) -> list[FrozenTrial]:
@@ -264,6 +284,11 @@ def _first_line(text: str, limit: int = 80) -> str:
 
 # ---------------------------------------------------------------------------------- output
 
+def _numeric(header: str) -> bool:
+    """Whether a column holds numbers (aligned right)."""
+    return header in NUMERIC or header.endswith(NUMERIC_SUFFIX)
+
+
 def _table(console: Console, title: str, rows: list[dict[str, str]]) -> None:
     """A rich table on a terminal; elsewhere (pipes, logs, CI) plain aligned columns that do
     not wrap, one line per row, so that the output stays readable and greppable."""
@@ -273,7 +298,7 @@ def _table(console: Console, title: str, rows: list[dict[str, str]]) -> None:
                       padding=(0, 1, 0, 0))
         for h in headers:
             wraps = h in WRAPS  # numbers, states and run ids (copied whole) stay on one line
-            table.add_column(h, justify="right" if h in NUMERIC else "left",
+            table.add_column(h, justify="right" if _numeric(h) else "left",
                              overflow="fold", no_wrap=not wraps)
         for r in rows:
             table.add_row(*(Text(r[h]) for h in headers))  # Text: a "[64, 128]" is no markup
@@ -282,7 +307,7 @@ def _table(console: Console, title: str, rows: list[dict[str, str]]) -> None:
     widths = {h: max(len(h), *(len(r[h]) for r in rows)) for h in headers}
 
     def line(cells: dict[str, str]) -> str:
-        return "  ".join(cells[h].rjust(widths[h]) if h in NUMERIC else cells[h].ljust(widths[h])
+        return "  ".join(cells[h].rjust(widths[h]) if _numeric(h) else cells[h].ljust(widths[h])
                          for h in headers).rstrip()
 
     console.out("\n".join([title, line({h: h for h in headers}),

@@ -21,6 +21,7 @@ from ..core import keys, paths
 from ..report.display import config_name
 from ..stores.retries import will_retry
 from ..stores.study import PendingTrial, SweepStudy, TrialLost, abandon, fresh, state_counts
+from .lines import complete_line, trial_text
 from .protocol import Done, Epoch, Failed, Ready
 from .runs import Active, Closing, Runs, check_store_present
 
@@ -284,12 +285,13 @@ class TrialBook:
             with self.study.writes_to(active.pending):
                 values = self.study.complete(active.pending, active.history)
             record_best(self)
-            self.say(complete_line(active, values, tags))
+            self.say(complete_line(active, values, tags, self.study.comparison))
         else:
             self.tracker.end_trial(active.run_id, "pruned", metrics, tags)
             with self.study.writes_to(active.pending):
                 self.study.prune(active.pending, active.history)
-            self.say(f"trial {active.pending.number} pruned at epoch {len(active.curve)}")
+            self.say(f"{trial_text(active.pending, self.study.comparison)} pruned at epoch "
+                     f"{len(active.curve)}")
 
     def fail(self, slot: int, reason: str, kind: str) -> None:
         """Fail the trial on worker ``slot``, if any (``kind``: crash, interrupt or
@@ -316,7 +318,8 @@ class TrialBook:
             if self.study.comparison is not None:  # a failed confirmation may decide it
                 record_best(self)
         then = ", will be retried" if retry else ""
-        self.say(f"trial {pending.number} failed{then}: {reason.splitlines()[0]}")
+        self.say(f"{trial_text(pending, self.study.comparison)} failed{then}: "
+                 f"{reason.splitlines()[0]}")
 
     def will_retry(self, kind: str, root: int, recorded: bool = False) -> bool:
         """:func:`~orchestrator.stores.retries.will_retry` for the trial first started as number
@@ -397,15 +400,6 @@ def end_records(spec: SweepSpec, active: Active, done: Done) -> tuple[dict, dict
         tags[keys.CHECKPOINT_DISCARDED] = done.discarded_checkpoint
     tags.update(end_tags(spec, active))
     return metrics, tags
-
-
-def complete_line(active: Active, values: list[float], tags: dict[str, str]) -> str:
-    """The line shown when a trial completes: its values, and whether patience stopped it or
-    it broke a constraint (from its run's ``tags``)."""
-    notes = [f"stopped early: {active.stopped_early}"] if active.stopped_early else []
-    notes += ["infeasible"] if tags.get(keys.FEASIBLE) == "false" else []
-    note = f" ({'; '.join(notes)})" if notes else ""
-    return f"trial {active.pending.number} complete: {objectives.values_text(values)}{note}"
 
 
 def end_tags(spec: SweepSpec, active: Active) -> dict[str, str]:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from optuna.trial import TrialState
 
-from ..answer import compare, objectives
+from ..answer import compare, objectives, summary
 from ..config.slots import plan_slots
 from ..config.spec import SweepSpec
 from ..core import keys
@@ -436,7 +436,7 @@ def export_best(book: TrialBook, workers: Workers, ahead: Speculation | None = N
             return
         # a comparison's: its level's typical confirmation run
         found = compare.final_answer(book.study.comparison, book.study.trials())
-        whose = f" ({found.level}'s confirmation run closest to its mean)" if found else ""
+        whose = "" if not found else export_whose(book.study.comparison, found)
         book.say(f"exporting trial {best[0].number}{whose} as {', '.join(spec.export)} and "
                  f"checking parity...")
         shares = export_shares(spec.export, workers.count)
@@ -466,6 +466,16 @@ def export_best(book: TrialBook, workers: Workers, ahead: Speculation | None = N
         book.say(f"trial {best[0].number} export: {export_line(result)}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def export_whose(c: compare.Comparison, found: compare.Answer) -> str:
+    """Whose weights a comparison's export is, in the words of its answer: `` ((0, 1.0)'s
+    confirmation run closest to its mean)``, and when levels are not separated from it, that
+    it is one of theirs, the one the answer names."""
+    name = summary.Words.of(c.factor.split(","), c.metric).name
+    peers = f"; one of {len(found.peers) + 1} levels no evidence separates, the one the " \
+        f"answer names" if found.peers else ""
+    return f" ({name(found.level)}'s confirmation run closest to its mean{peers})"
 
 
 def merge_exports(shares: list[tuple[str, ...]], replies: list[Exported | Lost],

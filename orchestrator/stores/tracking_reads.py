@@ -67,6 +67,14 @@ class TrackingReader:
                              f"run or another run); pick one of its trials")
         return run
 
+    def answer_of(self, run_id: str) -> str | None:
+        """The comparison's answer (:data:`keys.ANSWER`, in words) when trial run ``run_id``
+        is the run whose weights stand for it (its parent's ``sweep.best_run_id``); else
+        None."""
+        parent = self.trial_run(run_id).data.tags.get(keys.PARENT_RUN_ID)
+        tags = self.client.get_run(parent).data.tags if parent else {}
+        return tags.get(keys.ANSWER) if tags.get(keys.BEST_RUN_ID) == run_id else None
+
     def trial_settings(self, run_id: str, dst_dir: str | os.PathLike) -> dict[str, Any]:
         """A trial's settings, read from its ``settings.yaml`` (fetched into ``dst_dir``)."""
         with open(self.client.download_artifacts(run_id, keys.SETTINGS_FILE, str(dst_dir))) as f:

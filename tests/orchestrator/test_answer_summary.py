@@ -531,3 +531,55 @@ def test_the_notes_of_a_decided_pair_say_its_lead_and_b_minus_a_with_their_inter
     shown = [t.lstrip("-") if float(t) == 0 else t for t in shown]
     assert (f"adam and sgd equivalent within ±2 points: sgd minus adam = {shown[0]} "
             f"[{shown[1]}, {shown[2]}] (95% t interval).") in s.notes
+
+
+def test_the_weights_of_equivalent_top_levels_are_said_to_be_one_of_theirs_and_why():
+    # adam - sgd within +-1 point on every seed: equivalent; adam has the better mean
+    values = {"adam": {1: 0.950, 2: 0.951, 3: 0.952, 4: 0.953},
+              "sgd": {1: 0.949, 2: 0.951, 3: 0.951, 4: 0.953}}
+    results = st.compare_paired(values, direction="maximize", bounds=(0.0, 1.0), seeds=4,
+                                precision=0.01)
+    assert [r.verdict for r in results] == ["equivalent"]
+    s = summarize(["optimizer"], list(values), values, results, metric="val_acc",
+                  direction="maximize", named="adam", run=(3, 9))
+    assert s.notes[-1] == (
+        "The weights of adam: the run of seed 3 (trial 9), the confirmation run closest to its "
+        "mean. adam is equivalent to sgd, so these weights are those of one of 2 levels: adam's, "
+        "the best mean among them.")
+
+
+def test_the_weights_of_top_levels_not_separated_say_another_may_prove_better():
+    """Minimizing: the lowest mean is named; a level it beats is no peer of it."""
+    values = {"adam": {1: 0.20, 2: 0.25, 3: 0.21, 4: 0.30, 5: 0.22, 6: 0.24},
+              "sgd": {1: 0.23, 2: 0.21, 3: 0.26, 4: 0.24, 5: 0.29, 6: 0.22},
+              "rmsprop": {1: 0.21, 2: 0.27, 3: 0.22, 4: 0.25, 5: 0.20, 6: 0.28},
+              "lion": {1: 0.90, 2: 0.91, 3: 0.92, 4: 0.93, 5: 0.90, 6: 0.95}}
+    results = st.compare_paired(values, direction="minimize", bounds=(0.0, None), seeds=6)
+    means = {lv: np.mean(list(v.values())) for lv, v in values.items()}
+    named = min(means, key=means.get)
+    beaten = {r.loser for r in results if r.winner is not None}
+    assert named not in beaten and beaten == {"lion"}  # lion worse than each
+    peers = [lv for lv in ("adam", "rmsprop", "sgd") if lv != named]
+    s = summarize(["optimizer"], list(values), values, results, metric="val_loss",
+                  direction="minimize", named=named, run=(1, 4))
+    assert s.notes[-1].endswith(
+        f" {named} is not separated from {peers[0]} and {peers[1]}, so these weights are those "
+        f"of one of 3 levels: {named}'s, the best mean among them (another may yet prove "
+        f"better).")
+
+
+def test_a_level_another_beats_is_no_top_level_even_when_not_separated_from_the_named():
+    """sgd beats rmsprop; adam (noisy) is separated from neither: its weights stand for one of
+    adam and sgd, not rmsprop."""
+    values = {"adam": {1: 0.95, 2: 0.70, 3: 0.99, 4: 0.80, 5: 0.98, 6: 0.75},
+              "sgd": {1: 0.85, 2: 0.851, 3: 0.849, 4: 0.852, 5: 0.85, 6: 0.848},
+              "rmsprop": {1: 0.80, 2: 0.802, 3: 0.798, 4: 0.801, 5: 0.799, 6: 0.80}}
+    results = st.compare_paired(values, direction="maximize", bounds=(0.0, 1.0), seeds=6)
+    verdicts = {(r.a, r.b): (r.verdict, r.winner) for r in results}
+    assert verdicts[("rmsprop", "sgd")] == ("better", "sgd")
+    assert verdicts[("adam", "rmsprop")][0] == verdicts[("adam", "sgd")][0] == "undecided"
+    s = summarize(["optimizer"], list(values), values, results, metric="val_acc",
+                  direction="maximize", named="adam", run=(5, 2))
+    assert s.notes[-1].endswith(" adam is not separated from sgd, so these weights are those "
+                                "of one of 2 levels: adam's, the best mean among them (another "
+                                "may yet prove better).")

@@ -327,3 +327,35 @@ def test_the_parent_runs_description_is_the_reports_headline_after_sweep_run(qui
     # the experiment's description stays the sweep's own
     experiment = stores.client().get_experiment_by_name("quickstart")
     assert experiment.tags.get(keys.NOTE) != note
+
+
+def _parallel_ticks(lrs: list, batches: list) -> tuple[list[list[str]], list[str]]:
+    """The parallel-coordinate plot of complete trials at ``lrs`` and ``batches`` (a trial
+    each): each setting's axis labels (batch_size, then lr: Optuna's order) and scales."""
+    from orchestrator.config.spec import validate
+    from orchestrator.report.load import SweepData
+    from orchestrator.report.plots import complete_study, parallel_axes
+
+    trials = pd.DataFrame({"trial": range(len(lrs)), "state": "COMPLETE",
+                           "value": np.linspace(0.5, 0.9, len(lrs)), "params.lr": lrs,
+                           "params.batch_size": batches})
+    data = SweepData(validate(tiny_spec(), "t.yaml"), "tiny", trials, pd.DataFrame(),
+                     pd.DataFrame(), None)
+    axes = parallel_axes(complete_study(data)).figure.axes[2:]  # after the plot and colour bar
+    return ([[t.get_text() for t in ax.get_yticklabels()] for ax in axes],
+            [ax.get_yscale() for ax in axes])
+
+
+def test_the_parallel_plot_sorts_a_few_numeric_values_and_labels_them_rounded():
+    """A few learning rates as drawn (16 digits) and batch sizes out of order: each axis
+    lists its values from low to high, lr to 3 significant digits, batch sizes as integers."""
+    lrs = [0.10000000000000002, 0.0031622776601683794, 0.012345678901234567, 0.0031622776601683794]
+    labels, _ = _parallel_ticks(lrs, [128, 32, 64, 32])
+    assert labels == [["32", "64", "128"],
+                      [f"{v:.3g}" for v in sorted({0.1, 0.00316, 0.0123})]]
+
+
+def test_the_parallel_plot_draws_many_learning_rates_on_a_log_axis():
+    lrs = list(np.geomspace(1e-4, 1e-1, MANY := 13))  # above MAX_LEVELS: a range
+    labels, scales = _parallel_ticks(lrs, [32, 64] * 6 + [32])
+    assert scales[1] == "log" and len(set(lrs)) == MANY

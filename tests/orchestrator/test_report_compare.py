@@ -329,7 +329,17 @@ def test_the_resolution_of_an_accuracy_is_always_said_with_what_lies_within_one_
     assert _resolved({"adam": [0.90, 0.91, 0.92], "sgd": apart}) == steps + "."
     # a difference of 0.07 points (adam - sgd), below one item
     assert _resolved({"adam": [0.900, 0.905, 0.910], "sgd": [0.902, 0.906, 0.909]}) == \
-        steps + ": the difference is smaller than one item."
+        steps + ": the two levels' means differ by less than one item."
+    # several pairs: each pair below one item named in a sentence (rmsprop - adam 0.4 points,
+    # sgd - adam 0.1 and rmsprop - sgd 0.3, both below one item too; lion 10 points off)
+    assert _resolved({"adam": [0.900, 0.905, 0.910], "sgd": [0.902, 0.906, 0.910],
+                      "rmsprop": [0.905, 0.909, 0.913], "lion": apart}) == \
+        steps + (": the means of each of these pairs differ by less than one item: adam vs "
+                 "rmsprop, adam vs sgd, rmsprop vs sgd.")
+    # one pair of several
+    assert _resolved({"adam": [0.900, 0.905, 0.910], "sgd": [0.902, 0.906, 0.909],
+                      "lion": apart}) == \
+        steps + ": the means of adam and sgd differ by less than one item."
     # maximize: a mean of 0.998 is within one item (0.995) of the ceiling; 0.99 is not
     assert _resolved({"adam": [0.996, 0.998, 1.0], "sgd": apart}) == \
         steps + ": adam is within one item of the ceiling."
@@ -408,17 +418,21 @@ def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
     perceptron), then `sweep report NAME`: the headline first, on the parent run as
     sweep.verdict, and comparison.csv as orchestrator.answer.stats computes it from the
     confirmation runs read back from MLflow; the parent's best_value, best_run_id, sweep status
-    and the report name one answer."""
+    and the report name one answer. The end of `sweep run` says the answer before any run id,
+    its per-trial lines name each trial's level and phase, an accuracy is in percent in every
+    view, and a batch size of two values (every tuned best on an edge) is named at its edge."""
     import yaml
 
     from orchestrator.answer import stats as st
     from tests.conftest import run_cli
-    from tests.helpers import compare_spec
+    from tests.helpers import COMPARE_SPACE, compare_spec
 
     # one worker: the report, the parent run and the export name one answer whatever order the
     # trials end in; a second worker would only start torch again
     spec = compare_spec(name="tinycmp", export=["torchscript"], export_for="best", workers=1,
-                        train={"dataset": "digits", "model": "mlp", "epochs": 1})
+                        train={"dataset": "digits", "model": "mlp", "epochs": 1},
+                        space={**COMPARE_SPACE,
+                               "batch_size": {"low": 32, "high": 64, "step": 32}})
     spec["compare"] = {**spec["compare"], "target": 0.5}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(spec))
     ran = run_cli("run", "c.yaml", cwd=tmp_path)
@@ -472,8 +486,25 @@ def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
     assert parent.data.metrics["best_value"] == pytest.approx(means[level])
     assert parent.data.tags[keys.BEST_RUN_ID] == run.info.run_id
     assert parent.data.tags[keys.ANSWER].startswith(f"{level}: val_acc {means[level]:.4g}")
-    assert f"The weights of {level}: the run of seed {int(near['seed'])} (trial " \
-        f"{int(run.data.tags[keys.TRIAL_NUMBER])})" in rep.stdout
+    weights = f"The weights of {level}: the run of seed {int(near['seed'])} (trial " \
+        f"{int(run.data.tags[keys.TRIAL_NUMBER])}), the confirmation run closest to its mean."
+    other = next(lv for lv in means.index if lv != level)
+    if r.winner is None:  # not separated: the weights are one of the two levels', said so
+        weights += (f" {level} is not separated from {other}, so these weights are those of "
+                    f"one of 2 levels: {level}'s, the best mean among them (another may yet "
+                    f"prove better).")
+        assert parent.data.tags[keys.ANSWER].endswith(
+            f"; no evidence separates {level} from {other}, so these weights are those of one "
+            f"of 2 levels, the one named for the reason above")
+        assert f"({level}'s confirmation run closest to its mean; one of 2 levels no " \
+            f"evidence separates, the one the answer names)" in ran.stdout
+    assert weights in rep.stdout.splitlines()
+    from orchestrator.stores.tracking import Tracker
+    from orchestrator.stores.tracking_reads import TrackingReader
+
+    reader = TrackingReader(Tracker(stores.tracking_uri))  # what `sweep export RUN_ID` says
+    assert reader.answer_of(run.info.run_id) == parent.data.tags[keys.ANSWER]
+    assert reader.answer_of(next(x.info.run_id for x in confirm if x != run)) is None
     # the table ranks the levels by their mean over the confirmation seeds, in percent
     ranked = means.sort_values(ascending=False, kind="stable")
     assert [line.split()[1] for line in printed[2:4]] == list(ranked.index)
@@ -481,8 +512,9 @@ def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
         shown = line.split()[2]
         assert abs(float(shown) - 100 * mean) <= 0.5 * 10 ** -len(shown.partition(".")[2])
     status = run_cli("status", "tinycmp", cwd=tmp_path)
-    assert f"the comparison names {level}: val_acc {means[level]:.4g}" in status.stdout
+    assert f"the comparison names {level}: val_acc {100 * means[level]:.4g}%" in status.stdout
     assert "the answer: " in status.stdout and said[-1] != ""
+    _check_units_lines_and_edges(stores, said, status.stdout, rep.stdout, level, means)
     # the export is that run's, and the end table lists that level first
     exported = [x.info.run_id for x in stores.runs("tinycmp", "trial")
                 if x.data.tags.get(keys.EXPORTED) == "true"]
@@ -512,6 +544,65 @@ def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
     for _, row in expected.iterrows():
         assert got.loc[(row["level"], row["k"]), "expected_best"] == pytest.approx(row["mean"])
         assert got.loc[(row["level"], row["k"]), "tunings"] == row["count"]
+
+
+def _check_units_lines_and_edges(stores, said: list[str], status: str, report: str, level: str,
+                                 means: pd.Series) -> None:
+    """The end of `sweep run` (``said``), `sweep status` and the report of the tiny real
+    comparison against its study: the answer before any run id, a line per trial naming its
+    level and phase, val_acc in percent, and the tuned bests at an edge of their range found
+    here by hand (each replicate's best: the highest value, ties to the earliest)."""
+    import statistics
+
+    from optuna.distributions import FloatDistribution, IntDistribution
+
+    from orchestrator.answer.edges import Edge
+
+    answer = next(i for i, line in enumerate(said) if line.startswith("sweep report: "))
+    assert answer < next(i for i, line in enumerate(said) if "best configurations" in line)
+    assert answer < said.index("their MLflow runs:")
+    study = stores.study("tinycmp")
+    for t in study.trials:  # piped lines: each trial by its level and phase, val_acc in %
+        a = t.user_attrs
+        where = f"confirmation seed {a[keys.SEED]}" if a[keys.PHASE] == "confirm" else \
+            f"tuning replicate {a[keys.REPLICATE]}"
+        assert f"trial {t.number} (level {a[keys.LEVEL]}, {where}) complete: val_acc " \
+               f"{100 * t.value:.2f}%" in said
+    rows = {line.split()[0]: line.split() for line in status.splitlines()
+            if line.split() and line.split()[0].isdigit()}
+    assert "val_acc %" in status and all(rows[str(t.number)][2] == f"{100 * t.value:.2f}"
+                                         for t in study.trials)
+    confirmed = [t.value for t in study.trials if t.user_attrs[keys.PHASE] == "confirm"
+                 and t.user_attrs[keys.LEVEL] == level]
+    row = next(line for line in said if line.startswith(f"│ {level} (tuned anew"))
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cells[1:3] == [f"{100 * means[level]:.2f}", f"{100 * statistics.stdev(confirmed):.2f}"]
+    edges = []
+    for lv in ("adam", "sgd"):
+        bests = []
+        for r in (1, 2):
+            mine = [t for t in study.trials if t.user_attrs[keys.PHASE] == "tune"
+                    and t.user_attrs[keys.LEVEL] == lv and t.user_attrs[keys.REPLICATE] == r]
+            bests.append(max(mine, key=lambda t: (t.value, -t.number)))
+        for name in (f"{lv}.lr", "batch_size"):
+            d = bests[0].distributions[name]
+            assert isinstance(d, (FloatDistribution, IntDistribution))
+            at = [(math.log(b.params[name] / d.low) / math.log(d.high / d.low)) if d.log else
+                  (b.params[name] - d.low) / (d.high - d.low) for b in bests]
+            for side, hit in (("low", [x <= 0.05 for x in at]), ("high", [x >= 0.95 for x in at])):
+                if any(hit):
+                    edges.append(Edge(lv, name, side, tuple(b.params[name] for b, h in
+                                                            zip(bests, hit) if h),
+                                      d.low, d.high, d.log, 2))
+    assert any(e.param == "batch_size" for e in edges)  # 32 or 64: always at an edge
+    shown = [x for x in report.splitlines() if x.startswith("Tuned within 5%")]
+    assert len(shown) == 1 and status.splitlines()[1] == shown[0]
+    for e in edges:  # each edge by hand, in the one line
+        lo, hi = min(e.values), max(e.values)
+        value = f"{lo:.3g}" if lo == hi else f"{lo:.3g} to {hi:.3g}"
+        assert f"{e.level} {e.param.rpartition('.')[2]} {value} at the {e.side} end" in shown[0]
+        assert f"in {len(e.values)} of 2 tunings" in shown[0]
+    assert shown[0].count(" end of [") == len(edges)
 
 
 @pytest.mark.slow
@@ -582,3 +673,77 @@ def test_a_comparison_without_a_verdict_says_what_happened_in_its_headline():
                     "compare (the trials table says why).")
     assert _no_verdict_headline(["0.001", "0.01"], {"0.001": ["COMPLETE"], "0.01": ["COMPLETE"]},
                                 finished=False).startswith("The comparison of lr is not finished")
+
+
+def _plotted(levels: list[str], factor: str = "optimizer", metric: str = "val_acc"):
+    """A comparison of ``levels`` with a learning-rate sensitivity each (three tuning trials
+    a level) and every pair compared over 4 paired seeds: the report's Comparison and its
+    tuning trials."""
+    from orchestrator.answer.stats import compare_paired
+    from orchestrator.report.comparison import Comparison, lr_sensitivity
+
+    tune = pd.DataFrame([{"level": lv, "params.lr": lr, "value": 0.9 - abs(lr - 0.01) - i / 100}
+                         for i, lv in enumerate(levels) for lr in (1e-3, 1e-2, 1e-1)])
+    sensitivity = {lv: lr_sensitivity(lv, g["params.lr"].to_numpy(), g["value"].to_numpy(),
+                                      "maximize", metric) for lv, g in tune.groupby("level")}
+    values = {lv: {s: 0.9 - i / 50 + s / 1000 * (i % 2) for s in range(1, 5)}
+              for i, lv in enumerate(levels)}
+    c = Comparison(factor, metric, "maximize", levels,
+                   compare_paired(values, direction="maximize", factor=factor), {}, values,
+                   sensitivity, pd.DataFrame(), None, "")
+    return c, tune
+
+
+def test_the_sensitivity_panels_titles_never_run_into_each_other():
+    """Four levels named by long values: each panel's title wrapped to its own width."""
+    import matplotlib
+
+    from orchestrator.report.comparison_plots import sensitivity_figure
+
+    matplotlib.use("Agg")
+    levels = [f"mypackage.optimizers:decoupled_weight_decay_variant_{i}" for i in range(4)]
+    fig = sensitivity_figure(*_plotted(levels))
+    fig.canvas.draw()
+    boxes = [ax.title.get_window_extent(fig.canvas.get_renderer()) for ax in fig.axes]
+    assert len(boxes) == 4 and all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:]))
+    assert "".join(fig.axes[0].get_title().split("\n")) == levels[0]  # wrapped, whole
+
+
+def test_the_sensitivity_panels_of_several_factors_name_the_factors_once():
+    import matplotlib
+
+    from orchestrator.report.comparison_plots import sensitivity_figure
+
+    matplotlib.use("Agg")
+    levels = ["warmup_epochs=0,clip_grad_norm=null", "warmup_epochs=0,clip_grad_norm=1.0"]
+    c, tune = _plotted(levels, factor="warmup_epochs,clip_grad_norm")
+    fig = sensitivity_figure(c, tune)
+    assert list(c.sensitivity) == levels[::-1]  # a panel a level, in the sensitivity's order
+    assert [ax.get_title() for ax in fig.axes] == ["0, 1.0", "0, null"]
+    assert fig._suptitle.get_text() == "warmup_epochs, clip_grad_norm"
+
+
+@pytest.mark.parametrize("metric, scale", [("val_acc", 100.0), ("val_loss", 1.0)])
+def test_the_forest_plot_shows_differences_in_the_answers_unit(metric, scale):
+    """An accuracy's differences in points (as the answer gives them), said in the axis
+    label; any other metric in its own units; each pair named as the answer names levels."""
+    import matplotlib
+
+    from orchestrator.report.comparison_plots import forest_figure
+
+    matplotlib.use("Agg")
+    levels = ["warmup_epochs=0,clip_grad_norm=null", "warmup_epochs=0,clip_grad_norm=1.0",
+              "warmup_epochs=1,clip_grad_norm=1.0"]
+    c, _ = _plotted(levels, factor="warmup_epochs,clip_grad_norm", metric=metric)
+    ax = forest_figure(c).axes[0]
+    shown = ax.get_xlabel()
+    assert shown == f"difference in {metric} (b - a)" + (", in points" if scale == 100 else "")
+    # the points from the bottom: the pairs in reverse, each at its b - a, scaled by hand
+    rows = c.results[::-1]
+    means = {lv: np.mean(list(v.values())) for lv, v in c.confirm.items()}
+    xs = [line.get_xdata()[0] for line in ax.lines if line.get_marker() == "o"]
+    assert xs == pytest.approx([scale * (means[r.b] - means[r.a]) for r in rows])
+    names = {lv: "(" + lv.replace("warmup_epochs=", "").replace(",clip_grad_norm=", ", ") + ")"
+             for lv in levels}
+    assert [t.get_text() for t in ax.get_yticklabels()] == \
+        [f"{names[r.b]} - {names[r.a]}" for r in rows]
