@@ -389,23 +389,33 @@ def test_a_planted_difference_is_decided_early_and_logged_as_decide_computes_it(
         == {parent}
 
 
-def test_identical_levels_run_to_max_seeds_with_no_clear_difference(cli, stores, write_spec):
-    # without weight decay, decaying biases too changes nothing: the same training twice
-    # one worker: both levels train on the same threads, the same training twice as before,
-    # and the seeding to max_seeds does not depend on two trials at once
+def test_identical_fixed_levels_are_confirmed_as_they_are_and_run_to_max_seeds(cli, stores,
+                                                                              write_spec):
+    """Nothing to tune (tune_trials 0): each paired seed trains each level's fixed settings
+    once, no tuning trial, and the answer is computed from those runs. Without weight decay,
+    decaying biases too changes nothing: the same training twice, so seeding runs to
+    max_seeds. One worker: both levels train on the same threads."""
     spec = compare_spec(space={"decay_bias_and_norm": [False, True], "lr": 3e-3}, train=MLP,
-                        workers=1, compare={"factor": "decay_bias_and_norm", "tune_trials": 1,
-                                            "seeds": 2, "max_seeds": 4})
+                        workers=1, compare={"factor": "decay_bias_and_norm", "tune_trials": 0,
+                                            "seeds": 2, "max_seeds": 3})
     out = cli(write_spec(spec))
     assert out.returncode == 0, out.stderr
-    confirm = trial_frame(stores, "cmp").query("phase == 'confirm'")
-    assert sorted(confirm.seed) == [1, 1, 2, 2, 3, 3, 4, 4]
+    runs = trial_frame(stores, "cmp")
+    assert set(runs.phase) == {"confirm"} and sorted(runs.seed) == [1, 1, 2, 2, 3, 3]
+    # each run carries exactly the level's value and the space's fixed lr; Optuna holds only
+    # the level
+    for r in stores.runs("cmp", role="trial"):
+        level = r.data.tags[keys.LEVEL]
+        assert (r.data.params["decay_bias_and_norm"], r.data.params["lr"]) == (
+            level.capitalize(), "0.003")
+    assert [t.params for t in stores.study("cmp").trials] == [
+        {"decay_bias_and_norm": v} for v in (False, True) * 3]
     table, verdict = logged_comparison(stores, "cmp")
-    assert list(table.verdict) == ["undecided"] and table.pairs[0] == 4
-    assert verdict.startswith("decay_bias_and_norm: no level shown better than another after 4 "
-                              "seeds; best mean ")
-    assert verdict.endswith("; no interval for its pairs: no spread (every seed gave the same "
-                            "difference).")
+    assert list(table.verdict) == ["undecided"] and table.pairs[0] == 3
+    assert (table.nonfinite_a[0], table.nonfinite_b[0]) == (0, 0)
+    assert verdict.startswith("decay_bias_and_norm") and "no spread" in verdict
+    note = stores.runs("cmp", role="parent")[0].data.tags[keys.PARENT_NOTE]
+    assert "the fixed configuration of each level" in note and "tuning trial" not in note
 
 
 def test_an_interrupted_comparison_resumes_with_equal_tuning_budgets(cli, stores, write_spec,
