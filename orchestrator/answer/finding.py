@@ -281,21 +281,38 @@ def _effect_clause(words: Words, e: Effect, found: Sequence[Effect], direction: 
 
 def _effect_clauses(words: Words, found: Sequence[Effect], direction: str,
                     detail: int) -> list[str]:
-    """The effects' verdicts in words: the decided ones, then what stays open."""
-    out = [_effect_clause(words, e, found, direction, detail) for e in found if e.decided]
+    """The effects' verdicts in words: the levels better and the interactions shown, then the
+    effects ruled out beyond an amount (shortest: one clause for the main effects and one for
+    the interactions, each with the largest amount), then what stays open."""
+    shown = [e for e in found if e.verdict in (stats.BETTER, SHOWN)]
+    out = [_effect_clause(words, e, found, direction, detail) for e in shown]
+    flat = [e for e in found if e.verdict == stats.EQUIVALENT]
+    if detail > 0:
+        out += [_effect_clause(words, e, found, direction, detail) for e in flat]
+    for kind in (MAIN, INTERACTION):
+        mine = [e for e in flat if e.kind == kind and detail == 0]
+        if mine:
+            widest = max(mine, key=lambda e: max(abs(e.ci_low), abs(e.ci_high)))
+            beyond = words.allowed(max(abs(widest.ci_low), abs(widest.ci_high)),
+                                   half_width(widest))
+            names = _join(list(dict.fromkeys(e.factors[0] for e in mine)))
+            out.append(f"{names}: no effect {beyond}" if kind == MAIN else
+                       f"no interaction {beyond}")
     open_ = [e for e in found if not e.decided]
     if not open_:
         return out
     if detail == 0:
         return out + [f"{len(open_)} effect{'s' if len(open_) > 1 else ''} undecided"]
-    if detail == 1 or len(open_) > 2:
+    if detail == 1 or len(open_) > 3:
         return out + ["undecided: " + ", ".join(_effect_name(e, found) for e in open_)]
     said = []
     for e in open_:
         h = half_width(e)
         size = f"no interval: {e.ci_method.split(': ', 1)[-1]}" if math.isnan(e.ci_low) else \
             f"{words.amount(e.estimate, h)} {words.unit} {_span(words, e.ci_low, e.ci_high, h)}"
-        said.append(f"{_effect_name(e, found)} ({size})")
+        what = f"{value_text(e.levels[0])} minus {value_text(e.bases[0])}: " \
+            if e.kind == MAIN and not math.isnan(e.ci_low) else ""
+        said.append(f"{_effect_name(e, found)} ({what}{size})")
     return out + ["undecided: " + ", ".join(said)]
 
 

@@ -132,6 +132,7 @@ class Stop:
     rounds: int
     results: tuple[stats.PairResult, ...]
     effects: tuple[Effect, ...] = ()
+    open: tuple = ()  # what of the goal was still undecided there (empty: decided)
 
 
 def run(c: Comparison, values: Mapping[str, Mapping[int, float]]) -> Stop:
@@ -142,7 +143,7 @@ def run(c: Comparison, values: Mapping[str, Mapping[int, float]]) -> Stop:
                 for lv, by_seed in values.items()}
         results, found, still = look(c, seen, rounds)
         if rounds == c.max_seeds or not still:
-            return Stop(rounds, results, found)
+            return Stop(rounds, results, found, still)
     raise AssertionError("unreachable: the last look always stops")
 
 
@@ -179,7 +180,8 @@ class Rates:
     """What ``draws`` simulated comparisons gave: verdicts ``better`` (any pair), right
     ``better`` (the level the estimand prefers), intervals of the first pair that held the
     estimand's difference, ``equivalent`` verdicts, the mean seeds at the stop, and ``false``:
-    comparisons whose question had a "better" the estimands contradict (:func:`wrong`)."""
+    comparisons whose question had a "better" the estimands contradict (:func:`wrong`), and
+    ``decided``: those whose question was decided where seeding stopped."""
 
     draws: int
     better: int
@@ -190,6 +192,7 @@ class Rates:
     mean_trials: float = 0.0
     stated: float = 0.95  # the first pair's interval's stated level (the same at every look)
     false: int = 0
+    decided: int = 0
 
 
 def rates(c: Comparison, model: Model, draws: int, seed: int = 0,
@@ -198,7 +201,7 @@ def rates(c: Comparison, model: Model, draws: int, seed: int = 0,
     ``truth`` the estimands (:func:`expected_after_tuning` when None)."""
     truth = expected_after_tuning(model, c.tune_trials) if truth is None else truth
     rng = np.random.default_rng(seed)
-    better = right = covered = equivalent = false = 0
+    better = right = covered = equivalent = false = decided = 0
     spent = []
     for _ in range(draws):
         stop = run(c, draw_values(c, model, rng))
@@ -212,10 +215,11 @@ def rates(c: Comparison, model: Model, draws: int, seed: int = 0,
         covered += bool(first.ci_low <= gap <= first.ci_high)
         equivalent += first.verdict == stats.EQUIVALENT
         false += wrong(c, stop, truth)
+        decided += not stop.open
         spent.append(stop.rounds)
     stated = 1 - stats.boundary_alpha(0.05, c.max_seeds - c.seeds + 1, max(2, c.seeds))
     return Rates(draws, better, right, covered, equivalent, float(np.mean(spent)),
-                 float(np.mean([c.total(n) for n in spent])), stated, false)
+                 float(np.mean([c.total(n) for n in spent])), stated, false, decided)
 
 
 def settled(c: Comparison, values: Mapping[str, Mapping[int, float]], stop: Stop) -> bool:

@@ -175,7 +175,8 @@ def summarize(factors: Sequence[str], levels: Sequence[str],
                                 means.get(leader, math.nan), halves.get(leader, math.nan),
                                 direction, ranking, finished)
     notes = finding.effect_notes(words, effects) + _pair_notes(words, results, direction) + \
-        _open_note(words, open_pairs) + _goal_note(goal, results, effects, finished) + \
+        _open_note(words, open_pairs) + \
+        _goal_note(goal, results, effects, finished, values, direction) + \
         _value_notes(words, levels, values) + weights_note(words, results, means, leader, run,
                                                              direction)
     level_text = interval_text(results[0]).replace(", clipped to the metric's range", "") \
@@ -284,12 +285,13 @@ def _open_note(words: Words, pairs: Sequence[OpenPair]) -> list[str]:
 
 
 def _goal_note(goal: str | None, results: Sequence[stats.PairResult],
-               found: Sequence[Effect], finished: bool) -> list[str]:
-    """Where seeding stopped on a question narrower than every pair: which pairs it left
-    undecided without holding the seeding open."""
+               found: Sequence[Effect], finished: bool, values, direction: str) -> list[str]:
+    """Where seeding stopped because a question narrower than every pair was decided: which
+    pairs it left undecided without holding the seeding open."""
     left = [r for r in results if r.verdict == stats.UNDECIDED]
     if not finished or goal in (None, goals.PAIRS) or not left or \
-            (goal == goals.EFFECTS and not found):
+            (goal == goals.EFFECTS and not found) or \
+            goals.still_open(goal, results, found, values, direction):
         return []
     question = "every effect" if goal == goals.EFFECTS else "the best level"
     return [f"Seeding stops once {question} is decided (compare.goal: {goal}); the "

@@ -144,13 +144,13 @@ def test_a_two_by_two_stops_once_every_effect_is_decided(direction):
     def value(label, seed):
         lifted = label != "optimizer=adam,clip_grad_norm=null"
         return 0.5 + sign * (0.3 * lifted + _noise(label, seed, 0.02))
-    found = {}
+    found, made = {}, {}
     for named in ("effects", "pairs"):
         c = compare.Comparison.of(validate(compare_spec(
             space=TWO_BY_TWO, objective={"metric": "val_loss", "direction": direction},
             compare={"factor": ["optimizer", "clip_grad_norm"], "tune_trials": 1, "seeds": 4,
                      "max_seeds": 6, "precision": 0.01, "goal": named})))
-        found[named] = _run(c, value)
+        found[named], made[named] = _run(c, value), c
     done = found["effects"].action
     assert found["effects"].looks == () and found["effects"].total == 4 * 4 * 2
     verdicts = {(e.factors, e.levels): (e.verdict, e.winner) for e in done.effects}
@@ -161,6 +161,10 @@ def test_a_two_by_two_stops_once_every_effect_is_decided(direction):
     assert interaction.estimate * sign < 0  # both lift less than each alone would add up to
     lifted = [(r.a, r.b) for r in done.results if r.verdict == "undecided"]
     assert len(lifted) == 3 and "optimizer=adam,clip_grad_norm=null" not in str(lifted)
+    notes = summary.of_comparison(made["effects"], done.values, done.results,
+                                  effects=done.effects).notes
+    assert "Seeding stops once every effect is decided (compare.goal: effects); the 3 " \
+           "undecided pairs of levels did not hold it open." in notes
     assert found["pairs"].total == 4 * 6 * 2 and len(found["pairs"].looks) == 2
     for look in found["pairs"].looks:
         assert sorted((r.a, r.b) for r in look.open) == sorted(lifted)
@@ -168,3 +172,53 @@ def test_a_two_by_two_stops_once_every_effect_is_decided(direction):
             f"(optimizer, clip_grad_norm), look {look.look} of 3 at {look.rounds} paired "
             f"seeds: (adam, 1.0) vs (sgd, 1.0), (adam, 1.0) vs (sgd, null) and (sgd, 1.0) vs "
             f"(sgd, null) undecided; one more paired seed (at most 6).")
+
+
+@pytest.mark.slow
+def test_a_real_two_by_two_says_what_keeps_it_seeding_and_answers_in_effects(tmp_path):
+    """A tiny real 2x2 sweep (optimizer x clip_grad_norm, 1 tuning trial, 2 to 3 paired seeds,
+    1 epoch of the perceptron): the piped run says a line at the look that seeds on; its
+    answer's sentence gives the effects' verdicts, is the parent run's sweep.verdict, and each
+    effect's note holds the contrast recomputed here from the confirmation runs in MLflow."""
+    import yaml
+
+    from tests.conftest import Stores, run_cli
+
+    spec = compare_spec(name="twobytwo", space=TWO_BY_TWO, workers=1, preflight=False,
+                        train={"dataset": "digits", "model": "mlp", "epochs": 1},
+                        compare={"factor": ["optimizer", "clip_grad_norm"], "tune_trials": 1,
+                                 "seeds": 2, "max_seeds": 3})
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(spec))
+    ran = run_cli("run", "c.yaml", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    said = ran.stdout.splitlines()
+    looks = [line for line in said if line.startswith("(optimizer, clip_grad_norm), look ")]
+    parent = Stores(tmp_path).runs("twobytwo", "parent")[0]
+    sentence = parent.data.tags[keys.VERDICT]
+    if "after 2 seeds" in sentence:  # decided at the first look: nothing seeded on
+        assert looks == []
+    else:
+        assert len(looks) == 1 and looks[0].startswith(
+            "(optimizer, clip_grad_norm), look 1 of 2 at 2 paired seeds: ")
+        assert looks[0].endswith(" undecided; one more paired seed (at most 3).")
+    assert sentence.startswith("(optimizer, clip_grad_norm) after ")
+    assert "interaction" in sentence and "optimizer" in sentence.split(": ", 1)[1]
+    assert sum(sentence in line for line in said) == 1 and len(sentence) <= 300
+    confirm = [r for r in Stores(tmp_path).runs("twobytwo", "trial")
+               if r.data.tags.get(keys.PHASE) == "confirm"]
+    by = {(r.data.tags[keys.LEVEL], int(r.data.tags[keys.SEED])): r.data.metrics["val_acc"]
+          for r in confirm}
+    seeds = sorted({s for _, s in by})
+    cell = {("adam", None): "optimizer=adam,clip_grad_norm=null",
+            ("adam", 1.0): "optimizer=adam,clip_grad_norm=1.0",
+            ("sgd", None): "optimizer=sgd,clip_grad_norm=null",
+            ("sgd", 1.0): "optimizer=sgd,clip_grad_norm=1.0"}
+    # the optimizer's main effect: sgd minus adam at each seed, averaged over clipping
+    contrasts = [np.mean([by[cell["sgd", c], s] - by[cell["adam", c], s] for c in (None, 1.0)])
+                 for s in seeds]
+    note = next(line for line in said if line.startswith("Main effect of optimizer (sgd minus "
+                                                          "adam, averaged over clip_grad_norm)"))
+    shown = note.split("): ", 1)[1].split(" points")[0]
+    decimals = len(shown.partition(".")[2])
+    assert abs(float(shown) - 100 * np.mean(contrasts)) <= 0.5 * 10 ** -decimals + 1e-9
+    assert f"over {len(seeds)} seeds" in note
