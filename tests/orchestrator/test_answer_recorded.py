@@ -255,11 +255,12 @@ def test_every_place_names_one_answer_whatever_order_trials_end_in(memory_stores
                                                              found.seeds)
     assert attr["mean"] == pytest.approx(found.mean)
     # sweep status: the summary line, the sweeps' row and the trials' rows
-    line = status.summary_line(loaded)
-    assert f"the comparison names {found.level}: {spec.objective.metric} {found.mean:.4g}" \
-        in line, line
+    line = status.summary_line(loaded)  # an accuracy in percent, as the answer shows it
+    shown = f"{100 * found.mean:.4g}%" if spec.objective.metric == "val_acc" else \
+        f"{found.mean:.4g}"
+    assert f"the comparison names {found.level}: {spec.objective.metric} {shown}" in line, line
     assert status.sweep_row(loaded, datetime.now())["best"].startswith(
-        f"{found.level}: {spec.objective.metric} {found.mean:.4f}")
+        f"{found.level}: {spec.objective.metric} {shown} (mean of {found.seeds})")
     notes = {int(r["#"]): r["note"] for r in status.trial_rows(loaded, datetime.now())}
     assert [n for n, note in notes.items() if "the answer" in note] == [found.trial.number]
     # the end table of sweep run: the named configuration first, with that mean
