@@ -7,7 +7,7 @@ covariance across levels. Each pair's difference then has the pilot's mean diffe
 pilot's spread of paired differences. A simulated comparison draws ``max_seeds`` such seeds and
 runs the shipped procedure over them (:func:`orchestrator.answer.simulate.run`: its looks and
 its stopping rule). It counts as decided when nothing of its goal is open where it stopped
-(:func:`orchestrator.answer.simulate.settled`).
+(``Stop.open`` empty).
 
 Two chances come out of each design:
 
@@ -125,12 +125,11 @@ def simulate_design(c: Comparison, est: Estimates, draws: int = DRAWS, seed: int
     for _ in range(draws):
         values = draw(c, est, rng)
         stop = simulate.run(c, values)
-        decided += simulate.settled(c, values, stop)
+        decided += not stop.open
         spent.append(stop.rounds)
     carried = 0
     for _ in range(draws if carry else 0):
-        values = draw(c, est, rng, carried=True)
-        carried += simulate.settled(c, values, simulate.run(c, values))
+        carried += not simulate.run(c, draw(c, est, rng, carried=True)).open
     return Design(c.seeds, c.max_seeds, decided / draws, carried / draws if carry else math.nan,
                   float(np.mean(spent)), float(np.mean([c.total(n) for n in spent])), draws)
 

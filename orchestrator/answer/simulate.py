@@ -221,12 +221,3 @@ def rates(c: Comparison, model: Model, draws: int, seed: int = 0,
     return Rates(draws, better, right, covered, equivalent, float(np.mean(spent)),
                  float(np.mean([c.total(n) for n in spent])), stated, false, decided)
 
-
-def settled(c: Comparison, values: Mapping[str, Mapping[int, float]], stop: Stop) -> bool:
-    """Whether comparison ``c``'s question was decided where it stopped over ``values``
-    (``stop``, from :func:`run`): nothing of its goal open at that look
-    (:func:`orchestrator.answer.compare.look`). False when it ran out of seeds with part of
-    its goal open. ``sweep plan`` counts these (:mod:`orchestrator.answer.design`)."""
-    seen = {lv: {s: v for s, v in by_seed.items() if s - c.seed <= stop.rounds}
-            for lv, by_seed in values.items()}
-    return not look(c, seen, stop.rounds)[2]
