@@ -132,6 +132,19 @@ def test_a_carried_draw_spreads_as_the_posterior_predictive_of_the_pilot():
         assert np.var(means) == pytest.approx(want, rel=0.1), carried
 
 
+def test_the_chance_is_of_the_specs_goal_a_pair_outside_it_holds_nothing_open():
+    """Level a far ahead of b and c, which are alike, without a precision: the best level
+    is decided almost always, every pair almost never (b against c is "better" only by a
+    false verdict, at most 5%)."""
+    est = design.Estimates(("a", "b", "c"), np.array([0.95, 0.90, 0.90]),
+                           np.diag([0.003, 0.003, 0.003]), seeds=10)
+    chance = {}
+    for goal in ("best", "pairs"):
+        c = sim.comparison(["a", "b", "c"], tune_trials=1, seeds=3, max_seeds=5, goal=goal)
+        chance[goal] = design.simulate_design(c, est, 300, carry=False).chance
+    assert chance["best"] > 0.95 and chance["pairs"] <= 0.05, chance
+
+
 def _row(seeds: int, max_seeds: int, chance: float, trials: float) -> design.Design:
     return design.Design(seeds, max_seeds, chance, chance, seeds, trials, 100)
 
