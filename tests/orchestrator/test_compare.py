@@ -371,13 +371,15 @@ def test_a_planted_difference_is_decided_early_and_logged_as_decide_computes_it(
     assert (table.verdict[0], table.winner[0]) == ("better", "adam")
     level = 1 - st.boundary_alpha(0.05, 4, 3)  # 4 looks: a wider interval than 95%
     assert table.ci_level[0] == pytest.approx(level) and table.ci_method[0].startswith("t")
-    # the answer's sentence: adam's least lead over sgd is its interval's lower end (sgd - adam
-    # is negative: -ci_high), in points to 2 significant digits of the half-width
+    # the answer's sentence: adam's lead over sgd with its interval (sgd - adam is negative:
+    # the lead is -diff in [-ci_high, -ci_low]), in points to 2 significant digits of the
+    # half-width, at the look's level
     half = 100 * (table.ci_high[0] - table.ci_low[0]) / 2
-    least = f"{-100 * table.ci_high[0]:.{max(0, 1 - math.floor(math.log10(half)))}f}"
-    assert verdict.startswith("optimizer: adam is best, val_acc ")
-    assert verdict.endswith(f"over 3 seeds; better than sgd by at least {least} points "
-                            f"({st.level_percent(level)} t interval).")
+    lead = [f"{-100 * v:.{max(0, 1 - math.floor(math.log10(half)))}f}"
+            for v in (table["diff"][0], table.ci_high[0], table.ci_low[0])]
+    assert verdict.startswith("optimizer after 3 seeds: adam best, val_acc ")
+    assert verdict.endswith(f"%, better than sgd by {lead[0]} points [{lead[1]}, {lead[2]}] "
+                            f"({st.level_percent(level)} t interval, look 1 of 4).")
     # the pair by hand: paired t-test on sgd - adam
     wide = confirm.pivot(index="seed", columns="level", values="value")
     diff = wide.sgd - wide.adam

@@ -179,10 +179,12 @@ def test_comparison_csv_and_headline_equal_a_hand_computation(reported, report_p
         assert row[col] == pytest.approx(value, rel=1e-9, abs=1e-12), col
     # adam is better in both directions (higher val_acc, lower val_loss)
     assert (row["verdict"], row["winner"], row["ci_method"]) == ("better", "adam", "t")
-    # adam's least lead over sgd: the lower end of its lead's interval, in points of val_acc
-    # (percent for its mean) or in val_loss, each to 2 significant digits of its half-width
+    # adam's lead over sgd with its interval (sgd - adam turned so that better is up), in
+    # points of val_acc (percent for its mean) or in val_loss, each to 2 significant digits of
+    # its half-width
     scale, unit = (100, "points") if direction == "maximize" else (1, "val_loss")
-    least = -expected["ci_high"] if direction == "maximize" else expected["ci_low"]
+    turn = -1 if direction == "maximize" else 1
+    lead = sorted(turn * expected[k] for k in ("ci_low", "ci_high"))
     half = scale * (expected["ci_high"] - expected["ci_low"]) / 2
     adam = np.asarray(CONFIRM["adam"]) if direction == "maximize" else \
         1 - np.asarray(CONFIRM["adam"])
@@ -192,10 +194,11 @@ def test_comparison_csv_and_headline_equal_a_hand_computation(reported, report_p
     def rounded(v, h):
         return f"{scale * v:.{max(0, 1 - math.floor(math.log10(h)))}f}"
     metric = "val_acc" if direction == "maximize" else "val_loss"
-    headline = (f"optimizer: adam is best, {metric} {rounded(adam.mean(), m_half)}"
-                f"{'%' if scale == 100 else ''} over 4 seeds; better than sgd by at least "
-                f"{rounded(least, half)} {unit} ({level_percent(expected['ci_level'])} t "
-                f"interval).")
+    headline = (f"optimizer after 4 seeds: adam best, {metric} {rounded(adam.mean(), m_half)}"
+                f"{'%' if scale == 100 else ''}, better than sgd by "
+                f"{rounded(turn * expected['diff'], half)} {unit} [{rounded(lead[0], half)}, "
+                f"{rounded(lead[1], half)}] ({level_percent(expected['ci_level'])} t interval, "
+                f"look 2 of 2).")
     lines = printed.splitlines()
     assert lines[0] == headline and printed.count(headline) == 1
     # the table: the levels ranked by their mean, separated (no letter in common)
