@@ -16,8 +16,6 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Iterator, Union
 
-from ..core.errors import SweepError
-
 RANGE_KEYS = ("low", "high", "log", "step", "type")
 # settings whose user code (torch:NAME, module:function) takes keywords of its own, searched
 # under its option and given to the trainer in <setting>_args
@@ -123,10 +121,6 @@ class _FromParams:
         self.params = params
 
     def _value(self, name):
-        if name not in self.params:  # e.g. a study started before nested names were qualified
-            raise SweepError(f"a trial's parameters {sorted(self.params)} lack {name!r}, which "
-                             f"this sweep's space names: the study was made with other "
-                             f"parameter names; rerun with --new to start a fresh study")
         return self.params[name]
 
     def suggest_categorical(self, name, choices):

@@ -537,21 +537,6 @@ def _check_same_sweep(spec: SweepSpec, name: str, study: optuna.Study) -> None:
         raise SweepError(f"{spec.source}: study {name!r} was started from a different sweep "
                          f"({'; '.join(changes[:4])}); restore the file, or rerun with --new to "
                          f"start a fresh study")
-    _check_param_names(spec, name, study)
-
-
-def _check_param_names(spec: SweepSpec, name: str, study: optuna.Study) -> None:
-    """Refuse, at open, a study whose trials carry a parameter name this sweep's space does not
-    produce (one made before nested options were named by their whole path): its trials could
-    not be replayed into settings, and the sweep would stop mid-way."""
-    names = {n.name for _, n in sp.walk(spec.space) if not isinstance(n, sp.Fixed)}
-    for t in study.get_trials(deepcopy=False):
-        unknown = sorted(set(t.params or t.system_attrs.get("fixed_params", {})) - names)
-        if unknown:
-            raise SweepError(f"{spec.source}: study {name!r} has trials with the parameter "
-                             f"{unknown[0]!r}, which this sweep's space does not name (it names "
-                             f"{', '.join(sorted(names)) or 'none'}): the study was made with "
-                             f"other parameter names; rerun with --new to start a fresh study")
 
 
 def _diff(before: Any, now: Any, path: str = "") -> list[str]:

@@ -63,8 +63,7 @@ MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 MODEL_KIND = "custom_model_development"
 # a trial run's MLflow status by its end. MLflow's UI marks FAILED and KILLED runs red: a pruned
 # trial ran as asked and was stopped by the pruner, not a fault, so its run ends FINISHED and its
-# tag keys.STATE ("pruned") says so. KILLED is an interrupt's (Ctrl-C); runs of sweeps made before
-# this ended pruned trials KILLED: readers tell pruned trials by Optuna's state or keys.STATE
+# tag keys.STATE ("pruned") says so. KILLED is an interrupt's (Ctrl-C)
 STATUS = {"complete": "FINISHED", "pruned": "FINISHED", "failed": "FAILED",
           "interrupted": "KILLED"}
 

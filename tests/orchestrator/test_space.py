@@ -120,16 +120,6 @@ def test_a_grid_is_counted_as_a_product_without_listing_it():
     assert sp.grid_size(()) == 1
 
 
-def test_params_from_another_naming_are_one_clear_error_not_a_key_error():
-    from orchestrator.core.errors import SweepError
-
-    space, _ = parse({"optimizer": {o: {"schedule": {"constant": {"lr": [0.1, 0.01]}}}
-                                    for o in ("sgd", "adam")}})
-    old = {"optimizer": "sgd", "sgd.schedule": "constant", "constant.lr": 0.1}
-    with pytest.raises(SweepError, match="lack 'sgd.constant.lr'.*rerun with --new"):
-        sp.settings_for(space, old)
-
-
 def test_a_nested_sweep_runs_resumes_and_retries_on_a_real_study(tmp_path):
     """Both branches of options inside options through SweepStudy on a journal file: no clash
     of names mid-sweep, a resumed process reads the same names, and a retry replays the

@@ -138,26 +138,6 @@ def test_only_the_process_that_fails_a_trial_queues_its_retry(tmp_path):
     assert second.crashes(pending.number) == 1
 
 
-def test_a_study_whose_trials_carry_parameter_names_the_space_does_not_make_is_refused_at_open(
-        tmp_path):
-    spec = validate(tiny_spec(space={"optimizer": {
-        o: {"schedule": {"constant": {"lr": [0.1, 0.01]}}} for o in ("sgd", "adam")}}))
-    path = tmp_path / "j.journal"
-    SweepStudy.open(spec, str(path))
-    # a trial as recorded before nested names carried the whole path (now sgd.constant.lr)
-    study = optuna.load_study(study_name="tiny", storage=open_storage(str(path)))
-    choice = optuna.distributions.CategoricalDistribution
-    study.add_trial(optuna.trial.create_trial(
-        params={"optimizer": "sgd", "sgd.schedule": "constant", "constant.lr": 0.1}, value=0.5,
-        distributions={"optimizer": choice(["sgd", "adam"]), "sgd.schedule": choice(["constant"]),
-                       "constant.lr": choice([0.1, 0.01])}))
-    with pytest.raises(SweepError, match=r"study 'tiny' has trials with the parameter "
-                                         r"'constant.lr', which this sweep's space does not "
-                                         r"name .*--new"):
-        SweepStudy.open(spec, str(path))
-    assert SweepStudy.open(spec, str(path), new=True).name == "tiny-2"
-
-
 def test_a_process_that_read_the_trials_before_another_started_one_starts_no_trial_past_trials(
         tmp_path):
     """Two processes each see one trial left (their last reads predate the other's start):
