@@ -2,7 +2,8 @@
 
 Each has a reason no public name serves, and a test in ``tests/orchestrator/test_compat.py``
 that fails loudly, naming it, on an upgrade that removes or changes it (tested: Optuna 5.1,
-CPython 3.10 to 3.13). The rest of the code calls the functions here, never the names.
+CPython 3.10 to 3.13). The rest of the code calls the functions here, never the names: a test
+there reads every module of ``orchestrator`` for Optuna's private names and finds them here alone.
 """
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ STALE_TRIAL_IDS = "_get_stale_trial_ids"
 # The trials read ``Study`` itself and its samplers use (``use_cache``): a view of a study that
 # shows a sampler some trials only (a comparison's level) answers it under this name too.
 STUDY_TRIALS = "_get_trials"
+# The system attribute in which ``Study.enqueue_trial`` keeps a queued trial's parameters until
+# it is asked (``params`` is empty until then).
+FIXED_PARAMS = "fixed_params"
 
 
 def mlflow_tracking_uri() -> str | None:
@@ -46,6 +50,12 @@ def trial_id(trial: optuna.Trial | optuna.trial.FrozenTrial) -> int:
     """A trial's id in its storage (``_trial_id``), which storage calls take; the public
     ``number`` counts within one study only."""
     return trial._trial_id
+
+
+def fixed_params(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    """The parameters a trial was queued with (:data:`FIXED_PARAMS`; empty when it was not
+    queued): a retry of a trial failed before it sampled has only these, its level's."""
+    return trial.system_attrs.get(FIXED_PARAMS, {})
 
 
 def study_trials(study: optuna.Study, deepcopy: bool = True, states=None,

@@ -18,6 +18,7 @@ from typing import Any
 
 from optuna.storages import BaseStorage
 
+from ..core import compat
 from ..core.compat import BaseHeartbeat
 
 # how stale another machine's changes may look to this process (its own writes are seen at once):
@@ -27,7 +28,8 @@ READ_S = 0.5
 READ_S_PER_UNFINISHED = 0.01
 # the storage calls that change no trial (any other call drops the cached trials); a heartbeat
 # changes only its own record
-READS = ("get_", "_get_", "check_", "is_", "wait_server_ready", "close", "record_heartbeat")
+READS = ("get_", compat.STALE_TRIAL_IDS, "check_", "is_", "wait_server_ready", "close",
+         "record_heartbeat")
 
 
 class ReadCache:

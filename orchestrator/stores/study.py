@@ -220,7 +220,7 @@ class SweepStudy:
         kept = {k: attrs[k] for k in (keys.PHASE, keys.LEVEL, keys.SEED, keys.REPLICATE)
                 if k in attrs}
         # a trial failed before it sampled holds only its fixed parameters (a comparison's level)
-        params = failed.params or failed.system_attrs.get("fixed_params", {})
+        params = failed.params or compat.fixed_params(failed)
         self.study.enqueue_trial(params, user_attrs={
             keys.REPEAT: attrs.get(keys.REPEAT, 0), keys.RETRY_OF: failed.number,
             keys.RETRY_ROOT: attrs.get(keys.RETRY_ROOT, failed.number), **kept})
@@ -428,8 +428,7 @@ def warm_start_copies(spec: SweepSpec, storage) -> list[optuna.trial.FrozenTrial
     copies = [optuna.trial.create_trial(
         state=t.state, params=t.params, distributions=t.distributions,
         values=t.values if t.state == TrialState.COMPLETE else None,
-        intermediate_values=t.intermediate_values,
-        system_attrs={k: v for k, v in t.system_attrs.items() if k.startswith("constraints")},
+        intermediate_values=t.intermediate_values, constraints=t.constraints,
         user_attrs={**{k: v for k, v in t.user_attrs.items()
                        if k in (keys.SEED, keys.REPEAT, keys.CONSTRAINTS)},
                     keys.COPIED_FROM: f"{name}#{t.number}"})
@@ -439,7 +438,7 @@ def warm_start_copies(spec: SweepSpec, storage) -> list[optuna.trial.FrozenTrial
 
 
 def _enqueue_grid(study: SweepStudy) -> None:
-    present = {(objectives.config_key(t.params or t.system_attrs.get("fixed_params", {})),
+    present = {(objectives.config_key(t.params or compat.fixed_params(t)),
                 t.user_attrs.get(keys.REPEAT, 0)) for t in study.trials()}
     configs = study.spec.grid()
     for repeat in range(study.spec.repeats):  # seed-major: one full comparison per seed first

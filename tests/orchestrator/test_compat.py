@@ -3,6 +3,7 @@ upgrade that removes or changes one fails here, by name, before anything subtler
 versions README.md says were tested, against the ones installed."""
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 import subprocess
@@ -11,7 +12,7 @@ from importlib.metadata import version
 
 import optuna
 import pytest
-from optuna.storages import JournalStorage, RDBStorage
+from optuna.storages import BaseStorage, GrpcStorageProxy, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
 from orchestrator.core import compat
@@ -56,6 +57,17 @@ def test_study_trials_is_the_read_with_a_cache_flag_that_samplers_make(study):
     assert [t.params for t in read] == [t.params for t in study.get_trials()]
 
 
+def test_fixed_params_are_a_queued_trials_parameters_until_it_is_asked(study):
+    study.enqueue_trial({"x": 0.5})
+    waiting = study.trials[-1]
+    assert (waiting.params, compat.fixed_params(waiting)) == ({}, {"x": 0.5})
+    assert compat.fixed_params(study.trials[0]) == {"x": 1.0}  # kept once it ran
+    assert compat.fixed_params(study.get_trials()[0]) == study.trials[0].params
+    never_queued = optuna.create_study()
+    never_queued.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    assert compat.fixed_params(never_queued.trials[0]) == {}
+
+
 def test_storage_of_writes_an_attr_of_a_trial_no_trial_object_of_this_process_holds(study):
     running = study.ask()  # as another process left it RUNNING: only its number is known here
     frozen = next(t for t in study.trials if t.number == running.number)
@@ -69,6 +81,92 @@ def test_trial_id_of_a_live_and_a_frozen_trial_names_that_trial_in_its_storage(s
     assert storage.get_trial(compat.trial_id(live)).number == live.number
     frozen = study.trials[1]
     assert storage.get_trial(compat.trial_id(frozen)).number == frozen.number
+
+
+def optuna_private_names() -> set[str]:
+    """The private names of Optuna's study, trials, storages, samplers and pruners (their
+    classes' and a live study's, trial's and finished trial's own attributes), with the system
+    attribute keys Optuna keeps for itself."""
+    study = optuna.create_study()
+    study.enqueue_trial({"x": 1.0})
+    trial = study.ask()
+    trial.suggest_float("x", 0, 2)
+    study.tell(trial, 1.0)
+    classes = [optuna.Study, optuna.Trial, optuna.trial.FrozenTrial, BaseStorage, RDBStorage,
+               JournalStorage, GrpcStorageProxy, compat.BaseHeartbeat,
+               optuna.samplers.BaseSampler, optuna.pruners.BasePruner]
+    names = {n for o in (study, trial, study.trials[0]) for n in vars(o)} | \
+        {n for c in classes for n in dir(c)}
+    return {n for n in names if n.startswith("_") and not n.startswith("__")} | \
+        {compat.FIXED_PARAMS}
+
+
+def private_uses(source: str, private: set[str]) -> list[str]:
+    """Where ``source`` uses a private name of Optuna: an import of a private module or name of
+    it, an attribute of one (not on ``self`` or ``cls``: a class's own names), the name as a
+    string (``getattr(study, "_storage")``), or Optuna's system attributes read with a key that
+    is not one of sweep's (``keys.X``)."""
+    tree = ast.parse(source)
+    parent = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found = []
+    for node in ast.walk(tree):
+        where = f"line {getattr(node, 'lineno', '?')}"
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            found += [f"{where}: imports {m}" for m in modules if m.split(".")[0] == "optuna"
+                      and any(part.startswith("_") for part in m.split("."))]
+        elif isinstance(node, ast.Attribute) and node.attr in private and \
+                node.attr.startswith("_") and not (
+                isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            found.append(f"{where}: .{node.attr}")
+        elif isinstance(node, ast.Constant) and node.value in private:
+            found.append(f"{where}: {node.value!r}")
+        elif isinstance(node, ast.Attribute) and node.attr == "system_attrs":
+            up = parent.get(node)
+            key = parent[up].args[0] if isinstance(up, ast.Attribute) and up.attr == "get" \
+                and isinstance(parent.get(up), ast.Call) and parent[up].args else \
+                up.slice if isinstance(up, ast.Subscript) else None
+            if not (isinstance(key, ast.Attribute) and isinstance(key.value, ast.Name)
+                    and key.value.id == "keys"):
+                found.append(f"{where}: system_attrs read with no key of sweep's")
+    return found
+
+
+def test_optunas_private_names_are_used_in_compat_alone():
+    private = optuna_private_names()
+    assert {"_storage", "_study_id", "_trial_id", "_get_trials", "_cached_frozen_trial",
+            compat.STUDY_TRIALS, compat.STALE_TRIAL_IDS} <= private
+    used = {str(path.relative_to(ROOT)): private_uses(path.read_text(), private)
+            for path in sorted((ROOT / "orchestrator").rglob("*.py"))}
+    assert used.pop("orchestrator/core/compat.py")  # where they live
+    assert {path: uses for path, uses in used.items() if uses} == {}
+
+
+@pytest.mark.parametrize("planted", [
+    "from optuna.storages._heartbeat import BaseHeartbeat",
+    "import optuna.study._constrained_optimization",
+    "from optuna.samplers import _base",
+    "storage = study._storage",
+    "storage = getattr(study, '_storage')",
+    "trial._cached_frozen_trial.params",
+    "params = trial.system_attrs.get('fixed_params', {})",
+    "constraints = {k: v for k, v in t.system_attrs.items()}",
+    "attrs = trial.system_attrs",
+])
+def test_the_private_name_finder_finds_a_planted_use(planted):
+    assert private_uses(planted, optuna_private_names()) != []
+
+
+@pytest.mark.parametrize("allowed", [
+    "self._storage = storage",
+    "beat = trial.system_attrs.get(keys.HEARTBEAT)",
+    "beat = trial.system_attrs[keys.HEARTBEAT]",
+    "from optuna.storages import RDBStorage",
+    "value = spec._raw",
+])
+def test_the_private_name_finder_passes_a_class_own_names_and_sweeps_own_keys(allowed):
+    assert private_uses(allowed, optuna_private_names()) == []
 
 
 def _python(code: str) -> subprocess.CompletedProcess:
