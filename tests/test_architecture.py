@@ -139,6 +139,48 @@ def test_each_package_declares_no_more_than_it_uses():
             if q not in used[p] and not any(q in packages[r] for r in used[p])] == []
 
 
+# what the answer layer may import of Optuna: its record of a trial, read as data (each layer
+# below stores may know more: config builds the samplers, core holds the adapter to its private
+# names); the study, samplers, pruners and storages are the stores' alone
+ANSWER_READS_OF_OPTUNA = {"optuna.trial": {"FrozenTrial", "TrialState"},
+                          "optuna.distributions": {"FloatDistribution", "IntDistribution"}}
+
+
+def _optuna_imports(path) -> list[str]:
+    """What a module imports of Optuna (inside functions too) and of the adapter to its private
+    names, as ``module: name``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [f"{a.name}: *" for a in node.names if a.name.split(".")[0] == "optuna"]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "optuna":
+            found += [f"{node.module}: {a.name}" for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and "compat" in \
+                [*(node.module or "").split("."), *(a.name for a in node.names)]:
+            found.append("orchestrator.core.compat: *")
+    return found
+
+
+def test_the_answer_layer_reads_optunas_record_of_a_trial_and_nothing_else_of_optuna():
+    """Pure rules on numbers: the answer reads trials (their state, values, parameters and
+    attributes) and never asks, tells or samples, so no Optuna study, sampler or private name."""
+    read = [(m, i) for m, path in MODULES.items() if package_of(m) == "answer"
+            for i in _optuna_imports(path)]
+    assert read, "the answer layer reads no trial: the rule below checks nothing"
+    assert [(m, i) for m, i in read if i.split(": ")[1] not in
+            ANSWER_READS_OF_OPTUNA.get(i.split(": ")[0], ())] == []
+
+
+def test_the_optuna_import_rule_catches_a_sampler_and_the_adapter(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text("import optuna\nfrom optuna.samplers import TPESampler\n"
+                       "from optuna.trial import FrozenTrial\nfrom ..core import compat\n")
+    found = _optuna_imports(planted)
+    assert [i for i in found if i.split(": ")[1] not in
+            ANSWER_READS_OF_OPTUNA.get(i.split(": ")[0], ())] == \
+        ["optuna: *", "optuna.samplers: TPESampler", "orchestrator.core.compat: *"]
+
+
 def _trainers_layer() -> dict[str, int]:
     return {m: i for i, layer in enumerate(TRAINERS_LAYERS) for m in layer}
 

@@ -19,7 +19,7 @@ of a level (:class:`Tune`), a confirmation trial (:class:`Confirm`), :class:`Wai
 trials, or :class:`Done`. Every ``sweep run`` process replays it from the trials alone, so an
 interrupted comparison resumes in whichever phase it stopped; seeding stops once the question
 ``compare.goal`` names is decided (:mod:`orchestrator.answer.goal`). Optuna's sampler and pruner
-see the trials of one level only (:mod:`orchestrator.answer.levels`).
+see the trials of one level only (:mod:`orchestrator.stores.levels`).
 """
 from __future__ import annotations
 

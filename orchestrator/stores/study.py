@@ -19,13 +19,13 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from ..answer import compare, levels, objectives
+from ..answer import compare, objectives
 from ..config import space as sp
 from ..config.samplers import build_pruner, build_sampler
 from ..config.spec import SweepSpec, settings_of
 from ..core import compat, keys
 from ..core.errors import SweepError
-from . import readcache
+from . import levels, readcache
 from .locks import store_lock
 from .machines import Machines, sampler_offset, wait_for
 from .retries import will_retry

@@ -15,11 +15,12 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 from scipy import stats
 
-from orchestrator.answer import compare, levels
+from orchestrator.answer import compare
 from orchestrator.answer import stats as st
 from orchestrator.config.spec import validate
 from orchestrator.core import keys
 from orchestrator.core.errors import SpecError
+from orchestrator.stores import levels
 from tests.helpers import COMPARE_SPACE, compare_spec, finish, progress, start_sweep
 
 # ------------------------------------------------------------------------ validation

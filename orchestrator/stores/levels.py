@@ -10,8 +10,8 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import FrozenTrial
 
+from ..answer.compare import TUNE, replicate
 from ..core import compat, keys
-from .compare import TUNE, replicate
 
 
 class LevelView:
