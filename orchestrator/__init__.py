@@ -6,8 +6,6 @@ command's own handler, not by a traceback from the middle of these imports.
 """
 import importlib
 import os
-import sys
-import types
 
 # Offline by default: MLflow 3 sends usage telemetry unless told not to (a user's own setting wins).
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -19,15 +17,15 @@ os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 # each public name -> the module it lives in
 _HOMES = {
     "compare_paired": ".answer.stats",
-    **dict.fromkeys(("Exported", "SweepInterrupted", "SweepResult", "export", "load", "report",
-                     "reproduce", "run"), ".commands.api"),
+    **dict.fromkeys(("Exported", "SweepInterrupted", "SweepResult", "export", "load", "reproduce",
+                     "run", "write_report"), ".commands.api"),
     **dict.fromkeys(("SweepSpec", "load_spec"), ".config.spec"),
     **dict.fromkeys(("CouldNotFinish", "ExitCode", "SpecError", "SweepError"), ".core.errors"),
 }
 
 __all__ = ["CouldNotFinish", "ExitCode", "Exported", "SpecError", "SweepError", "SweepInterrupted",
-           "SweepResult", "SweepSpec", "compare_paired", "export", "load", "load_spec", "report",
-           "reproduce", "run"]
+           "SweepResult", "SweepSpec", "compare_paired", "export", "load", "load_spec", "reproduce",
+           "run", "write_report"]
 
 
 def __getattr__(name: str):
@@ -38,19 +36,6 @@ def __getattr__(name: str):
                 globals()[each] = getattr(home, each)
         return globals()[name]
     raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")
-
-
-class _Package(types.ModuleType):
-    """This package, whose public ``report`` (the function) is not replaced by its subpackage
-    ``orchestrator.report`` when that is imported (the import system sets the attribute)."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in _HOMES and isinstance(value, types.ModuleType):
-            return  # the subpackage stays reachable by its import path (sys.modules)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __dir__() -> list[str]:

@@ -249,26 +249,3 @@ def test_nothing_sits_near_its_limit_without_saying_why(kind, limit):
     docstring why it is one piece ("near its limit because ...")."""
     assert [(where, n) for where, n, doc in _sizes(kind)
             if NEAR * limit < n <= limit and "near its limit because" not in doc] == []
-
-
-@pytest.mark.parametrize("first", ["", "import orchestrator.commands.cli",
-                                   "from orchestrator.report import status",
-                                   "from orchestrator import run"])
-def test_the_public_names_are_the_documented_objects_whatever_was_imported_first(first):
-    """The package loads its public names on first use; ``report`` (the function) is also the
-    name of a subpackage, which the import system binds on the package when it loads it: the
-    function stays the name's value whatever was imported before."""
-    import subprocess
-    import sys
-
-    code = (f"{first}\nimport inspect, orchestrator\n"
-            "from orchestrator import report\n"  # alone: no other name loads the API first
-            "from orchestrator import run, compare_paired, SweepSpec, ExitCode\n"
-            "assert inspect.isfunction(report) and report.__module__ == "
-            "'orchestrator.commands.api', report\n"
-            "assert orchestrator.report is report and inspect.isfunction(run)\n"
-            "assert sorted(orchestrator.__all__) == sorted(n for n in dir(orchestrator) "
-            "if n in orchestrator.__all__)\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr

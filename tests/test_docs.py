@@ -97,14 +97,14 @@ def staged_copy(built: Built, tmp_path: Path) -> Path:
 @slow
 def test_the_site_builds_with_the_api_reference_read_from_the_docstrings(built):
     from orchestrator.answer.stats import compare_paired
-    from orchestrator.commands.api import report, run
+    from orchestrator.commands.api import run, write_report
     from trainers.loop import train
 
     assert (built.site / "index.html").is_file()
     assert "No issues found" in built.log  # Zensical's strict build warned of nothing
     api = built_page(built.site, "api.md").read_text()
     for function, anchor in [(run, "orchestrator.commands.api.run"),
-                             (report, "orchestrator.commands.api.report"),
+                             (write_report, "orchestrator.commands.api.write_report"),
                              (compare_paired, "orchestrator.answer.stats.compare_paired"),
                              (train, "trainers.loop.train")]:
         assert f'id="{anchor}"' in api, anchor

@@ -304,9 +304,9 @@ def load(name: str, *, tracking_uri: str | None = None,
     return SweepResult(data.spec, study, data.parent_id, experiment_id, tracking_uri, storage)
 
 
-def report(spec_or_name: str | Path, *, out: str | Path | None = None, by: str | None = None,
-           tracking_uri: str | None = None, storage: str | None = None,
-           console: Console | None = None) -> Report:
+def write_report(spec_or_name: str | Path, *, out: str | Path | None = None,
+                 by: str | None = None, tracking_uri: str | None = None,
+                 storage: str | None = None, console: Console | None = None) -> Report:
     """Write a sweep's report (HTML, Markdown, ``trials.csv``, plots) into ``out`` (default
     ``report-NAME`` here) and log it on the parent run, as ``sweep report`` does. It replaces
     only what sweep wrote there (:mod:`orchestrator.core.outputs`); other files stay.

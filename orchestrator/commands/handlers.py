@@ -332,8 +332,9 @@ def cmd_reproduce(args, console: Console) -> ExitCode:
 def cmd_report(args, console: Console) -> ExitCode:
     if args.others:
         return _report_many(args, console)
-    report = api.report(args.spec, out=args.out, by=args.by, tracking_uri=args.tracking_uri,
-                        storage=args.storage, console=console)
+    report = api.write_report(args.spec, out=args.out, by=args.by,
+                              tracking_uri=args.tracking_uri, storage=args.storage,
+                              console=console)
     out = report.out_dir
     lines = report.comparison.lines() if report.comparison is not None else [report.headline]
     for line in lines:

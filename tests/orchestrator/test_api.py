@@ -1,6 +1,6 @@
-"""The Python API (``from orchestrator import run, load, report``) against the real stores: from a
-plain ``python -c``, from a thread other than the main one, from a Jupyter kernel (README's
-example, executed by nbclient), and a kernel interrupt in the middle of a sweep."""
+"""The Python API (``from orchestrator import run, load, write_report``) against the real
+stores: from a plain ``python -c``, from a thread other than the main one, from a Jupyter kernel
+(README's example, executed by nbclient), and a kernel interrupt in the middle of a sweep."""
 from __future__ import annotations
 
 import json
@@ -31,7 +31,7 @@ TRAIN = {"dataset": "digits", "model": "mlp", "epochs": 2}
 SCRIPT = """
 import json, signal, sys, threading
 import yaml
-from orchestrator import load, report, run
+from orchestrator import load, run, write_report
 stores = dict(tracking_uri=sys.argv[1], storage=sys.argv[2])
 before = signal.getsignal(signal.SIGINT)  # ignored when started in a background job
 r = run("s.yaml", trials=2, workers=1, set={"train.epochs": 1}, **stores)  # one torch start
@@ -40,7 +40,7 @@ out = {"parent": r.parent_run_id, "best": r.best_trial.number, "best_value": r.b
        "exit_code": r.outcome.exit_code, "repr": repr(r), "name": r.name,
        "handler_restored": signal.getsignal(signal.SIGINT) is before}
 r.trials_frame().to_csv("frame.csv", index=False)
-report("tiny", out="report", **stores)
+write_report("tiny", out="report", **stores)
 loaded = load("tiny", **stores)
 loaded.trials_frame().to_csv("loaded.csv", index=False)
 out["loaded"] = {"parent": loaded.parent_run_id, "best": loaded.best_trial.number,
