@@ -19,7 +19,6 @@ from ..config.spec import SweepSpec
 from ..core import keys, paths
 from ..core.errors import CouldNotFinish, SweepError, SweepFailure, disk_full
 from ..core.urls import mask
-from ..stores.machines import share_parent
 from ..stores.study import PendingTrial, SweepStudy, TrialLost, fresh
 from .protocol import Done, Epoch, Failed
 
@@ -76,7 +75,7 @@ def open_tracking(tracker, spec: SweepSpec, study: SweepStudy, spec_text: str,
     machine that created the study creates the parent run and stores its id in the study; the
     others read it from there (waiting for it when they join at the same moment). When it is
     not there in time, one process makes it, and the others find it
-    (:func:`~orchestrator.stores.machines.share_parent`).
+    (:meth:`~orchestrator.stores.machines.Machines.share_parent`).
     """
     from ..stores.tracking import environment_tags, installed_packages
     from .server import runs_view, tuning_view
@@ -91,10 +90,10 @@ def open_tracking(tracker, spec: SweepSpec, study: SweepStudy, spec_text: str,
         tag_experiment(client, experiment_id, keys.TUNING_VIEW, None)
     env_tags = environment_tags()
     packages = installed_packages()
-    shared, study_id = study.shared_parent(), study.study.user_attrs.get(keys.STUDY_ID)
+    shared, study_id = study.machines.shared_parent(), study.study_id
     if shared is None and not study.created:
         found = tracker.find_parent_run(experiment_id, study.name, study_id)
-        shared = found.info.run_id if found else study.wait_for_shared_parent()
+        shared = found.info.run_id if found else study.machines.wait_for_shared_parent()
     if shared is None:  # the creator, or a joiner that waited for it in vain
         created: set[str] = set()
 
@@ -108,7 +107,7 @@ def open_tracking(tracker, spec: SweepSpec, study: SweepStudy, spec_text: str,
                 created.add(run_id)
             return run_id
 
-        shared, made = share_parent(study, make)
+        shared, made = study.machines.share_parent(make)
         if made == shared:
             return Tracking(tracker, experiment_id, shared, env_tags, packages)
         if made in created:  # another process's record stood: the one made here is not used
@@ -210,7 +209,7 @@ def store_broke(tracking_uri: str, error: BaseException) -> StoreBroke:
 def check_store_present(tracking_uri: str, study: SweepStudy) -> None:
     """Refuse to go on, before any trial starts, with the SQLite file of a study's runs gone
     (MLflow would create an empty one, and every trial would fail to find its parent run)."""
-    db, parent = paths.sqlite_file(tracking_uri), study.shared_parent()
+    db, parent = paths.sqlite_file(tracking_uri), study.machines.shared_parent()
     if db is not None and parent is not None and not db.exists():
         raise StoreBroke(f"--tracking-uri {tracking_uri}: {db} is missing, but study "
                          f"{study.name!r} recorded its runs there (parent run {parent}); "

@@ -11,7 +11,6 @@ from pathlib import Path
 from ..answer import budget, compare, stats, summary
 from ..core import keys
 from ..core.errors import SweepError
-from ..stores.machines import claim_end, end_done
 from ..stores.study import fresh
 from .book import TrialBook, record_best
 
@@ -20,14 +19,14 @@ def claim_sweep_end(book: TrialBook, ran_trials: bool) -> bool:
     """Whether the end of the sweep (held-out test, export, parent run end) is this
     process's to do: not while other machines' trials run (the last machine does it), nor
     when another process of the study claimed it first
-    (:func:`~orchestrator.stores.machines.claim_end`; ``ran_trials``: whether this process started a
-    trial)."""
+    (:meth:`~orchestrator.stores.machines.Machines.claim_end`; ``ran_trials``: whether this
+    process started a trial)."""
     study = book.study
     if study.running():
         book.say(f"{study.running()} trial(s) still run on other machines; the "
                  f"last of them ends the sweep (held-out test, export, parent run)")
         return False
-    held = claim_end(study, ran_trials=ran_trials)
+    held = study.machines.claim_end(study.counts()["finished"], ran_trials=ran_trials)
     if held is None:
         return True
     owner = held["owner"]
@@ -51,7 +50,7 @@ def close_sweep(book: TrialBook) -> None:
     log_comparison(book)
     note_parent(book)
     book.runs.end_parent("FINISHED")
-    end_done(book.study)
+    book.study.machines.end_done()
 
 
 def log_comparison(book: TrialBook) -> str | None:

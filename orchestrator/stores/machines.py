@@ -1,6 +1,6 @@
 """The state a study's ``sweep run`` processes share across machines: who owns each running trial
 (:class:`Owner`), heartbeats and stale trials, orphans, the shared parent run, and the claim of
-the sweep's end (:func:`claim_end`).
+the sweep's end (:meth:`Machines.claim_end`).
 
 The processes of one study never talk to each other: all they know of each other they read from
 and write into the study (trial and study attributes), so a process may join, die or rerun at any
@@ -87,13 +87,17 @@ def wait_for(ready, timeout: float = JOIN_WAIT_S):
 
 class Machines:
     """What one ``sweep run`` process of a study knows of the others: it marks the trials it
-    runs as its own (:meth:`own`) and beats for them (:meth:`beat`), and finds the trials of
-    processes that died (:meth:`orphans` on its own host, :meth:`fail_stale` by heartbeat).
-    ``stale`` is the list the storage's stale-trial callback fills (:func:`storages.open_storage`).
+    runs as its own (:meth:`own`) and beats for them (:meth:`beat`), finds the trials of
+    processes that died (:meth:`orphans` on its own host, :meth:`fail_stale` by heartbeat), and
+    shares the parent run (:meth:`share_parent`) and the end of the sweep (:meth:`claim_end`)
+    with the others. ``stale`` is the list the storage's stale-trial callback fills
+    (:func:`storages.open_storage`); ``storage_url`` the storage's, whose lock (when it has one:
+    :func:`~orchestrator.stores.locks.takes_lock`) the shared records are read and written under.
     """
 
-    def __init__(self, study: optuna.Study, stale: list | None = None):
-        self.study = study
+    def __init__(self, study: optuna.Study, stale: list | None = None,
+                 storage_url: str | None = None):
+        self.study, self.storage_url = study, storage_url
         self.owner = Owner.me()
         self._stale = stale if stale is not None else []
 
@@ -140,75 +144,80 @@ class Machines:
         found = wait_for(lambda: self.study.user_attrs.get(keys.PARENT_RUN), JOIN_WAIT_S)
         return found or None
 
+    def share_parent(self, make: Callable[[], str]) -> tuple[str, str | None]:
+        """The parent run the processes of the study share: the one it records, or else the one
+        ``make()`` returns (found or created), recorded now. Returns ``(shared, made)``:
+        ``made`` is the run ``make()`` returned, None when it was not called.
 
-def share_parent(study, make: Callable[[], str]) -> tuple[str, str | None]:
-    """The parent run the processes of ``study`` share: the one it records, or else the one
-    ``make()`` returns (found or created), recorded now. Returns ``(shared, made)``: ``made`` is
-    the run ``make()`` returned, None when it was not called.
+        The creator of a study makes the parent run; a joiner waits :data:`JOIN_WAIT_S` for it,
+        then makes one itself (the creator may be gone). A creator that stalled that long
+        before it recorded its own would make a second one: so the record is read and written
+        under the storage's lock, and the second process finds the first's. Without a lock (a
+        storage proxy), the record is read again once ``made``, and read back after
+        :data:`CLAIM_SETTLE_S`: the last write stands, and a process whose ``made`` lost does
+        not use it (the caller deletes it).
+        """
+        with self.lock():
+            shared = self.shared_parent()
+            if shared is not None:
+                return shared, None
+            made = make()
+            shared = self.shared_parent()  # without a lock: recorded meanwhile
+            if shared is not None:
+                return shared, made
+            self.study.set_user_attr(keys.PARENT_RUN, made)
+        if self._unlocked():
+            _settle()
+            return self.shared_parent() or made, made
+        return made, made
 
-    The creator of a study makes the parent run; a joiner waits :data:`JOIN_WAIT_S` for it, then
-    makes one itself (the creator may be gone). A creator that stalled that long before it
-    recorded its own would make a second one: so the record is read and written under the
-    storage's lock (:func:`~orchestrator.stores.locks.store_lock`), and the second process finds
-    the first's. Without a lock (a storage proxy), the record is read again once ``made``, and
-    read back after :data:`CLAIM_SETTLE_S`: the last write stands, and a process whose ``made``
-    lost does not use it (the caller deletes it).
-    """
-    url = study.storage_url
-    with store_lock(url) if url else contextlib.nullcontext():
-        shared = study.machines.shared_parent()
-        if shared is not None:
-            return shared, None
-        made = make()
-        shared = study.machines.shared_parent()  # without a lock: recorded meanwhile
-        if shared is not None:
-            return shared, made
-        study.study.set_user_attr(keys.PARENT_RUN, made)
-    if url and not takes_lock(url):
-        _settle()
-        return study.machines.shared_parent() or made, made
-    return made, made
+    def claim_end(self, finished: int, ran_trials: bool) -> dict[str, Any] | None:
+        """Claim the end of the sweep (held-out test, export, parent run end) for this process,
+        which ``ran_trials`` or not, at ``finished`` trials: None when the end is this
+        process's to do, else the claim of the process that does it, or did (``owner``,
+        ``finished``, ``done``).
 
+        Several ``sweep run`` processes of one study finish together; one of them ends the
+        sweep. Optuna cannot compare-and-set a study attribute, so the claim
+        (:data:`keys.END_CLAIM`) is read and written under the storage's lock (an advisory lock
+        on PostgreSQL, a file lock beside a journal...); through a storage proxy, which takes no
+        lock, the claim is read back after :data:`CLAIM_SETTLE_S` and the last writer ends the
+        sweep. A claim is taken again when it was made at fewer finished trials (the sweep went
+        on since), by this process, by a process gone before it was done, or, once done, by a
+        rerun that ran no trial.
+        """
+        me = self.owner.as_dict()
+        with self.lock():
+            held = self.study.user_attrs.get(keys.END_CLAIM)
+            if held and held.get("finished") == finished and held.get("owner") != me and (
+                    ran_trials if held.get("done") else Owner(**held["owner"]).is_alive()):
+                return held
+            self.study.set_user_attr(keys.END_CLAIM, {"owner": me, "finished": finished,
+                                                      "done": False})
+        if self._unlocked():
+            # no lock to read and write under: processes that both read no claim both wrote
+            # one, and the last write stands; each reads it back once the writes have settled
+            _settle()
+            held = self.study.user_attrs.get(keys.END_CLAIM)
+            if held and held.get("owner") != me:
+                return held
+        return None
 
-def claim_end(study, ran_trials: bool) -> dict[str, Any] | None:
-    """Claim the end of the sweep (held-out test, export, parent run end) for this process,
-    which ``ran_trials`` or not: None when the end is this process's to do, else the claim of
-    the process that does it, or did (``owner``, ``finished``, ``done``).
+    def end_done(self) -> None:
+        """Mark this process's claim of the end (:meth:`claim_end`) done."""
+        held = dict(self.study.user_attrs.get(keys.END_CLAIM) or {})
+        if held.get("owner") == self.owner.as_dict():
+            self.study.set_user_attr(keys.END_CLAIM, {**held, "done": True})
 
-    Several ``sweep run`` processes of one study finish together; one of them ends the sweep.
-    Optuna cannot compare-and-set a study attribute, so the claim (:data:`keys.END_CLAIM`) is
-    read and written under the storage's lock (:func:`~orchestrator.stores.locks.store_lock`: an
-    advisory lock on PostgreSQL, a file lock beside a journal...); through a storage proxy, which
-    takes no lock, the claim is read back after :data:`CLAIM_SETTLE_S` and the last writer ends
-    the sweep. A claim is taken again when
-    it was made at fewer finished trials (the sweep went on since), by this process, by a
-    process gone before it was done, or, once done, by a rerun that ran no trial.
-    """
-    finished = study.counts()["finished"]
-    me = study.machines.owner.as_dict()
-    with store_lock(study.storage_url) if study.storage_url else contextlib.nullcontext():
-        held = study.study.user_attrs.get(keys.END_CLAIM)
-        if held and held.get("finished") == finished and held.get("owner") != me and (
-                ran_trials if held.get("done") else Owner(**held["owner"]).is_alive()):
-            return held
-        study.study.set_user_attr(keys.END_CLAIM, {"owner": me, "finished": finished,
-                                                   "done": False})
-    if study.storage_url and not takes_lock(study.storage_url):
-        # no lock to read and write under: processes that both read no claim both wrote one,
-        # and the last write stands; each reads it back once the writes have settled
-        _settle()
-        held = study.study.user_attrs.get(keys.END_CLAIM)
-        if held and held.get("owner") != me:
-            return held
-    return None
+    def lock(self):
+        """The storage's lock (:func:`~orchestrator.stores.locks.store_lock`), which every
+        process of the study takes to read and write what they share; none without a URL."""
+        return store_lock(self.storage_url) if self.storage_url else contextlib.nullcontext()
+
+    def _unlocked(self) -> bool:
+        """Whether the storage takes no lock (a storage proxy): writes then settle."""
+        return bool(self.storage_url) and not takes_lock(self.storage_url)
 
 
 def _settle() -> None:
     time.sleep(CLAIM_SETTLE_S)
-
-
-def end_done(study) -> None:
-    """Mark this process's claim of the end (:func:`claim_end`) done."""
-    held = dict(study.study.user_attrs.get(keys.END_CLAIM) or {})
-    if held.get("owner") == study.machines.owner.as_dict():
-        study.study.set_user_attr(keys.END_CLAIM, {**held, "done": True})

@@ -26,7 +26,6 @@ from ..config.spec import SweepSpec, settings_of
 from ..core import compat, keys
 from ..core.errors import SweepError
 from . import levels, readcache
-from .locks import store_lock
 from .machines import Machines, sampler_offset, wait_for
 from .retries import will_retry
 from .storages import open_storage
@@ -98,7 +97,7 @@ class SweepStudy:
         self.spec, self.study, self.storage_url = spec, study, storage_url
         self.comparison = compare.Comparison.of(spec)
         self.created = created  # this process won the create_study race
-        self.machines = Machines(study, stale)
+        self.machines = Machines(study, stale, storage_url)
 
     @classmethod
     def open(cls, spec: SweepSpec, storage_url: str, study_name: str | None = None,
@@ -133,6 +132,11 @@ class SweepStudy:
     @property
     def name(self) -> str:
         return self.study.study_name
+
+    @property
+    def study_id(self) -> str | None:
+        """The study's identity (:data:`keys.STUDY_ID`), which its parent run carries too."""
+        return self.study.user_attrs.get(keys.STUDY_ID)
 
     # ------------------------------------------------------------------------------- counts
 
@@ -299,11 +303,6 @@ class SweepStudy:
         fresh(self)
         return self.machines.orphans()
 
-    def shared_parent(self) -> str | None:
-        return self.machines.shared_parent()
-
-    def wait_for_shared_parent(self) -> str | None:
-        return self.machines.wait_for_shared_parent()
 
 
 def _pending(study: SweepStudy, trial: optuna.Trial) -> PendingTrial:
@@ -453,8 +452,7 @@ def ask_compared(study: SweepStudy) -> optuna.Trial | compare.Wait | None:
     says to start, queued with its level's parameters fixed and asked at once; None when the
     comparison is done. Planning and queueing hold the store's lock, so that ``sweep run``
     processes sharing the study never queue the same step twice."""
-    lock = store_lock(study.storage_url) if study.storage_url else contextlib.nullcontext()
-    with lock:
+    with study.machines.lock():
         fresh(study)  # what another process queued while this one waited for the lock
         if not study.trials(states=(TrialState.WAITING,)):
             action = study.plan().action
@@ -477,8 +475,7 @@ def ask_within_trials(study: SweepStudy) -> optuna.Trial | compare.Wait:
     finished and running on every machine are fewer than ``trials``; else :class:`compare.Wait`
     (the running trials may yet fail and be retried). Counting and asking hold the store's
     lock, on a fresh read: two processes that both saw one trial left never both start it."""
-    lock = store_lock(study.storage_url) if study.storage_url else contextlib.nullcontext()
-    with lock:
+    with study.machines.lock():
         fresh(study)
         if not study.trials(states=(TrialState.WAITING,)):
             counts = study.counts()

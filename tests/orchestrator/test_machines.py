@@ -7,7 +7,7 @@ from optuna.trial import TrialState
 
 from orchestrator.config.spec import validate
 from orchestrator.core import keys
-from orchestrator.stores.machines import Owner, claim_end, end_done, process_start
+from orchestrator.stores.machines import Owner, process_start
 from orchestrator.stores.study import SweepStudy
 from tests.conftest import tiny_spec
 
@@ -18,6 +18,11 @@ ELSEWHERE = {"host": "another-machine", "pid": 1, "started": 1}  # not ours to j
 
 def _study(tmp_path, trials=4) -> SweepStudy:
     return SweepStudy.open(validate(tiny_spec(trials=trials)), str(tmp_path / "j.journal"))
+
+
+def claim_end(study: SweepStudy, ran_trials: bool):
+    """This process's claim of the end, at the trials the study has finished now."""
+    return study.machines.claim_end(study.counts()["finished"], ran_trials)
 
 
 def test_a_process_is_alive_only_with_its_pid_and_start():
@@ -55,7 +60,7 @@ def test_the_end_is_claimed_by_one_process_and_again_when_its_claimer_died(tmp_p
     held_by(DEAD)  # its claimer died before it was done: this process takes it
     assert claim_end(study, ran_trials=True) is None
     assert study.study.user_attrs[keys.END_CLAIM]["owner"] == study.machines.owner.as_dict()
-    end_done(study)
+    study.machines.end_done()
     assert study.study.user_attrs[keys.END_CLAIM]["done"] is True
     held_by(PARENT.as_dict(), done=True)  # done by another: a rerun that ran no trial redoes it
     assert claim_end(study, ran_trials=True) is not None
@@ -72,7 +77,7 @@ def test_without_a_store_lock_the_claim_read_back_after_it_settled_decides(tmp_p
     study = _study(tmp_path, trials=1)
     study.complete(study.next_trial(), [{"val_acc": 0.5}])
     finished = study.counts()["finished"]
-    study.storage_url = "grpc://127.0.0.1:1"  # as a study through a proxy: no lock taken
+    study.machines.storage_url = "grpc://127.0.0.1:1"  # through a proxy: no lock taken
     settled = []
 
     def other_process_writes_meanwhile():
@@ -87,7 +92,7 @@ def test_without_a_store_lock_the_claim_read_back_after_it_settled_decides(tmp_p
     settled.clear()
     assert claim_end(study, ran_trials=True) is None and settled == [True]
     study.study.set_user_attr(keys.END_CLAIM, {})
-    study.storage_url = str(tmp_path / "j.journal")  # a file lock: read and written under it
+    study.machines.storage_url = str(tmp_path / "j.journal")  # a file lock: under it
     settled.clear()
     assert claim_end(study, ran_trials=True) is None and settled == []
 
@@ -96,7 +101,7 @@ def test_a_process_marks_done_only_its_own_claim(tmp_path):
     study = _study(tmp_path, trials=1)
     study.study.set_user_attr(keys.END_CLAIM, {"owner": PARENT.as_dict(), "finished": 0,
                                                "done": False})
-    end_done(study)
+    study.machines.end_done()
     assert study.study.user_attrs[keys.END_CLAIM]["done"] is False
 
 
