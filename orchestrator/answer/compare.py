@@ -23,7 +23,6 @@ see the trials of one level only (:mod:`orchestrator.stores.levels`).
 """
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 # replicate k (each_seed) tunes on training seed seed + TUNING_SEEDS + k: never a confirmation
 # seed (seed + 1 ... seed + max_seeds, at most MAX_COMPARE_SEEDS + MAX_LOOKS)
-from ..config.rules import TUNING_SEEDS, compare_levels
+from ..config.compare_rules import TUNING_SEEDS, compare_levels
 from ..config.spec import SweepSpec
 from ..core import keys
 from ..core.numbers import value_text

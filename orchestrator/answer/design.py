@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..config.rules import MAX_COMPARE_SEEDS, MAX_LOOKS
+from ..config.compare_rules import MAX_COMPARE_SEEDS, MAX_LOOKS
 from . import simulate
 from .compare import Comparison
 

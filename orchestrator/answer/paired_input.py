@@ -11,8 +11,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..config.rules import MAX_COMPARE_SEEDS as MAX_SEEDS  # the most pairs at the first look
-from ..config.rules import MAX_LOOKS  # the most looks (the boundary's simulation grows with both)
+# the most pairs at the first look, and the most looks (the boundary's simulation grows with both)
+from ..config.compare_rules import MAX_COMPARE_SEEDS as MAX_SEEDS
+from ..config.compare_rules import MAX_LOOKS
 
 # the largest finite value: any difference of two such values is finite (no overflow)
 MAX_VALUE = sys.float_info.max / 2

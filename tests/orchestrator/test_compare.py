@@ -87,6 +87,31 @@ def test_a_comparison_with_nothing_to_tune_counts_one_trial_a_level_and_seed(tun
     assert [c.total(r) for r in (2, 5)] == [4 * 2, 4 * 5]
 
 
+def test_a_comparison_that_tunes_only_its_factors_is_told_to_set_tune_trials_0():
+    """tune_trials 1 or more while space searches nothing besides the factors: every tuning
+    trial of a level trains the same settings; one warning (what `sweep validate` and `sweep
+    run` print) names the fix. A searched setting beside them, or tune_trials 0: none."""
+    space = {"optimizer": ["adam", "sgd"], "lr": 0.01, "clip_grad_norm": [None, 1.0]}
+    block = {"factor": ["optimizer", "clip_grad_norm"], "tune_trials": 3, "seeds": 2}
+    spec = validate(compare_spec(space=space, compare=block))
+    assert spec.warnings == (
+        "compare.tune_trials: 3 tunes nothing: space searches only optimizer, clip_grad_norm "
+        "(the compared factors), so every tuning trial of a level trains the same settings; "
+        "set compare.tune_trials: 0 to confirm each level's settings directly",)
+    one = validate(compare_spec(space={"optimizer": ["adam", "sgd"], "lr": 0.01},
+                                compare={"factor": "optimizer", "tune_trials": 1, "seeds": 2}))
+    assert one.warnings == ("compare.tune_trials: 1 tunes nothing: space searches only "
+                            "optimizer (the compared factor), so every tuning trial of a level "
+                            "trains the same settings; set compare.tune_trials: 0 to confirm "
+                            "each level's settings directly",)
+    searched = validate(compare_spec(space={**space, "momentum": [0.8, 0.9]}, compare=block))
+    assert searched.warnings == ()
+    options = validate(compare_spec(compare={"factor": "optimizer", "tune_trials": 2}))
+    assert options.warnings == ()  # each option's lr is searched (COMPARE_SPACE)
+    assert validate(compare_spec(space=space, compare={**block, "tune_trials": 0})).warnings \
+        == ()
+
+
 def test_a_comparison_counts_its_most_trials_and_its_levels():
     block = {"factor": "optimizer", "tune_trials": 3, "seeds": 2, "max_seeds": 5}
     spec = validate(compare_spec(compare=block))
