@@ -128,10 +128,10 @@ class SweepResult:
                                       curves=False))
 
     def _sweep_study(self):
-        from ..stores.study import SweepStudy
+        from ..stores.study import StudyView
 
         if self._sweep is None:
-            self._sweep = SweepStudy(self.spec, self.study, created=False)
+            self._sweep = StudyView(self.spec, self.study)
         return self._sweep
 
     def __repr__(self) -> str:

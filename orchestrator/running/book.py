@@ -20,7 +20,7 @@ from ..config.spec import SweepSpec
 from ..core import keys, paths
 from ..report.display import config_name
 from ..stores.retries import will_retry
-from ..stores.study import PendingTrial, SweepStudy, TrialLost, abandon, fresh, state_counts
+from ..stores.study import PendingTrial, SweepStudy, TrialLost, state_counts
 from .lines import complete_line, trial_text
 from .protocol import Done, Epoch, Failed, Ready
 from .runs import Active, Closing, Runs, check_store_present
@@ -195,7 +195,7 @@ class TrialBook:
         except BaseException as e:  # no trial stays RUNNING that no worker trains
             if self.active.get(slot) is not None and self.active[slot].pending is pending:
                 self.active.pop(slot)
-            abandon(self.study, pending, e)
+            self.study.abandon(pending, e)
             raise
 
     def _start(self, slot: int, pending: PendingTrial, worker: Ready) -> Active | None:
@@ -230,7 +230,7 @@ class TrialBook:
         if not math.isfinite(value):
             return False
         try:  # an epoch restored from a checkpoint already passed the pruner: report it only
-            with self.study.writes_to(active.pending):
+            with active.pending.writes_to():
                 if self.study.report(active.pending, epoch.epoch, value,
                                      ask_pruner=not epoch.resumed):
                     return True
@@ -282,13 +282,13 @@ class TrialBook:
         if done.state == "complete":  # Optuna last: see _fail
             self.tracker.end_trial(active.run_id, "complete", metrics, tags)
             # TrialLost from the trial's own end only, never from what follows it
-            with self.study.writes_to(active.pending):
+            with active.pending.writes_to():
                 values = self.study.complete(active.pending, active.history)
             record_best(self)
             self.say(complete_line(active, values, tags, self.study.comparison))
         else:
             self.tracker.end_trial(active.run_id, "pruned", metrics, tags)
-            with self.study.writes_to(active.pending):
+            with active.pending.writes_to():
                 self.study.prune(active.pending, active.history)
             self.say(f"{trial_text(active.pending, self.study.comparison)} pruned at epoch "
                      f"{len(active.curve)}")
@@ -310,7 +310,7 @@ class TrialBook:
         retry = self.will_retry(kind, pending.root)
         self.runs.end_failed(active, reason, kind, retry)
         if not self.study.fail(pending, reason, kind, retry):  # another process ended it
-            lose_trial(self, active, TrialLost(pending.number, self.study.state_now(pending).name))
+            lose_trial(self, active, TrialLost(pending.number, pending.state_now().name))
             drop_lost_trial(self, active)
             return
         if not retry:
@@ -413,7 +413,7 @@ def end_tags(spec: SweepSpec, active: Active) -> dict[str, str]:
         tags[keys.FEASIBLE] = str(all(v <= 0 for v in values.values())).lower()
     if active.stopped_early:
         tags[keys.STOPPED_EARLY] = active.stopped_early
-        active.pending.trial.set_user_attr(keys.STOPPED_EARLY, active.stopped_early)
+        active.pending.set_attr(keys.STOPPED_EARLY, active.stopped_early)
     return tags
 
 
@@ -457,20 +457,20 @@ def record(study: SweepStudy, tracker, parent_id: str, last=None, *, trials: lis
     if now is None or (now.key == last and not again):
         return last
     found, finished = now.answer, state_counts(trials)["finished"]
-    if found is None and keys.ANSWER in study.study.user_attrs:
+    if found is None and study.answer_recorded():
         return last  # decided, in a read newer than ``trials``
     if found is not None:
         c = study.comparison
         edges = summary.edge_note(summary.Words.of(c.factor.split(","), c.metric), found.edges)
-        study.study.set_user_attr(keys.ANSWER, {
+        study.record_answer({
             "level": found.level, "mean": found.mean, "seeds": found.seeds,
             "trial": found.trial.number, "text": found.why,
             **({"edges": edges} if edges else {})})
     tracker.record_best(parent_id, now.value, now.trial.user_attrs.get(keys.RUN_ID, ""),
                         now.trial.number, finished,
                         tags={keys.ANSWER: found.why} if found is not None else None)
-    if found is None and keys.ANSWER in study.study.user_attrs:  # decided meanwhile
-        fresh(study)
+    if found is None and study.answer_recorded():  # decided meanwhile
+        study.fresh()
         return record(study, tracker, parent_id, again=True)
     return now.key
 
@@ -525,7 +525,7 @@ def beat_own_trials(book: TrialBook) -> None:
     for active in list(book.active.values()):
         if active.lost is None:
             try:
-                with book.study.writes_to(active.pending):
+                with active.pending.writes_to():
                     book.study.beat(active.pending)
             except TrialLost as e:
                 lose_trial(book, active, e)

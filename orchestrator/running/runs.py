@@ -19,7 +19,7 @@ from ..config.spec import SweepSpec
 from ..core import keys, paths
 from ..core.errors import CouldNotFinish, SweepError, SweepFailure, disk_full
 from ..core.urls import mask
-from ..stores.study import PendingTrial, SweepStudy, TrialLost, fresh
+from ..stores.study import PendingTrial, SweepStudy, TrialLost
 from .protocol import Done, Epoch, Failed
 
 # a run to close: (trial number, the run id recorded on the trial or None, the reason)
@@ -343,7 +343,7 @@ class Runs:
         runs = self.tracker.running_trial_runs(self.opened.experiment_id, self.opened.parent_id)
         if not runs:
             return
-        fresh(self.study)  # as the storage is now: a cached read older than the runs' misses
+        self.study.fresh()  # as the storage is now: a cached read older than the runs' misses
         # a trial started since, and its live run looked stray (and was closed under it)
         running = {t.number for t in self.study.trials() if t.state.name == "RUNNING"}
         for run_id, number in runs:
@@ -384,8 +384,8 @@ class Runs:
             {**t.env_tags, **active.tags}, start_time=active.started_ms, packages=t.packages,
             run_name=f"{active.tags[keys.CONFIG]} s{active.pending.seed}")
         try:
-            with self.study.writes_to(active.pending):
-                self.study.set_attr(active.pending, keys.RUN_ID, active.run_id)
+            with active.pending.writes_to():
+                active.pending.set_attr(keys.RUN_ID, active.run_id)
         except TrialLost:  # the book learns it at the trial's next epoch or end, and ends the run
             pass
 

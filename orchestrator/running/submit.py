@@ -429,14 +429,13 @@ def check_reachable(storage: str, tracking_uri: str, timeout: float = 10) -> Non
 def create_once(spec, storage: str, tracking_uri: str) -> tuple[str, str]:
     """Create the sweep's study and parent run (or find them: a submit again resumes), so the
     tasks only join; returns the study name and the parent run id."""
-    from ..core import keys
     from ..stores.study import SweepStudy
     from ..stores.tracking import tracker_for
     from .runs import open_tracking
 
     tracker = tracker_for(tracking_uri, spec.name)  # refused before the study is made
     study = SweepStudy.open(spec, storage)
-    study.study.set_user_attr(keys.SUBMITTED, True)  # before any task joins: see _sampler_offset
+    study.mark_submitted()  # before any task joins: see machines.sampler_offset
     tracking = open_tracking(tracker, spec, study, spec.text, storage)
     return study.name, tracking.parent_id
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from ..answer import budget, compare, stats, summary
 from ..core import keys
 from ..core.errors import SweepError
-from ..stores.study import fresh
 from .book import TrialBook, record_best
 
 
@@ -45,7 +44,7 @@ def close_sweep(book: TrialBook) -> None:
     trial ended last and whichever process recorded before: :func:`record_best`), a decided
     comparison's pairs and verdict, the parent run's description, the parent run FINISHED,
     and this process's claim of the end marked done."""
-    fresh(book.study)
+    book.study.fresh()
     record_best(book, again=True)
     log_comparison(book)
     note_parent(book)

@@ -1,5 +1,5 @@
-"""The study of a sweep and the life of its trials: opening (create or join, same sweep, grid and
-warm start), asking, reporting, completing, pruning, failing and retrying; samplers and pruners.
+"""The study of a sweep and the life of its trials: opening it (:mod:`.opening`), asking,
+reporting, completing, pruning, failing and retrying.
 
 Only the ``sweep run`` process (never a training worker) talks to the study, so a journal file or
 SQLite storage has a single writer per machine; several ``sweep run`` processes may share one study
@@ -9,10 +9,7 @@ them, :mod:`orchestrator.stores.machines` keeps what the processes share).
 from __future__ import annotations
 
 import contextlib
-import itertools
-import json
 import math
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,39 +18,12 @@ from optuna.trial import TrialState
 
 from ..answer import compare, objectives
 from ..config import space as sp
-from ..config.samplers import build_pruner, build_sampler
 from ..config.spec import SweepSpec, settings_of
 from ..core import compat, keys
-from ..core.errors import SweepError
-from . import levels, readcache
-from .machines import Machines, sampler_offset, wait_for
+from . import opening, readcache
+from .machines import Machines, wait_for
 from .retries import will_retry
 from .storages import open_storage
-
-
-def make_sampler(spec: SweepSpec, seed_offset: int = 0):
-    """The sampler of ``spec``, its seed offset by ``seed_offset`` (see :meth:`SweepStudy.open`);
-    for a comparison, one such sampler per level (:class:`levels.LevelSampler`)."""
-    if spec.compare is not None:
-        return levels.LevelSampler(  # a replicate's levels seeded alike, replicates apart
-            lambda replicate: _one_sampler(spec, seed_offset + REPLICATE_STRIDE * replicate))
-    return _one_sampler(spec, seed_offset)
-
-
-REPLICATE_STRIDE = 2**25  # past any offset a process draws (sampler_offset: trials + < 2**24)
-
-
-def _one_sampler(spec: SweepSpec, seed_offset: int):
-    # numpy's seeds stop at 2**32 - 1, which a valid seed plus a joiner's offset can pass
-    s, seed = spec.sampler, (spec.sampler_seed + seed_offset) % 2**32
-    return build_sampler(s.name, seed, s.options)
-
-
-def make_pruner(spec: SweepSpec):
-    """The pruner of ``spec``; for a comparison, judging each level against itself."""
-    p = spec.pruner
-    pruner = build_pruner(p.name, p.min_epochs, spec.epochs, p.options)
-    return levels.LevelPruner(pruner) if spec.compare is not None else pruner
 
 
 class TrialLost(RuntimeError):
@@ -87,47 +57,36 @@ class PendingTrial:
     def number(self) -> int:
         return self.trial.number
 
+    def set_attr(self, key: str, value: Any) -> None:
+        """Record ``value`` on the trial under ``key`` (a user attribute)."""
+        self.trial.set_user_attr(key, value)
 
-class SweepStudy:
-    """The Optuna study of one sweep: asking, reporting and telling trials. What its processes
-    share across machines (owners, heartbeats, the parent run) is :attr:`machines`."""
+    def state_now(self) -> TrialState:
+        """The trial's state in the storage as it is now (not a cached read)."""
+        return compat.storage_of(self.trial.study).get_trial(compat.trial_id(self.trial)).state
 
-    def __init__(self, spec: SweepSpec, study: optuna.Study, created: bool = True,
-                 stale: list | None = None, storage_url: str | None = None):
-        self.spec, self.study, self.storage_url = spec, study, storage_url
+    @contextlib.contextmanager
+    def writes_to(self):
+        """Around this process's writes to the trial it runs: a write refused because the
+        trial is no longer RUNNING in the storage (another process failed it as stale) raises
+        :class:`TrialLost`; any other error passes unchanged."""
+        try:
+            yield
+        except (RuntimeError, ValueError) as e:
+            state = self.state_now()
+            if state == TrialState.RUNNING:
+                raise
+            raise TrialLost(self.number, state.name) from e
+
+
+class StudyView:
+    """The study of a sweep as read: its trials and their counts, a comparison's plan, the best
+    trials or the answer, and what a trial ran with. :class:`SweepStudy` asks and tells too; the
+    Python API's results read through a view alone."""
+
+    def __init__(self, spec: SweepSpec, study: optuna.Study):
+        self.spec, self.study = spec, study
         self.comparison = compare.Comparison.of(spec)
-        self.created = created  # this process won the create_study race
-        self.machines = Machines(study, stale, storage_url)
-
-    @classmethod
-    def open(cls, spec: SweepSpec, storage_url: str, study_name: str | None = None,
-             new: bool = False) -> "SweepStudy":
-        """Create the study (and enqueue a grid), or load it to resume.
-
-        Args:
-            study_name: default ``spec.name``.
-            new: start a fresh study named ``NAME-2``, ``NAME-3``... (the first free one).
-
-        The sampler's seed is offset by the number of trials the study already holds, so that a
-        resumed or a second concurrent ``sweep run`` does not redraw the same start-up trials.
-
-        Raises:
-            SweepError: the study exists but was started from a different sweep.
-        """
-        stale: list[optuna.trial.FrozenTrial] = []
-        storage = readcache.around(open_storage(  # it writes: a torn journal is repaired
-            storage_url, spec.heartbeat_seconds,
-            on_stale=lambda _study, trial: stale.append(trial), repair=True))
-        name = study_name or spec.name
-        if new:
-            taken = set(optuna.get_all_study_names(storage))
-            name = next(f"{name}-{i}" for i in itertools.count(2) if f"{name}-{i}" not in taken)
-        # checked before the study exists: a refused warm_start leaves no half-made study
-        copies = warm_start_copies(spec, storage) if spec.warm_start is not None else []
-        study, created = _create_or_join(spec, storage, name)
-        self = cls(spec, study, created, stale, storage_url)
-        _fill(self, copies)
-        return self
 
     @property
     def name(self) -> str:
@@ -138,10 +97,12 @@ class SweepStudy:
         """The study's identity (:data:`keys.STUDY_ID`), which its parent run carries too."""
         return self.study.user_attrs.get(keys.STUDY_ID)
 
-    # ------------------------------------------------------------------------------- counts
-
     def trials(self, states=None) -> list[optuna.trial.FrozenTrial]:
         return self.study.get_trials(deepcopy=False, states=states)
+
+    def fresh(self) -> None:
+        """The next look at the study's trials reads the storage (see :mod:`readcache`)."""
+        getattr(compat.storage_of(self.study), "forget", lambda: None)()
 
     def counts(self) -> dict[str, int]:
         """Trials by state (see :func:`state_counts`)."""
@@ -151,27 +112,180 @@ class SweepStudy:
         """Trials RUNNING in the study, on any machine."""
         return len(self.trials(states=(TrialState.RUNNING,)))
 
-    # ------------------------------------------------------------------------------- trials
+    def plan(self) -> compare.Plan | None:
+        """A comparison's next step and planned trial count (:func:`compare.plan`)."""
+        return None if self.comparison is None else compare.plan(self.comparison, self.trials())
+
+    def best(self, n: int = 5) -> list[optuna.trial.FrozenTrial]:
+        """The best ``n`` trials (:func:`objectives.best_trials`); a finished comparison's: its
+        answer's run (:func:`compare.answer`)."""
+        trials = self.trials()
+        found = compare.final_answer(self.comparison, trials)
+        return [found.trial] if found is not None else \
+            objectives.best_trials(trials, self.spec.directions)[:n]
+
+    def stop_reason(self) -> str | None:
+        """Why ``stop_when`` ends the sweep now (:func:`objectives.stop_reason`), else None."""
+        if self.spec.stop_when is None:
+            return None
+        return objectives.stop_reason(self.spec.stop_when, self.trials(),
+                                      self.spec.objective.goal, self.spec.objective.label)
+
+    def answer_recorded(self) -> bool:
+        """Whether the study holds a comparison's answer (:data:`keys.ANSWER`)."""
+        return keys.ANSWER in self.study.user_attrs
+
+    def trial_settings(self, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+        """The trainer settings a finished trial ran with (fixed, sampled, and its seed)."""
+        return {**settings_of(self.spec, sp.settings_for(self.spec.space, trial.params)),
+                "seed": trial.user_attrs[keys.SEED]}
+
+    def values(self, history: list[dict[str, float]]) -> list[float]:
+        """Each objective's value of a trial whose epochs logged ``history``."""
+        return [objectives.reduce_curve(o, [m.get(o.metric, math.nan) for m in history],
+                                        self.spec.epochs)
+                for o in self.spec.objectives]
+
+
+class SweepStudy(StudyView):
+    """The Optuna study of one sweep: opening, asking, reporting and telling trials. What its
+    processes share across machines (owners, heartbeats, the parent run, the end) is
+    :attr:`machines`."""
+
+    def __init__(self, spec: SweepSpec, study: optuna.Study, created: bool = True,
+                 stale: list | None = None, storage_url: str | None = None):
+        super().__init__(spec, study)
+        self.storage_url = storage_url
+        self.created = created  # this process won the create_study race
+        self.machines = Machines(study, stale, storage_url)
+
+    @classmethod
+    def open(cls, spec: SweepSpec, storage_url: str, study_name: str | None = None,
+             new: bool = False) -> "SweepStudy":
+        """Create the study (and enqueue a grid), or join it to resume
+        (:func:`opening.create_or_join`).
+
+        Args:
+            study_name: default ``spec.name``.
+            new: start a fresh study named ``NAME-2``, ``NAME-3``... (the first free one).
+
+        Raises:
+            SweepError: the study exists but was started from a different sweep.
+        """
+        stale: list[optuna.trial.FrozenTrial] = []
+        storage = readcache.around(open_storage(  # it writes: a torn journal is repaired
+            storage_url, spec.heartbeat_seconds,
+            on_stale=lambda _study, trial: stale.append(trial), repair=True))
+        name = study_name or spec.name
+        name = opening.free_name(storage, name) if new else name
+        # checked before the study exists: a refused warm_start leaves no half-made study
+        copies = opening.warm_start_copies(spec, storage) if spec.warm_start is not None else []
+        self = cls(spec, *opening.create_or_join(spec, storage, name), stale, storage_url)
+        self._fill(copies)
+        return self
+
+    def _fill(self, copies: list[optuna.trial.FrozenTrial]) -> None:
+        """Bring an opened study's queue up to date: its creator's bookkeeping
+        (:func:`opening.initialise` with the ``warm_start`` ``copies``), the grid, and the
+        retries a dead process did not queue."""
+        if self.created:
+            opening.initialise(self.spec, self.study, self.machines.owner, copies)
+        elif self.spec.is_grid:  # the creator enqueues the grid; a joiner waits for it to be done
+            wait_for(lambda: keys.GRID_DONE in self.study.user_attrs)
+        if self.spec.is_grid and not self.study.user_attrs.get(keys.GRID_DONE):
+            opening.enqueue_grid(self.spec, self.study)
+        for t in objectives.lost_retries(self.trials()):  # their process died before queueing
+            self.retry(t)
+
+    def mark_submitted(self) -> None:
+        """Record that ``sweep submit`` made the study (:func:`machines.sampler_offset`)."""
+        self.study.set_user_attr(keys.SUBMITTED, True)
+
+    def record_answer(self, record: dict[str, Any]) -> None:
+        """Record a decided comparison's answer on the study (:data:`keys.ANSWER`)."""
+        self.study.set_user_attr(keys.ANSWER, record)
+
+    # ------------------------------------------------------------------------------- asking
 
     def next_trial(self) -> PendingTrial | compare.Wait | None:
         """Ask for the next trial; None when a grid or a comparison has nothing left to run;
         :class:`compare.Wait` when a comparison must wait for running trials to end first."""
-        fresh(self)  # what to run next: from the storage as it is, not as it was
+        self.fresh()  # what to run next: from the storage as it is, not as it was
         if self.comparison is not None:
-            trial = ask_compared(self)
+            trial = self.ask_compared()
             if trial is None or isinstance(trial, compare.Wait):
                 return trial
         elif self.spec.is_grid and not self.trials(states=(TrialState.WAITING,)):
             return None
         else:
-            trial = ask_within_trials(self)
+            trial = self.ask_within_trials()
             if isinstance(trial, compare.Wait):
                 return trial
-        return _pending(self, trial)
+        return self._pending(trial)
 
-    def plan(self) -> compare.Plan | None:
-        """A comparison's next step and planned trial count (:func:`compare.plan`)."""
-        return None if self.comparison is None else compare.plan(self.comparison, self.trials())
+    def ask_compared(self) -> optuna.Trial | compare.Wait | None:
+        """A comparison's next trial: a queued one (a retry), else the one :func:`compare.plan`
+        says to start, queued with its level's parameters fixed and asked at once; None when
+        the comparison is done. Planning and queueing hold the store's lock, so that ``sweep
+        run`` processes sharing the study never queue the same step twice."""
+        with self.machines.lock():
+            self.fresh()  # what another process queued while this one waited for the lock
+            if not self.trials(states=(TrialState.WAITING,)):
+                action = self.plan().action
+                if isinstance(action, (compare.Wait, compare.Done)):
+                    return action if isinstance(action, compare.Wait) else None
+                if isinstance(action, compare.Tune):
+                    params, attrs = action.level.params, {
+                        keys.PHASE: compare.TUNE, keys.REPLICATE: action.replicate,
+                        keys.SEED: self.comparison.tuning_seed(action.replicate)}
+                else:
+                    params, attrs = action.params, {keys.PHASE: compare.CONFIRM,
+                                                    keys.SEED: action.seed}
+                self.study.enqueue_trial(params, user_attrs={
+                    keys.REPEAT: 0, keys.LEVEL: action.level.label, **attrs})
+            return self.study.ask()
+
+    def ask_within_trials(self) -> optuna.Trial | compare.Wait:
+        """A sweep's next trial: a queued one (a retry, a repeat), else a new one while the
+        trials finished and running on every machine are fewer than ``trials``; else
+        :class:`compare.Wait` (the running trials may yet fail and be retried). Counting and
+        asking hold the store's lock, on a fresh read: two processes that both saw one trial
+        left never both start it."""
+        with self.machines.lock():
+            self.fresh()
+            if not self.trials(states=(TrialState.WAITING,)):
+                counts = self.counts()
+                if counts["finished"] + counts["running"] >= self.spec.trials:
+                    return compare.Wait()
+            return self.study.ask()
+
+    def _pending(self, trial: optuna.Trial) -> PendingTrial:
+        """Sample an asked ``trial``'s settings and record on it its repeat (queueing the other
+        repeats of a new configuration), seed and owner; a trial that raises meanwhile is
+        abandoned (:meth:`abandon`)."""
+        spec = self.spec
+        try:
+            sampled = sp.sample(trial, spec.space)
+            repeat = trial.user_attrs.get(keys.REPEAT)
+            if repeat is None:
+                repeat = 0
+                trial.set_user_attr(keys.REPEAT, 0)
+                for copy in range(1, spec.repeats):
+                    self.study.enqueue_trial(trial.params, user_attrs={keys.REPEAT: copy})
+            seed = trial.user_attrs.get(keys.SEED, spec.seed + repeat)
+            trial.set_user_attr(keys.SEED, seed)
+            self.machines.own(trial)
+            settings = {**settings_of(spec, sampled), "seed": seed}
+        except BaseException as e:
+            self.abandon(trial, e)
+            raise
+        attrs = trial.user_attrs
+        return PendingTrial(trial, settings, repeat, seed, retry_of=attrs.get(keys.RETRY_OF),
+                            root=attrs.get(keys.RETRY_ROOT, trial.number),
+                            phase=attrs.get(keys.PHASE), level=attrs.get(keys.LEVEL),
+                            replicate=attrs.get(keys.REPLICATE))
+
+    # ------------------------------------------------------------------------------- telling
 
     def report(self, pending: PendingTrial, epoch: int, value: float,
                ask_pruner: bool = True) -> bool:
@@ -236,51 +350,18 @@ class SweepStudy:
                    if t.user_attrs.get(keys.RETRY_ROOT, t.number) == root
                    and t.user_attrs.get(keys.FAIL_KIND, "crash") == "crash")
 
-    def set_attr(self, pending: PendingTrial, key: str, value: Any) -> None:
-        pending.trial.set_user_attr(key, value)
-
-    @contextlib.contextmanager
-    def writes_to(self, pending: PendingTrial):
-        """Around this process's writes to a trial it runs: a write refused because the trial
-        is no longer RUNNING in the storage (another process failed it as stale) raises
-        :class:`TrialLost`; any other error passes unchanged."""
+    def abandon(self, trial: PendingTrial | optuna.Trial, error: BaseException) -> None:
+        """Fail a trial that raised ``error`` before it could start (asked, not yet training),
+        so no trial is left RUNNING; it is queued again when interrupted, or when it crashed
+        with ``retries`` left. Best effort: the store may be what raised."""
+        t = trial.trial if isinstance(trial, PendingTrial) else trial
+        kind = "interrupt" if isinstance(error, KeyboardInterrupt) else "crash"
+        root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
         try:
-            yield
-        except (RuntimeError, ValueError) as e:
-            state = self.state_now(pending)
-            if state == TrialState.RUNNING:
-                raise
-            raise TrialLost(pending.number, state.name) from e
-
-    def state_now(self, pending: PendingTrial) -> TrialState:
-        """The state of ``pending`` in the storage as it is now (not a cached read)."""
-        return compat.storage_of(self.study).get_trial(compat.trial_id(pending.trial)).state
-
-    def values(self, history: list[dict[str, float]]) -> list[float]:
-        """Each objective's value of a trial whose epochs logged ``history``."""
-        return [objectives.reduce_curve(o, [m.get(o.metric, math.nan) for m in history],
-                                        self.spec.epochs)
-                for o in self.spec.objectives]
-
-    def trial_settings(self, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
-        """The trainer settings a finished trial ran with (fixed, sampled, and its seed)."""
-        return {**settings_of(self.spec, sp.settings_for(self.spec.space, trial.params)),
-                "seed": trial.user_attrs[keys.SEED]}
-
-    def best(self, n: int = 5) -> list[optuna.trial.FrozenTrial]:
-        """The best ``n`` trials (:func:`objectives.best_trials`); a finished comparison's: its
-        answer's run (:func:`compare.answer`)."""
-        trials = self.trials()
-        found = compare.final_answer(self.comparison, trials)
-        return [found.trial] if found is not None else \
-            objectives.best_trials(trials, self.spec.directions)[:n]
-
-    def stop_reason(self) -> str | None:
-        """Why ``stop_when`` ends the sweep now (:func:`objectives.stop_reason`), else None."""
-        if self.spec.stop_when is None:
-            return None
-        return objectives.stop_reason(self.spec.stop_when, self.trials(),
-                                      self.spec.objective.goal, self.spec.objective.label)
+            retry = will_retry(kind, self.spec.retries, lambda: self.crashes(root))
+            self.fail(t, f"could not be started: {type(error).__name__}: {error}", kind, retry)
+        except Exception:  # noqa: BLE001 - the original error is the one to report
+            pass
 
     # ----------------------------------------- several machines (:class:`machines.Machines`)
 
@@ -300,69 +381,8 @@ class SweepStudy:
     def orphans(self) -> list[optuna.trial.FrozenTrial]:
         """RUNNING trials whose process on this host is gone (:meth:`Machines.orphans`), read
         from the storage as it is (a cached read shows trials that ended since as RUNNING)."""
-        fresh(self)
+        self.fresh()
         return self.machines.orphans()
-
-
-
-def _pending(study: SweepStudy, trial: optuna.Trial) -> PendingTrial:
-    """Sample an asked ``trial``'s settings and record on it its repeat (queueing the other
-    repeats of a new configuration), seed and owner; a trial that raises meanwhile is
-    abandoned (:func:`abandon`)."""
-    spec = study.spec
-    try:
-        sampled = sp.sample(trial, spec.space)
-        repeat = trial.user_attrs.get(keys.REPEAT)
-        if repeat is None:
-            repeat = 0
-            trial.set_user_attr(keys.REPEAT, 0)
-            for copy in range(1, spec.repeats):
-                study.study.enqueue_trial(trial.params, user_attrs={keys.REPEAT: copy})
-        seed = trial.user_attrs.get(keys.SEED, spec.seed + repeat)
-        trial.set_user_attr(keys.SEED, seed)
-        study.machines.own(trial)
-        settings = {**settings_of(spec, sampled), "seed": seed}
-    except BaseException as e:
-        abandon(study, trial, e)
-        raise
-    attrs = trial.user_attrs
-    return PendingTrial(trial, settings, repeat, seed, retry_of=attrs.get(keys.RETRY_OF),
-                        root=attrs.get(keys.RETRY_ROOT, trial.number),
-                        phase=attrs.get(keys.PHASE), level=attrs.get(keys.LEVEL),
-                        replicate=attrs.get(keys.REPLICATE))
-
-
-def _create_or_join(spec: SweepSpec, storage, name: str) -> tuple[optuna.Study, bool]:
-    """Study ``name`` in ``storage``, and whether this process created it. One another process
-    created first is loaded once its creator has written its identity, checked to be this
-    sweep, and given a sampler seeded for this joiner (:func:`machines.sampler_offset`)."""
-    try:
-        return optuna.create_study(study_name=name, storage=storage,
-                                   directions=spec.directions,
-                                   sampler=make_sampler(spec), pruner=make_pruner(spec)), True
-    except optuna.exceptions.DuplicatedStudyError:
-        existing = optuna.load_study(study_name=name, storage=storage)
-        # another machine may have created it a moment ago: its attributes come next
-        wait_for(lambda: keys.FINGERPRINT in existing.user_attrs)
-        _check_same_sweep(spec, name, existing)
-        return optuna.load_study(study_name=name, storage=storage,
-                                 sampler=make_sampler(spec, sampler_offset(existing)),
-                                 pruner=make_pruner(spec)), False
-
-
-def _fill(study: SweepStudy, copies: list) -> None:
-    """Bring an opened study's queue up to date: its creator's bookkeeping (:func:`_initialise`
-    with the ``warm_start`` ``copies``), the grid, and the retries a dead process did not
-    queue."""
-    spec, s = study.spec, study.study
-    if study.created:
-        _initialise(study, copies)
-    elif spec.is_grid:  # the creator enqueues the grid; a joiner waits for it to be done
-        wait_for(lambda: keys.GRID_DONE in s.user_attrs)
-    if spec.is_grid and not s.user_attrs.get(keys.GRID_DONE):
-        _enqueue_grid(study)
-    for t in objectives.lost_retries(study.trials()):  # their process died before queueing
-        study.retry(t)
 
 
 def record_end(spec: SweepSpec, trial: optuna.Trial, history: list[dict[str, float]]) -> None:
@@ -384,126 +404,6 @@ def constrain(spec: SweepSpec, trial: optuna.Trial, history: list[dict[str, floa
         trial.set_user_attr(keys.CONSTRAINTS, values)
 
 
-def _initialise(study: SweepStudy, copies: list) -> None:
-    """What the process creating a study writes into it: who made it, the enqueued
-    configurations, the trials copied by ``warm_start``, then its identity (joiners wait for
-    the fingerprint, so it is written last)."""
-    spec, s = study.spec, study.study
-    s.set_user_attr(keys.CREATOR, study.machines.owner.as_dict())
-    if spec.compare is not None:
-        s.set_user_attr(keys.COMPARE, spec.compare.model_dump_json())
-    for point in spec.enqueue:
-        s.enqueue_trial(point, user_attrs={keys.ENQUEUED: True})
-    if copies:
-        s.add_trials(copies)
-    s.set_user_attr(keys.STUDY_ID, uuid.uuid4().hex)
-    s.set_user_attr(keys.IDENTITY, json.dumps(spec.identity(), sort_keys=True, default=str))
-    s.set_user_attr(keys.FINGERPRINT, spec.fingerprint())
-
-
-def warm_start_copies(spec: SweepSpec, storage) -> list[optuna.trial.FrozenTrial]:
-    """``warm_start``: copies of the finished (complete and pruned) trials of sweep
-    ``spec.warm_start`` in ``storage``, each marked with where it came from, for the new
-    study's history.
-
-    Raises:
-        SweepError: no such sweep, or one of another space, objectives or constraints.
-    """
-    name, where = spec.warm_start, f"{spec.source}: warm_start: {spec.warm_start}"
-    names = optuna.get_all_study_names(storage)
-    if name not in names:
-        from ..core.errors import did_you_mean
-        raise SweepError(f"{where}: no sweep of that name in this study storage"
-                         f"{did_you_mean(name, names)}; name a sweep `sweep status` lists")
-    source = optuna.load_study(study_name=name, storage=storage)
-    theirs = json.loads(source.user_attrs.get(keys.IDENTITY) or "{}")
-    mine = json.loads(json.dumps(spec.identity(), sort_keys=True, default=str))
-    for key, what in (("space", "space"), ("objective", "objectives"),
-                      ("constraints", "constraints")):
-        if theirs.get(key) != mine.get(key):
-            raise SweepError(f"{where}: that sweep has another {what} ({key}: "
-                             f"{json.dumps(theirs.get(key))}, here {json.dumps(mine.get(key))}); "
-                             f"warm start only from a sweep with the same {what}")
-    copies = [optuna.trial.create_trial(
-        state=t.state, params=t.params, distributions=t.distributions,
-        values=t.values if t.state == TrialState.COMPLETE else None,
-        intermediate_values=t.intermediate_values, constraints=t.constraints,
-        user_attrs={**{k: v for k, v in t.user_attrs.items()
-                       if k in (keys.SEED, keys.REPEAT, keys.CONSTRAINTS)},
-                    keys.COPIED_FROM: f"{name}#{t.number}"})
-        for t in source.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
-                                                           TrialState.PRUNED))]
-    return copies
-
-
-def _enqueue_grid(study: SweepStudy) -> None:
-    present = {(objectives.config_key(t.params or compat.fixed_params(t)),
-                t.user_attrs.get(keys.REPEAT, 0)) for t in study.trials()}
-    configs = study.spec.grid()
-    for repeat in range(study.spec.repeats):  # seed-major: one full comparison per seed first
-        for params in configs:
-            if (objectives.config_key(params), repeat) not in present:
-                study.study.enqueue_trial(params, user_attrs={keys.REPEAT: repeat})
-    study.study.set_user_attr(keys.GRID_DONE, len(configs) * study.spec.repeats)
-
-
-def ask_compared(study: SweepStudy) -> optuna.Trial | compare.Wait | None:
-    """A comparison's next trial: a queued one (a retry), else the one :func:`compare.plan`
-    says to start, queued with its level's parameters fixed and asked at once; None when the
-    comparison is done. Planning and queueing hold the store's lock, so that ``sweep run``
-    processes sharing the study never queue the same step twice."""
-    with study.machines.lock():
-        fresh(study)  # what another process queued while this one waited for the lock
-        if not study.trials(states=(TrialState.WAITING,)):
-            action = study.plan().action
-            if isinstance(action, (compare.Wait, compare.Done)):
-                return action if isinstance(action, compare.Wait) else None
-            if isinstance(action, compare.Tune):
-                params, attrs = action.level.params, {
-                    keys.PHASE: compare.TUNE, keys.REPLICATE: action.replicate,
-                    keys.SEED: study.comparison.tuning_seed(action.replicate)}
-            else:
-                params, attrs = action.params, {keys.PHASE: compare.CONFIRM,
-                                                keys.SEED: action.seed}
-            study.study.enqueue_trial(params, user_attrs={
-                keys.REPEAT: 0, keys.LEVEL: action.level.label, **attrs})
-        return study.study.ask()
-
-
-def ask_within_trials(study: SweepStudy) -> optuna.Trial | compare.Wait:
-    """A sweep's next trial: a queued one (a retry, a repeat), else a new one while the trials
-    finished and running on every machine are fewer than ``trials``; else :class:`compare.Wait`
-    (the running trials may yet fail and be retried). Counting and asking hold the store's
-    lock, on a fresh read: two processes that both saw one trial left never both start it."""
-    with study.machines.lock():
-        fresh(study)
-        if not study.trials(states=(TrialState.WAITING,)):
-            counts = study.counts()
-            if counts["finished"] + counts["running"] >= study.spec.trials:
-                return compare.Wait()
-        return study.study.ask()
-
-
-def fresh(study: SweepStudy) -> None:
-    """The next look at the study's trials reads the storage (see :mod:`readcache`)."""
-    getattr(compat.storage_of(study.study), "forget", lambda: None)()
-
-
-def abandon(study: SweepStudy, trial: PendingTrial | optuna.Trial,
-            error: BaseException) -> None:
-    """Fail a trial that raised ``error`` before it could start (asked, not yet training),
-    so no trial is left RUNNING; it is queued again when interrupted, or when it crashed
-    with ``retries`` left. Best effort: the store may be what raised."""
-    t = trial.trial if isinstance(trial, PendingTrial) else trial
-    kind = "interrupt" if isinstance(error, KeyboardInterrupt) else "crash"
-    root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
-    try:
-        retry = will_retry(kind, study.spec.retries, lambda: study.crashes(root))
-        study.fail(t, f"could not be started: {type(error).__name__}: {error}", kind, retry)
-    except Exception:  # noqa: BLE001 - the original error is the one to report
-        pass
-
-
 def state_counts(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
     """Trials by state, lower-case (``complete``, ``running``, ``fail``...); ``fail`` counts only
     failures for good (a FAIL whose retry is queued counts as ``retried``), trials copied from
@@ -517,34 +417,3 @@ def state_counts(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
             "retried" if t.number in retried else t.state.name.lower()] += 1
     out["finished"] = out["complete"] + out["pruned"] + out["fail"]
     return out
-
-
-def _check_same_sweep(spec: SweepSpec, name: str, study: optuna.Study) -> None:
-    directions = [d.name.lower() for d in study.directions]
-    if directions != spec.directions:
-        raise SweepError(f"{spec.source}: study {name!r} was started to "
-                         f"{', '.join(directions)}, not {', '.join(spec.directions)}; "
-                         f"rerun with --new to start a fresh study")
-    stored = study.user_attrs.get(keys.IDENTITY)
-    if stored is not None and study.user_attrs.get(keys.FINGERPRINT) != spec.fingerprint():
-        before = json.loads(stored)
-        now = json.loads(json.dumps(spec.identity(), sort_keys=True, default=str))
-        changes = _diff(before, now)
-        raise SweepError(f"{spec.source}: study {name!r} was started from a different sweep "
-                         f"({'; '.join(changes[:4])}); restore the file, or rerun with --new to "
-                         f"start a fresh study")
-
-
-def _diff(before: Any, now: Any, path: str = "") -> list[str]:
-    if isinstance(before, dict) and isinstance(now, dict):
-        out = []
-        for key in list(before) + [k for k in now if k not in before]:
-            sub = f"{path}.{key}" if path else str(key)
-            if key not in now:
-                out.append(f"{sub} was {before[key]!r}, now unset")
-            elif key not in before:
-                out.append(f"{sub} was unset, now {now[key]!r}")
-            else:
-                out += _diff(before[key], now[key], sub)
-        return out
-    return [] if before == now else [f"{path} was {before!r}, now {now!r}"]

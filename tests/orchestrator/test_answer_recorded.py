@@ -32,7 +32,7 @@ from orchestrator.report import status
 from orchestrator.running.book import TrialBook, record_best
 from orchestrator.running.protocol import Done, Epoch
 from orchestrator.running.runner import configuration_means
-from orchestrator.stores.study import PendingTrial, SweepStudy, fresh
+from orchestrator.stores.study import PendingTrial, SweepStudy
 from orchestrator.stores.tracking import Tracker
 from tests.conftest import Stores
 from tests.helpers import FAKE_WORKER, compare_spec, finish, start_sweep
@@ -297,7 +297,7 @@ def test_a_best_read_before_the_last_trial_ended_never_outlasts_the_answer(memor
     while True:
         pending = a.study.next_trial()
         pending.trial.set_user_attr(keys.RUN_ID, f"run-of-trial-{pending.number}")
-        fresh(b.study)
+        b.study.fresh()
         stale = b.study.trials()  # B's read: before this trial ends
         end_trial(a, pending, PLANTED)
         if compare.final_answer(c, a.study.trials()) is not None:

@@ -18,7 +18,6 @@ from orchestrator.running.protocol import Done, Epoch, Failed
 from orchestrator.running.runs import StoreBroke
 from orchestrator.stores import tracking
 from orchestrator.stores.retries import will_retry
-from orchestrator.stores.study import fresh
 from tests.conftest import tiny_spec
 from tests.helpers import FAKE_WORKER, done, epoch, run_trial
 
@@ -235,7 +234,7 @@ def orphan_one(book: TrialBook, slot: int = 0) -> int:
     """A trial RUNNING with its run, as a ``sweep run`` that was killed leaves it."""
     pending = run_trial(book, [0.5], slot)
     book.attach_tracking()
-    book.study.set_attr(pending, keys.OWNER, DEAD_OWNER)
+    pending.set_attr(keys.OWNER, DEAD_OWNER)
     return pending.number
 
 
@@ -332,7 +331,7 @@ def test_a_trial_started_since_this_process_last_read_the_trials_keeps_its_run(
     # interval lengthened, then a fresh read, which serves for as long as the test lasts
     # however slowly the machine runs it
     compat.storage_of(second.study.study)._read_s = 3600.0
-    fresh(second.study)
+    second.study.fresh()
     second.study.trials()  # a read the cache serves from now on
     started = run_trial(first, [0.5], slot=1)  # the other process, after that read
     assert started.number not in {t.number for t in second.study.trials()}  # the cache is old
@@ -355,7 +354,7 @@ def test_trials_whose_heartbeat_stopped_are_failed_retried_and_every_run_of_thei
         book.study.beat(pending)
         runs.append(book.tracker.start_trial(book.runs.opened.experiment_id, book.parent_id,
                                              pending.number, {}, {}, {}))
-    book.study.set_attr(dead[0], keys.RUN_ID, runs[0])
+    dead[0].set_attr(keys.RUN_ID, runs[0])
     deadline = time.monotonic() + 15  # two intervals without a beat (the store counts seconds)
     while any(book.study.trials()[p.number].state == TrialState.RUNNING for p in dead) and \
             time.monotonic() < deadline:

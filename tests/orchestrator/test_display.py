@@ -184,7 +184,7 @@ def test_with_repeats_the_summary_has_a_row_per_configuration_and_every_full_run
     study = SweepStudy.open(spec, str(tmp_path / "j.journal"))
     for value in (0.5, 0.7, 0.9, 0.9):  # seeds 0 and 1 of two configurations
         pending = study.next_trial()
-        study.set_attr(pending, keys.RUN_ID, f"{pending.number:x}" * 32)
+        pending.set_attr(keys.RUN_ID, f"{pending.number:x}" * 32)
         study.complete(pending, [{"val_acc": value}])
     confs = configuration_means(study)
     assert [(c["mean"], c["n"], c["trials"]) for c in confs] == [(0.9, 2, [2, 3]),

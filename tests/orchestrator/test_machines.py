@@ -36,8 +36,8 @@ def test_orphans_are_running_trials_of_a_dead_owner_on_this_host_or_unowned_past
         tmp_path):
     study = _study(tmp_path)
     mine, dead, far = (study.next_trial() for _ in range(3))
-    study.set_attr(dead, keys.OWNER, DEAD)
-    study.set_attr(far, keys.OWNER, ELSEWHERE)
+    dead.set_attr(keys.OWNER, DEAD)
+    far.set_attr(keys.OWNER, ELSEWHERE)
     unowned = study.study.ask()  # asked by a process not yet recorded as its owner
     assert [t.number for t in study.orphans()] == [dead.number]
     study.complete(mine, [{"val_acc": 0.5}])

@@ -457,7 +457,7 @@ def test_a_set_value_naming_a_key_twice_is_refused(write_spec):
 def test_the_largest_seed_still_makes_a_sampler_for_a_joining_process():
     import optuna
 
-    from orchestrator.stores.study import make_sampler
+    from orchestrator.stores.opening import make_sampler
 
     spec = validate(tiny_spec(sampler={"name": "tpe", "seed": 2**32 - 1}))
     study = optuna.create_study(sampler=make_sampler(spec, seed_offset=5))
@@ -468,7 +468,7 @@ def test_the_largest_seed_still_makes_a_sampler_for_a_joining_process():
 @pytest.mark.parametrize("name", ["median", "successive_halving", "hyperband"])
 def test_a_pruner_keyword_sweep_sets_is_refused_and_the_study_builds_the_named_pruner(name):
     from orchestrator.config.samplers import pruner_arguments, pruner_class
-    from orchestrator.stores.study import make_pruner
+    from orchestrator.stores.opening import make_pruner
 
     keywords = pruner_arguments(name, min_epochs=2, epochs=4)
     assert keywords  # each of these pruners is given min_epochs (and hyperband epochs)

@@ -257,16 +257,15 @@ def test_the_count_under_the_lock_is_a_fresh_read_not_an_earlier_cached_one(tmp_
     """ask_within_trials reads the storage again once it holds the lock: a read cached before
     (here one that would serve for an hour) misses the trial another process started since."""
     from orchestrator.core import compat
-    from orchestrator.stores.study import ask_within_trials, fresh
 
     path = str(tmp_path / "j.journal")
     spec = validate(tiny_spec(trials=2))
     asker, other = SweepStudy.open(spec, path), SweepStudy.open(spec, path)
     asker.next_trial()
     compat.storage_of(asker.study)._read_s = 3600.0
-    fresh(asker)
+    asker.fresh()
     assert len(asker.trials()) == 1  # the read cached from now on
     other.next_trial()
     assert len(asker.trials()) == 1  # the cache does not see it ...
-    assert isinstance(ask_within_trials(asker), compare.Wait)  # ... the count under the lock does
+    assert isinstance(asker.ask_within_trials(), compare.Wait)  # ... the count under the lock does
     assert len(other.trials()) == 2
