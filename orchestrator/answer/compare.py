@@ -41,6 +41,7 @@ from . import goal as goals
 from . import objectives, stats
 from .edges import Edge, at_edges
 from .effects import Effect, effects
+from .words import Words, answer_why
 
 TUNE, CONFIRM = "tune", "confirm"  # the values of keys.PHASE
 EACH_SEED, ONCE = "each_seed", "once"  # the values of compare.tuning
@@ -188,9 +189,10 @@ class Answer:
     """A finished comparison's one answer, named alike by the parent run, the export, the end
     table, ``sweep status`` and the report: ``level`` with its ``mean`` objective over its
     ``seeds`` finite confirmation values, ``trial`` the confirmation run whose weights stand for
-    it, ``why`` in words, the numeric parameters its levels' tunings left on an edge of their
-    range (:mod:`.edges`), and the ``peers`` no evidence separates from it (its weights then
-    stand for one of them)."""
+    it, ``why`` in words (:func:`orchestrator.answer.words.answer_why`), the numeric parameters
+    its levels' tunings left on an edge of their range (:mod:`.edges`), the ``peers`` no
+    evidence separates from it (its weights then stand for one of them), and the ``half``-width
+    of its mean's interval (how its figures are rounded)."""
 
     level: str
     mean: float
@@ -199,6 +201,7 @@ class Answer:
     why: str
     edges: tuple[Edge, ...] = ()
     peers: tuple[str, ...] = ()  # the levels no other beats that are not separated from it
+    half: float = math.nan  # its mean's 95% t interval's half-width; NaN without one
 
 
 @dataclass(frozen=True)
@@ -406,28 +409,24 @@ def answer(c: Comparison, trials: Sequence[FrozenTrial], done: Done) -> Answer |
     # equally close (two seeds): the lower seed, whatever the last bit of the float says
     run = min(runs, key=lambda t: (round(abs(t.value - mean), 12),
                                    t.user_attrs.get(keys.SEED, 0)))
-    others = [lv for lv in done.values if lv != label]
-    wins = {r.loser for r in done.results if r.winner == label}
-    if not others:
-        reason = "the only level with a tuned configuration: nothing was compared"
-    elif wins >= set(others):
-        reason = f"better than {'every other level' if len(others) > 1 else others[0]}"
-    else:
-        reason = (f"no level is better than {'all the others' if len(others) > 1 else 'the other'}"
-                  f" with evidence: {label} has the best mean over its confirmation seeds"
-                  + (" among the levels no other beats" if beaten else ""))
-    why = (f"{label}: {c.metric} {mean:.4g}, mean over {n} confirmation seed"
-           f"{'s' if n != 1 else ''} ({reason}); its weights: the run of seed "
-           f"{run.user_attrs.get(keys.SEED)} (trial {run.number}), the confirmation run closest "
-           f"to that mean")
+    others = [lv for lv in stats.level_order(done.values) if lv != label]
     # the top levels not separated: the weights are one of theirs, and the reason says which
-    peers = [lv for lv in stats.level_order(done.values) if lv != label and lv not in beaten
+    peers = [lv for lv in others if lv not in beaten
              and any(v is not None and math.isfinite(v) for v in done.values[lv].values())]
-    if peers:
-        why += (f"; no evidence separates {label} from {', '.join(peers)}, so these weights are "
-                f"those of one of {len(peers) + 1} levels, the one named for the reason above")
+    half = _half(finite, c.metric)
+    why = answer_why(Words.of(c.factors, c.metric, c.cells()), label, mean, half, n, others,
+                     {r.loser for r in done.results if r.winner == label} >= set(others),
+                     bool(beaten), (run.user_attrs.get(keys.SEED), run.number), peers)
     return Answer(label, mean, n, run, why, tuple(at_edges(tuned_bests(c, trials))),
-                  tuple(peers))
+                  tuple(peers), half)
+
+
+def _half(values: Sequence[float], metric: str) -> float:
+    """The half-width of the 95% t interval of a level's mean over its finite confirmation
+    ``values`` (clipped to the metric's range), as the table of levels rounds it; NaN
+    without one."""
+    _, low, high, _ = stats.mean_interval(values, stats.METRIC_BOUNDS.get(metric))
+    return (high - low) / 2 if not math.isnan(low) else math.nan
 
 
 def tuned_bests(c: Comparison, trials: Sequence[FrozenTrial]) -> dict[str, list[FrozenTrial]]:

@@ -10,6 +10,11 @@ rules out, then the effects left undecided. Each amount comes with its own inter
 largest its interval allows: never two figures a reader must reconcile. "Undecided" is no
 evidence either way, never "no difference". Shorter wordings are tried in turn until the
 sentence fits.
+
+The lines under the answer's table are written here too (:func:`pair_notes`, :func:`open_note`,
+:func:`goal_note`, :func:`value_notes`, :func:`weights_note`, :func:`edge_note`,
+:func:`estimand`, :func:`caption`): with :mod:`orchestrator.answer.words`, this module is the
+one voice of an answer; :mod:`orchestrator.answer.summary` passes them its figures.
 """
 from __future__ import annotations
 
@@ -21,15 +26,20 @@ from collections.abc import Sequence
 from ..core.numbers import value_text
 from . import stats
 from .effects import INTERACTION, MAIN, SHOWN, Effect
-from .words import Words, half_width, interval_text, no_interval, p_text, plain, rules_out
+from .edges import EDGE
+from .words import (
+    Words,
+    half_width,
+    interval_text,
+    joined,
+    level_percent,
+    no_interval,
+    p_text,
+    plain,
+    rules_out,
+)
 
 HEADLINE_LIMIT = 300  # the most characters of a headline
-
-
-def _names(words: Words, levels: Sequence[str]) -> str:
-    """Levels by name: ``a``, ``a and b``, ``a, b and c``."""
-    shown = [words.name(lv) for lv in levels]
-    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
 
 
 def sentence(words: Words, results: Sequence[stats.PairResult], found: Sequence[Effect],
@@ -68,7 +78,7 @@ def _intervals(items: Sequence, several: bool) -> str:
     """``98.6% t intervals, look 3 of 6``: the level, method and look the items share."""
     first = items[0]
     where = f", look {first.look} of {first.looks}" if first.looks > 1 else ""
-    return f"{stats.level_percent(first.ci_level)} t interval{'s' if several else ''}{where}"
+    return f"{level_percent(first.ci_level)} t interval{'s' if several else ''}{where}"
 
 
 def _fit(head: str, clauses: Sequence[str], tail: str) -> str:
@@ -82,15 +92,11 @@ def _fit(head: str, clauses: Sequence[str], tail: str) -> str:
     return text
 
 
-def _span(words: Words, low: float, high: float, half: float) -> str:
-    return f"[{words.amount(low, half)}, {words.amount(high, half)}]"
-
-
 def _by(words: Words, lead: tuple[float, float, float], half: float, detail: int) -> str:
     """A lead with its interval (``0.42 points [0.01, 0.82]``), or its lower end alone."""
     amount, low, high = lead
     if detail >= 2:
-        return f"{words.amount(amount, half)} {words.unit} {_span(words, low, high, half)}"
+        return f"{words.amount(amount, half)} {words.unit} {words.span(low, high, half)}"
     return f"at least {words.amount(low, half)} {words.unit}"
 
 
@@ -134,11 +140,11 @@ def _better_clauses(words: Words, wins: dict[str, list[stats.PairResult]], direc
         rs = sorted(wins[winner], key=lambda r: r.lead(direction)[0])
         if detail == 0:
             out.append(f"{words.name(winner)} better than " + (
-                f"{len(rs)} levels" if len(rs) > 2 else _names(words, [r.loser for r in rs])))
+                f"{len(rs)} levels" if len(rs) > 2 else words.names([r.loser for r in rs])))
         elif len(rs) == 1 or detail == 1:
             least = min(rs, key=lambda r: r.lead(direction)[1])
             out.append(f"{words.name(winner)} better than "
-                       f"{_names(words, [r.loser for r in rs])} by "
+                       f"{words.names([r.loser for r in rs])} by "
                        f"{_by(words, least.lead(direction), half_width(least), detail)}")
         else:
             out.append(f"{words.name(winner)} better than " + ", than ".join(
@@ -181,7 +187,7 @@ def _equivalent_clauses(words: Words, results: Sequence[stats.PairResult],
     for group in _cliques(set(pairs)):
         if len(group) >= 3:
             inside = [pairs[frozenset(p)] for p in itertools.combinations(group, 2)]
-            out.append(f"{_names(words, order(group))} equivalent, no difference "
+            out.append(f"{words.names(order(group))} equivalent, no difference "
                        f"{beyond(inside)}")
             for p in itertools.combinations(group, 2):
                 left.pop(frozenset(p), None)
@@ -190,7 +196,7 @@ def _equivalent_clauses(words: Words, results: Sequence[stats.PairResult],
         hub = min(counts, key=lambda lv: (-counts[lv], rank.get(lv, len(rank)), lv))
         mine = [p for p in left if hub in p]
         partners = order([lv for p in mine for lv in p if lv != hub])
-        out.append(f"{words.name(hub)} equivalent to {_names(words, partners)}, no difference "
+        out.append(f"{words.name(hub)} equivalent to {words.names(partners)}, no difference "
                    f"{beyond([left.pop(p) for p in mine])}")
     return out
 
@@ -228,7 +234,7 @@ def _undecided_clauses(words: Words, results: Sequence[stats.PairResult],
             return [f"{what} (no interval: {no_interval(r)})"]
         h = half_width(r)
         return [f"{what}: {words.name(r.b)} minus {words.name(r.a)} = "
-                f"{words.amount(r.diff, h)} {words.unit} {_span(words, r.ci_low, r.ci_high, h)}"]
+                f"{words.amount(r.diff, h)} {words.unit} {words.span(r.ci_low, r.ci_high, h)}"]
     if len(open_) <= (3 if detail >= 1 else 2):
         return ["undecided: " + ", ".join(f"{words.name(r.a)} vs {words.name(r.b)}"
                                           for r in open_)]
@@ -266,7 +272,7 @@ def _effect_clause(words: Words, e: Effect, found: Sequence[Effect], direction: 
             return f"{e.factors[0]} and {e.factors[1]} interact"
         up = e.estimate > 0
         low, high = (e.ci_low, e.ci_high) if up else (-e.ci_high, -e.ci_low)
-        span = f" {_span(words, low, high, h)}" if detail >= 2 else ""
+        span = f" {words.span(low, high, h)}" if detail >= 2 else ""
         return (f"{e.factors[0]} and {e.factors[1]} interact: {e.factors[0]} "
                 f"{value_text(e.levels[0])} minus {value_text(e.bases[0])} is "
                 f"{words.amount(abs(e.estimate), h)} {words.unit}{span} "
@@ -295,7 +301,7 @@ def _effect_clauses(words: Words, found: Sequence[Effect], direction: str,
             widest = max(mine, key=lambda e: max(abs(e.ci_low), abs(e.ci_high)))
             beyond = words.allowed(max(abs(widest.ci_low), abs(widest.ci_high)),
                                    half_width(widest))
-            names = _join(list(dict.fromkeys(e.factors[0] for e in mine)))
+            names = joined(list(dict.fromkeys(e.factors[0] for e in mine)))
             out.append(f"{names}: no effect {beyond}" if kind == MAIN else
                        f"no interaction {beyond}")
     open_ = [e for e in found if not e.decided]
@@ -309,7 +315,7 @@ def _effect_clauses(words: Words, found: Sequence[Effect], direction: str,
     for e in open_:
         h = half_width(e)
         size = f"no interval: {e.ci_method.split(': ', 1)[-1]}" if math.isnan(e.ci_low) else \
-            f"{words.amount(e.estimate, h)} {words.unit} {_span(words, e.ci_low, e.ci_high, h)}"
+            f"{words.amount(e.estimate, h)} {words.unit} {words.span(e.ci_low, e.ci_high, h)}"
         what = f"{value_text(e.levels[0])} minus {value_text(e.bases[0])}: " \
             if e.kind == MAIN and not math.isnan(e.ci_low) else ""
         said.append(f"{_effect_name(e, found)} ({what}{size})")
@@ -345,10 +351,9 @@ def effect_notes(words: Words, found: Sequence[Effect]) -> list[str]:
                     f"{value_text(e.bases[1])}" +
                     (f", averaged over {', '.join(others)})" if others else ")"))
         size = f"no interval ({e.ci_method.split(': ', 1)[-1]})" if math.isnan(e.ci_low) else \
-            f"{words.amount(e.estimate, h)} {words.unit} {_span(words, e.ci_low, e.ci_high, h)}" \
+            f"{words.amount(e.estimate, h)} {words.unit} {words.span(e.ci_low, e.ci_high, h)}" \
             f" ({interval_text(e)}; Holm {p_text(e.p_holm)})"
-        verdict = verdicts.get(e.verdict) or \
-            f"equivalent within ±{plain((100 if words.percent else 1) * e.precision)} {words.unit}"
+        verdict = verdicts.get(e.verdict) or f"equivalent within {words.precision(e.precision)}"
         gone = f"; {e.dropped} seed{'s' if e.dropped > 1 else ''} with a non-finite value at a " \
             f"level it needs gave no contrast" if e.dropped else ""
         out.append(f"{what}: {size} over {e.seeds - e.dropped} "
@@ -366,9 +371,142 @@ def look_line(words: Words, look) -> str:
              else f"{words.name(x.a)} vs {words.name(x.b)}" for x in look.open]
     shown = names if len(names) <= 4 else [*names[:3], f"{len(names) - 3} more"]
     return (f"{factor}, look {look.look} of {look.looks} at {look.rounds} paired seeds: "
-            f"{_join(shown)} undecided; one more paired seed (at most "
+            f"{joined(shown)} undecided; one more paired seed (at most "
             f"{look.rounds - look.look + look.looks}).")
 
 
-def _join(items: Sequence[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+# ------------------------------------------------------------ the lines under the table
+
+
+def caption(words: Words, results: Sequence[stats.PairResult]) -> str:
+    """What the table of levels shows, and what its letters mean."""
+    level = interval_text(results[0]).replace(", clipped to the metric's range", "") \
+        if results else "no pair"
+    return (f"Levels ranked by their mean {words.metric} over their confirmation seeds"
+            f"{' (in %)' if words.percent else ''}, with its 95% t interval (clipped to the "
+            f"metric's range). Levels that share a letter are not separated by their pair's "
+            f"test ({level}, Holm's correction over {len(results)} "
+            f"pair{'s' if len(results) != 1 else ''}); levels with no letter in common are.")
+
+
+def pair_notes(words: Words, results: Sequence[stats.PairResult], direction: str) -> list[str]:
+    """A sentence per decided pair (better or equivalent), with its interval."""
+    out = []
+    for r in results:
+        h = half_width(r)
+        if r.verdict == stats.BETTER:
+            ahead, low, high = r.lead(direction)
+            out.append(f"{words.name(r.winner)} better than {words.name(r.loser)} by "
+                       f"{words.with_unit(ahead, h)} {words.span(low, high, h)} "
+                       f"({interval_text(r)}; Holm {p_text(r.p_holm)}).")
+        elif r.verdict == stats.EQUIVALENT:
+            out.append(f"{words.name(r.a)} and {words.name(r.b)} equivalent within "
+                       f"{words.precision(r.precision)}: {words.name(r.b)} minus "
+                       f"{words.name(r.a)} = {words.amount(r.diff, h)} "
+                       f"{words.span(r.ci_low, r.ci_high, h)} ({interval_text(r)}).")
+    return out
+
+
+def open_note(words: Words, pairs: Sequence, limit: int) -> list[str]:
+    """One line for every pair not called better (:class:`orchestrator.answer.summary.
+    OpenPair`): what it rules out, and the seeds that would decide it (more than ``limit``:
+    said so)."""
+    if not pairs:
+        return []
+    said = []
+    for p in pairs:
+        what = f"{words.name(p.a)} vs {words.name(p.b)}"
+        if math.isnan(p.rules_out):
+            said.append(f"{what} no interval")
+            continue
+        seeds = "" if p.verdict != stats.UNDECIDED else ", no estimate" if p.seeds is None \
+            else f", more than {limit} seeds" if p.seeds > limit else \
+            f", about {p.seeds} seeds"
+        said.append(f"{what} {words.allowed(p.rules_out, p.half)}"
+                    f"{' (equivalent)' if p.verdict == stats.EQUIVALENT else seeds}")
+    return ["Not called better, what each pair's interval rules out (differences beyond the "
+            "largest it allows) and about how many paired seeds would decide an undecided pair "
+            "(if its mean difference and spread held): " + "; ".join(said) + "."]
+
+
+def goal_note(goal: str, effects: bool, undecided: int) -> str:
+    """Seeding stopped once the narrower question ``goal`` was decided (every effect when
+    ``effects``, else the best level), leaving ``undecided`` pairs of levels open."""
+    question = "every effect" if effects else "the best level"
+    return (f"Seeding stops once {question} is decided (compare.goal: {goal}); the "
+            f"{undecided} undecided pair{'s' if undecided > 1 else ''} of levels did not hold "
+            f"it open.")
+
+
+def value_notes(words: Words, levels: Sequence[str], values) -> list[str]:
+    """The levels with seeds without a value, or no confirmation value at all."""
+    out = []
+    for level in levels:
+        seeds = [v for v in (values.get(level) or {}).values() if v is not None]
+        missing = sum(not math.isfinite(v) for v in seeds)
+        if not seeds:
+            out.append(f"{words.name(level)} has no confirmation value.")
+        elif missing:
+            out.append(f"{words.name(level)} gave no finite {words.metric} on {missing} of "
+                       f"{len(seeds)} seeds (its worst outcome: left out of its mean and of "
+                       f"the differences; it cannot be named better).")
+    return out
+
+
+def weights_note(words: Words, leader: str, run: tuple[int, int], peers: Sequence[str],
+                 equivalent: bool, best: bool) -> str:
+    """Whose weights stand for the answer (``run``: seed and trial of ``leader``'s
+    confirmation run closest to its mean), and, with ``peers`` (levels no other beats that are
+    not separated from ``leader``; all ``equivalent`` to it or not), that these weights are
+    one of theirs and why ``leader``'s (the ``best`` mean among them, or fewer seeds without a
+    value)."""
+    name = words.name(leader)
+    text = (f"The weights of {name}: the run of seed {run[0]} (trial {run[1]}), the "
+            f"confirmation run closest to its mean.")
+    if not peers:
+        return text
+    return text + (
+        f" {name} is {'equivalent to' if equivalent else 'not separated from'} "
+        f"{words.names(peers)}, so these weights are those of one of {len(peers) + 1} levels: "
+        f"{name}'s, "
+        f"{'the best mean among them' if best else 'the one with fewer seeds without a value'}"
+        f"{'' if equivalent else ' (another may yet prove better)'}.")
+
+
+def edge_note(words: Words, edges: Sequence) -> str | None:
+    """The tuned optima on an edge of their searched range
+    (:class:`orchestrator.answer.edges.Edge`), in one line: each level's parameter, its tuned
+    values there (one value once, however many tunings found it), which end of which range,
+    in how many of the level's tunings; None when there is none."""
+    if not edges:
+        return None
+    said = []
+    for e in edges:
+        lo, hi = plain(min(e.values)), plain(max(e.values))
+        value = lo if lo == hi else f"{lo} to {hi}"
+        said.append(f"{words.name(e.level)} {e.param.rpartition('.')[2]} {value} at the "
+                    f"{e.side} end of [{plain(e.low)}, {plain(e.high)}]"
+                    f"{' (log scale)' if e.log else ''}, in {len(e.values)} of {e.tunings} "
+                    f"tuning{'s' if e.tunings != 1 else ''}")
+    return (f"Tuned within {EDGE:.0%} of an end of the searched range (on its log scale "
+            f"for a log range), so the optimum may lie beyond it; widen the range and run "
+            f"again: " + "; ".join(said) + ".")
+
+
+def estimand(c) -> str:
+    """What a comparison's intervals are about, and what they hold, by its ``tuning`` (and
+    with ``tune_trials: 0``, nothing tuned)."""
+    trials = f"{c.tune_trials} tuning trial{'s' if c.tune_trials != 1 else ''}"
+    if c.tune_trials == 0:
+        return (f"What it estimates: the {c.metric} of the fixed configuration of each level, "
+                f"over fresh paired seeds (compare.tune_trials: 0, nothing tuned). Each interval "
+                f"holds the seed alone: other settings may order the levels otherwise.")
+    if c.replicated:
+        return (f"What it estimates: each level's expected {c.metric} after tuning with "
+                f"{trials}. Every seed tuned each level anew and trained its best once, so each "
+                f"interval holds the tuning draw as well as the seed: a re-run with another "
+                f"base seed lands inside it at the stated rate.")
+    return (f"What it estimates: the {c.metric} of the configuration one tuning of "
+            f"{trials} found for each level, over fresh seeds. The intervals hold the seeds, "
+            f"not the tuning draw: a re-run with another base seed may tune a level elsewhere "
+            f"and land outside them (compare.tuning: each_seed holds both).")

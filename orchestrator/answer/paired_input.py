@@ -129,8 +129,8 @@ def _value(level, seed, value, low: float | None, high: float | None) -> None:
         return  # a failed seed: its level's worst outcome, whatever the bounds
     if abs(value) > MAX_VALUE:
         raise ValueError(f"compare_paired: {name} = {_number(value)} is out of range: a "
-                         f"finite value must lie within +-{MAX_VALUE:.4g} (half the largest "
-                         f"float, so that every difference is finite)")
+                         f"finite value must lie between -{MAX_VALUE:.4g} and {MAX_VALUE:.4g} "
+                         f"(half the largest float, so that every difference is finite)")
     if (low is not None and value < low) or (high is not None and value > high):
         raise ValueError(f"compare_paired: {name} = {_number(value)} is out of range: "
                          f"outside bounds [{_end(low)}, {_end(high)}] (the metric's range); "

@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -139,11 +139,6 @@ class PairResult:
         low, high = sorted((sign * self.ci_low, sign * self.ci_high))
         return sign * self.diff, low, high
 
-    def level_text(self) -> str:
-        """``95% t interval`` or ``98.6% t interval, look 2 of 6``."""
-        where = f", look {self.look} of {self.looks}" if self.looks > 1 else ""
-        return f"{level_percent(self.ci_level)} {self.ci_method} interval{where}"
-
     def as_row(self) -> dict:
         """The columns of ``comparison.csv`` (:data:`CSV_COLUMNS`)."""
         return {"factor": self.factor, "a": self.a, "b": self.b, "pairs": self.pairs,
@@ -155,12 +150,6 @@ class PairResult:
 
 CSV_COLUMNS = ("factor", "a", "b", "pairs", "nonfinite_a", "nonfinite_b", "diff", "ci_low",
                "ci_high", "ci_level", "ci_method", "p", "p_holm", "verdict", "winner")
-
-
-def level_percent(level: float) -> str:
-    """``95%`` or ``98.5%``: a whole percentage as such, else to one decimal."""
-    pct = 100 * level
-    return f"{pct:.0f}%" if abs(pct - round(pct)) < 1e-9 else f"{pct:.1f}%"
 
 
 def level_order(levels) -> list[str]:
@@ -385,21 +374,6 @@ def decided(results: Sequence[PairResult]) -> bool:
     return all(r.verdict in (BETTER, EQUIVALENT) for r in results)
 
 
-def sequential_rule(looks: int, seeds: int = 3, alpha: float = 0.05) -> str:
-    """The sentence a report prints for how the looks are accounted for."""
-    if looks <= 1:
-        return (f"One look: each pair of levels is tested at alpha {alpha:g} (paired t-test, "
-                f"Holm's correction over the pairs), with a {level_percent(1 - alpha)} t "
-                f"interval.")
-    level_alpha = boundary_alpha(alpha, looks, seeds)
-    return (f"Up to {looks} looks ({seeds} to {seeds + looks - 1} paired seeds), each testing "
-            f"at the same two-sided level {level_alpha:.4g} (a constant boundary calibrated by "
-            f"simulation so that a false 'better' at any look has chance {alpha:g}; Holm's "
-            f"correction over the pairs); each interval is a {level_percent(1 - level_alpha)} "
-            f"t interval, which covers the difference at the look where seeding stops with "
-            f"probability {level_percent(1 - alpha)}.")
-
-
 def friedman(values: Mapping[str, Mapping[Hashable, float]]) -> float:
     """Friedman's test across all levels over the seeds every level has a finite value for (a
     block each); NaN below 3 levels or 2 blocks, or when it is undefined (every block tied)."""
@@ -416,58 +390,6 @@ def friedman(values: Mapping[str, Mapping[Hashable, float]]) -> float:
         warnings.simplefilter("ignore")
         p = float(stats.friedmanchisquare(*[[c[s] for s in seeds] for c in columns]).pvalue)
     return p
-
-
-def describe(r: PairResult, *, metric: str, direction: str,
-             fmt: Callable[[float], str] = lambda v: f"{v:.3g}", unit: str | None = None,
-             named: Callable[[str], str] = str) -> str:
-    """One pair's verdict as a sentence that states its interval's level and method, e.g.
-    ``sgd better than adam by 1.2 points of val_acc [0.4, 2.0] (98.5% t interval, look 3 of
-    6) over 5 paired seeds (Holm p = 0.004)``.
-
-    Args:
-        fmt: writes an amount of the metric (a difference, an interval end).
-        unit: the amounts' unit (default: the metric's name).
-        named: a level's label as the sentence shows it (e.g. with its tuned settings).
-    """
-    unit = metric if unit is None else unit
-    holm_p = f"; Holm p = {r.p_holm:.2g}" if not math.isnan(r.p_holm) else ""
-    over = f"over {r.pairs} paired seed{'s' if r.pairs != 1 else ''}{holm_p}"
-    notes = "".join(
-        f"; {level} gave no finite {metric} on {k} of {r.pairs} seeds (its worst outcome: "
-        f"left out of the difference, and it cannot be named better)"
-        for level, k in ((r.a, r.nonfinite_a), (r.b, r.nonfinite_b)) if k)
-
-    def ends(low: float, high: float) -> str:
-        if math.isnan(low):
-            return f"(no interval: {r.ci_method.split(': ', 1)[-1]})"
-        return f"[{fmt(low)}, {fmt(high)}] ({r.level_text()})"
-
-    if r.verdict == BETTER:
-        ahead, low, high = r.lead(direction)
-        return (f"{named(r.winner)} better than {named(r.loser)} by {fmt(ahead)} {unit} "
-                f"{ends(low, high)} {over}{notes}")
-    gap = f"{r.b} minus {r.a} = {fmt(r.diff)} {unit} {ends(r.ci_low, r.ci_high)}" \
-        if not math.isnan(r.diff) else f"no pair of {r.a} and {r.b} with finite values"
-    if r.verdict == EQUIVALENT:
-        return (f"{named(r.a)} and {named(r.b)} equivalent within +-{fmt(r.precision)} {unit}: "
-                f"{gap}, inside +-{fmt(r.precision)}, {over}{notes}")
-    return (f"{named(r.a)} against {named(r.b)} undecided after {r.pairs} paired seed"
-            f"{'s' if r.pairs != 1 else ''}: {gap}{_why_undecided(r, fmt)}{holm_p}{notes}")
-
-
-def _why_undecided(r: PairResult, fmt: Callable[[float], str]) -> str:
-    """Why an undecided pair is not better or equivalent (the evidence, not its absence)."""
-    if math.isnan(r.ci_low):
-        return ""
-    if r.ci_low > 0 or r.ci_high < 0:
-        if r.winner is None and (r.nonfinite_a or r.nonfinite_b):
-            return ", which excludes 0, but the level ahead had more seeds without a value"
-        return ", which excludes 0, but not after Holm's correction over the pairs"
-    if r.precision is not None:
-        return f", which includes 0 and reaches beyond +-{fmt(r.precision)}"
-    return ", which includes 0 (no evidence of a difference either way; set compare.precision " \
-           "to test for equivalence)"
 
 
 def t_quantile(q, df):

@@ -10,11 +10,12 @@ seeds would decide it (:func:`seeds_to_decide`).
 (the report's Markdown and HTML tables) write it out; each confirmation run carries its
 level's mean as the table writes it (:func:`shown_means`), for the MLflow UI's view.
 
-The sentence is :func:`orchestrator.answer.finding.sentence` (for a product of factors, its
-effects' verdicts); figures and names are written by :mod:`orchestrator.answer.words`: numbers
-to what their interval supports, an accuracy in percent and its differences in points, a level
-by its values (``linear, 1.0`` for the factors ``lr_scaling, clip_grad_norm``, which the
-table's header names once).
+This module computes the content and passes its figures on: every word of it is written by
+the answer's one voice, :mod:`orchestrator.answer.finding` (the sentence, for a product of
+factors its effects' verdicts, and the lines) and :mod:`orchestrator.answer.words` (numbers to
+what their interval supports, an accuracy in percent and its differences in points, a level by
+its values: ``linear, 1.0`` for the factors ``lr_scaling, clip_grad_norm``, which the table's
+header names once).
 """
 from __future__ import annotations
 
@@ -28,10 +29,9 @@ import numpy as np
 from ..core import keys
 from . import finding, objectives, stats
 from . import goal as goals
-from .edges import EDGE
 from .effects import Effect
 from .letters import letters
-from .words import Words, half_width, interval_text, p_text, plain, rules_out
+from .words import Words, half_width, rules_out
 
 SEEDS_LIMIT = 1000  # seeds_to_decide looks no further: beyond, "more than 1000"
 
@@ -140,12 +140,12 @@ def summarize(factors: Sequence[str], levels: Sequence[str],
               results: Sequence[stats.PairResult], *, metric: str, direction: str,
               named: str | None = None, run: tuple[int, int] | None = None,
               finished: bool = True, effects: Sequence[Effect] = (),
-              goal: str | None = None) -> Summary:
+              goal: str | None = None, cells: Mapping[str, Sequence] | None = None) -> Summary:
     """The comparison's content.
 
     Args:
-        factors: the compared settings, in the order the level labels name them.
-        levels: every level (also those without a confirmation value).
+        factors: the compared settings, in the order of a level's values.
+        levels: every level's label (also those without a confirmation value).
         values: level -> {seed: value} over the confirmation seeds (NaN: a seed without a
             value, its level's worst outcome).
         results: :func:`orchestrator.answer.stats.compare_paired` over ``values``.
@@ -156,8 +156,10 @@ def summarize(factors: Sequence[str], levels: Sequence[str],
         effects: two or more factors: :func:`orchestrator.answer.effects.effects` over the
             same values; the sentence then gives each effect's verdict.
         goal: the question that stopped the seeding (``compare.goal``); None: not said.
+        cells: each level's label -> its values, one a factor (how it is shown:
+            :class:`~orchestrator.answer.words.Words`); a level left out is shown as its label.
     """
-    words = Words.of(factors, metric)
+    words = Words.of(factors, metric, cells)
     order = ranked(levels, values, direction)
     ranking = tuple(level for level, _ in order)
     means = dict(order)
@@ -174,19 +176,13 @@ def summarize(factors: Sequence[str], levels: Sequence[str],
     sentence = finding.sentence(words, results, tuple(effects), leader,
                                 means.get(leader, math.nan), halves.get(leader, math.nan),
                                 direction, ranking, finished)
-    notes = finding.effect_notes(words, effects) + _pair_notes(words, results, direction) + \
-        _open_note(words, open_pairs) + \
+    notes = finding.effect_notes(words, effects) + finding.pair_notes(words, results, direction) \
+        + finding.open_note(words, open_pairs, SEEDS_LIMIT) + \
         _goal_note(goal, results, effects, finished, values, direction) + \
-        _value_notes(words, levels, values) + weights_note(words, results, means, leader, run,
-                                                             direction)
-    level_text = interval_text(results[0]).replace(", clipped to the metric's range", "") \
-        if results else "no pair"
-    caption = (f"Levels ranked by their mean {metric} over their confirmation seeds"
-               f"{' (in %)' if words.percent else ''}, with its 95% t interval (clipped to the "
-               f"metric's range). Levels that share a letter are not separated by their pair's "
-               f"test ({level_text}, Holm's correction over {len(results)} "
-               f"pair{'s' if len(results) != 1 else ''}); levels with no letter in common are.")
-    return Summary(sentence, header, rows, caption, tuple(notes), ranking, means, groups,
+        finding.value_notes(words, levels, values) + \
+        _weights_note(words, results, means, leader, run, direction)
+    return Summary(sentence, header, rows, finding.caption(words, results), tuple(notes),
+                   ranking, means, groups,
                    open_pairs, tuple(effects))
 
 
@@ -243,47 +239,6 @@ def shown_means(metric: str, values: Mapping[str, Mapping[Hashable, float | None
     return out
 
 
-def _pair_notes(words: Words, results: Sequence[stats.PairResult], direction: str) -> list[str]:
-    """A sentence per decided pair (better or equivalent), with its interval."""
-    out = []
-    for r in results:
-        h = half_width(r)
-        if r.verdict == stats.BETTER:
-            ahead, low, high = r.lead(direction)
-            out.append(f"{words.name(r.winner)} better than {words.name(r.loser)} by "
-                       f"{words.amount(ahead, h)} {words.unit} [{words.amount(low, h)}, "
-                       f"{words.amount(high, h)}] ({interval_text(r)}; Holm "
-                       f"{p_text(r.p_holm)}).")
-        elif r.verdict == stats.EQUIVALENT:
-            out.append(f"{words.name(r.a)} and {words.name(r.b)} equivalent within "
-                       f"±{plain((100 if words.percent else 1) * r.precision)} {words.unit}: "
-                       f"{words.name(r.b)} minus {words.name(r.a)} = {words.amount(r.diff, h)} "
-                       f"[{words.amount(r.ci_low, h)}, {words.amount(r.ci_high, h)}] "
-                       f"({interval_text(r)}).")
-    return out
-
-
-def _open_note(words: Words, pairs: Sequence[OpenPair]) -> list[str]:
-    """One line for every pair not called better: what it rules out, and the seeds that
-    would decide it."""
-    if not pairs:
-        return []
-    said = []
-    for p in pairs:
-        what = f"{words.name(p.a)} vs {words.name(p.b)}"
-        if math.isnan(p.rules_out):
-            said.append(f"{what} no interval")
-            continue
-        seeds = "" if p.verdict != stats.UNDECIDED else ", no estimate" if p.seeds is None \
-            else f", more than {SEEDS_LIMIT} seeds" if p.seeds > SEEDS_LIMIT else \
-            f", about {p.seeds} seeds"
-        said.append(f"{what} {words.allowed(p.rules_out, p.half)}"
-                    f"{' (equivalent)' if p.verdict == stats.EQUIVALENT else seeds}")
-    return ["Not called better, what each pair's interval rules out (differences beyond the "
-            "largest it allows) and about how many paired seeds would decide an undecided pair "
-            "(if its mean difference and spread held): " + "; ".join(said) + "."]
-
-
 def _goal_note(goal: str | None, results: Sequence[stats.PairResult],
                found: Sequence[Effect], finished: bool, values, direction: str) -> list[str]:
     """Where seeding stopped because a question narrower than every pair was decided: which
@@ -293,25 +248,24 @@ def _goal_note(goal: str | None, results: Sequence[stats.PairResult],
             (goal == goals.EFFECTS and not found) or \
             goals.still_open(goal, results, found, values, direction):
         return []
-    question = "every effect" if goal == goals.EFFECTS else "the best level"
-    return [f"Seeding stops once {question} is decided (compare.goal: {goal}); the "
-            f"{len(left)} undecided pair{'s' if len(left) > 1 else ''} of levels did not hold "
-            f"it open."]
+    return [finding.goal_note(goal, goal == goals.EFFECTS, len(left))]
 
 
-def _value_notes(words: Words, levels: Sequence[str], values) -> list[str]:
-    """The levels with seeds without a value, or no confirmation value at all."""
-    out = []
-    for level in levels:
-        seeds = [v for v in (values.get(level) or {}).values() if v is not None]
-        missing = sum(not math.isfinite(v) for v in seeds)
-        if not seeds:
-            out.append(f"{words.name(level)} has no confirmation value.")
-        elif missing:
-            out.append(f"{words.name(level)} gave no finite {words.metric} on {missing} of "
-                       f"{len(seeds)} seeds (its worst outcome: left out of its mean and of "
-                       f"the differences; it cannot be named better).")
-    return out
+def _weights_note(words: Words, results: Sequence[stats.PairResult],
+                  means: Mapping[str, float], leader: str | None, run: tuple[int, int] | None,
+                  direction: str) -> list[str]:
+    """Whose weights stand for the answer (``run``: seed and trial of ``leader``'s
+    confirmation run closest to its mean), and the levels no other beats that are not
+    separated from ``leader`` (:func:`orchestrator.answer.finding.weights_note`)."""
+    if run is None or not leader:
+        return []
+    beaten = {r.loser for r in results if r.winner is not None}
+    mine = {(r.b if r.a == leader else r.a): r for r in results if leader in (r.a, r.b)}
+    peers = [lv for lv, r in mine.items() if r.verdict != stats.BETTER and lv not in beaten]
+    equivalent = all(mine[lv].verdict == stats.EQUIVALENT for lv in peers)
+    best = not any(objectives.is_better(means.get(lv, math.nan), means.get(leader, math.nan),
+                                        direction) for lv in peers)
+    return [finding.weights_note(words, leader, run, peers, equivalent, best)]
 
 
 def of_comparison(c, values: Mapping[str, Mapping[Hashable, float | None]],
@@ -321,80 +275,17 @@ def of_comparison(c, values: Mapping[str, Mapping[Hashable, float | None]],
     ``c``) at a look (``values``, ``results`` and, for two or more factors, ``effects``),
     naming ``found`` (its :class:`~orchestrator.answer.compare.Answer`, None before the end):
     what ``sweep run`` and ``sweep report`` both write, so that both say the same."""
-    out = summarize(c.factor.split(","), stats.level_order(lv.label for lv in c.levels),
+    out = summarize(c.factors, stats.level_order(lv.label for lv in c.levels),
                     values, results, metric=c.metric, direction=c.direction,
                     named=found.level if found is not None else None, finished=finished,
                     run=(found.trial.user_attrs.get(keys.SEED), found.trial.number)
-                    if found is not None else None, effects=effects, goal=c.goal)
-    edges = edge_note(Words.of(c.factor.split(","), c.metric), found.edges) \
-        if found is not None else None
-    return replace(out, notes=(estimand(c), *out.notes, *([edges] if edges else [])))
+                    if found is not None else None, effects=effects, goal=c.goal,
+                    cells=c.cells())
+    edges = finding.edge_note(words_of(c), found.edges) if found is not None else None
+    return replace(out, notes=(finding.estimand(c), *out.notes, *([edges] if edges else [])))
 
 
-def weights_note(words: Words, results: Sequence[stats.PairResult], means: Mapping[str, float],
-                 leader: str | None, run: tuple[int, int] | None, direction: str) -> list[str]:
-    """Whose weights stand for the answer (``run``: seed and trial of ``leader``'s
-    confirmation run closest to its mean), and, when levels no other beats are not separated
-    from ``leader``, that these weights are one of theirs and why ``leader``'s."""
-    if run is None or not leader:
-        return []
-    name = words.name(leader)
-    text = (f"The weights of {name}: the run of seed {run[0]} (trial {run[1]}), the "
-            f"confirmation run closest to its mean.")
-    beaten = {r.loser for r in results if r.winner is not None}
-    mine = {(r.b if r.a == leader else r.a): r for r in results if leader in (r.a, r.b)}
-    peers = [lv for lv, r in mine.items() if r.verdict != stats.BETTER and lv not in beaten]
-    if not peers:
-        return [text]
-    equivalent = all(mine[lv].verdict == stats.EQUIVALENT for lv in peers)
-    best = not any(objectives.is_better(means.get(lv, math.nan), means.get(leader, math.nan),
-                                        direction) for lv in peers)
-    return [text + f" {name} is {'equivalent to' if equivalent else 'not separated from'} "
-            f"{_listed([words.name(lv) for lv in peers])}, so these weights are those of one "
-            f"of {len(peers) + 1} levels: {name}'s, "
-            f"{'the best mean among them' if best else 'the one with fewer seeds without a value'}"
-            f"{'' if equivalent else ' (another may yet prove better)'}."]
-
-
-def _listed(names: Sequence[str]) -> str:
-    """``a``, ``a and b``, ``a, b and c``."""
-    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
-
-
-def edge_note(words: Words, edges: Sequence) -> str | None:
-    """The tuned optima on an edge of their searched range
-    (:class:`orchestrator.answer.edges.Edge`), in one line: each level's parameter, its tuned
-    values there, which end of which range, in how many of the level's tunings; None when
-    there is none."""
-    if not edges:
-        return None
-    said = []
-    for e in edges:
-        lo, hi = min(e.values), max(e.values)
-        value = plain(lo) if lo == hi else f"{plain(lo)} to {plain(hi)}"
-        said.append(f"{words.name(e.level)} {e.param.rpartition('.')[2]} {value} at the "
-                    f"{e.side} end of [{plain(e.low)}, {plain(e.high)}]"
-                    f"{' (log scale)' if e.log else ''}, in {len(e.values)} of {e.tunings} "
-                    f"tuning{'s' if e.tunings != 1 else ''}")
-    return (f"Tuned within {EDGE:.0%} of an end of the searched range (on its log scale "
-            f"for a log range), so the optimum may lie beyond it; widen the range and run "
-            f"again: " + "; ".join(said) + ".")
-
-
-def estimand(c) -> str:
-    """What a comparison's intervals are about, and what they hold, by its ``tuning`` (and
-    with ``tune_trials: 0``, nothing tuned)."""
-    trials = f"{c.tune_trials} tuning trial{'s' if c.tune_trials != 1 else ''}"
-    if c.tune_trials == 0:
-        return (f"What it estimates: the {c.metric} of the fixed configuration of each level, "
-                f"over fresh paired seeds (compare.tune_trials: 0, nothing tuned). Each interval "
-                f"holds the seed alone: other settings may order the levels otherwise.")
-    if c.replicated:
-        return (f"What it estimates: each level's expected {c.metric} after tuning with "
-                f"{trials}. Every seed tuned each level anew and trained its best once, so each "
-                f"interval holds the tuning draw as well as the seed: a re-run with another "
-                f"base seed lands inside it at the stated rate.")
-    return (f"What it estimates: the {c.metric} of the configuration one tuning of "
-            f"{trials} found for each level, over fresh seeds. The intervals hold the seeds, "
-            f"not the tuning draw: a re-run with another base seed may tune a level elsewhere "
-            f"and land outside them (compare.tuning: each_seed holds both).")
+def words_of(c) -> Words:
+    """How comparison ``c`` (:class:`orchestrator.answer.compare.Comparison`) writes its
+    levels and amounts: its factors, metric and each level's values."""
+    return Words.of(c.factors, c.metric, c.cells())

@@ -103,14 +103,14 @@ def print_summary(console: Console, spec, outcome) -> None:
             console.print(line, soft_wrap=True, markup=False, highlight=False)
     objective = "; ".join(f"{o.label}, {o.goal}" for o in spec.objectives)
     if outcome.configurations:
-        from ..answer.summary import Words
+        from ..answer.words import Words
 
         # a comparison's accuracy as its answer writes it: means in %, their spread in points
         scale = 100 if spec.compare is not None and Words.of((), spec.objective.metric).percent \
             else 1
-        table = Table(title=f"best configurations ({objective}; mean ± std over seeds"
+        table = Table(title=f"best configurations ({objective}; mean and std over seeds"
                             f"{', in %' if scale == 100 else ''})")
-        for col in ("configuration", "mean", "± std", "n", "trials"):
+        for col in ("configuration", "mean", "std", "n", "trials"):
             table.add_column(col, overflow="fold")
         digits = 2 if scale == 100 else 4
         for conf in outcome.configurations[:SUMMARY_ROWS]:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..answer import compare, design, stats
+from ..answer import compare, design, summary
+from ..answer.words import pilot_pair
 from ..config.slots import plan_slots
 from ..config.spec import SweepSpec, load_spec
 from ..core import keys, paths
@@ -231,13 +232,6 @@ def plan(spec_path: str | Path, run: Callable, *, pilot_seeds: int | None = None
 
 # ------------------------------------------------------------------------------ the text
 
-def _amount(spec: SweepSpec, value: float) -> str:
-    """A difference of the objective: in points for a metric in [0, 1], else as it is."""
-    if stats.METRIC_BOUNDS.get(spec.objective.metric) == (0.0, 1.0):
-        return f"{100 * value:+.2f} points"
-    return f"{value:+.4g}"
-
-
 def _workers(n: int) -> str:
     return f"{n} worker{'s' if n != 1 else ''}"
 
@@ -249,16 +243,16 @@ def _minutes(seconds: float) -> str:
 def plan_lines(p: Planned) -> list[str]:
     """The pilot, each pair's estimates, the designs' table, the recommendation and what the
     figures assume."""
-    c, est, spec = p.comparison, p.estimates, p.spec
+    c, est = p.comparison, p.estimates
+    words = summary.words_of(c)
     dropped = f"; {est.dropped} seed(s) without a finite value at every level left out" \
         if est.dropped else ""
     lines = [f"pilot: {p.pilot.where}: {est.seeds} paired seeds of {len(c.levels)} levels"
              f"{dropped}; its {p.pilot.trials} trials took {p.pilot.trial_seconds:.1f} s each "
              f"on average"]
-    for a, b, mean, sd in est.pairs():
-        lines.append(f"  {b} - {a}: mean {_amount(spec, mean)}, sd of the paired differences "
-                     f"{_amount(spec, sd).lstrip('+')}")
-    precision = "none" if c.precision is None else f"{c.precision:g}"
+    lines += [f"  {pilot_pair(words, a, b, mean, sd, est.seeds)}"
+              for a, b, mean, sd in est.pairs()]
+    precision = "none" if c.precision is None else words.precision(c.precision)
     lines.append(f"designs ({p.designs[0].draws} simulated comparisons each; precision "
                  f"{precision}, goal {c.goal}, tune_trials {c.tune_trials}, tuning {c.tuning}, "
                  f"{_workers(p.workers)}):")

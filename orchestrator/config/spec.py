@@ -144,8 +144,8 @@ class CompareSpec(_Strict):
                                   "seeds)")
     precision: float | None = Field(None, gt=0, description="levels are called equivalent "
                                     "when the whole confidence interval of their difference "
-                                    "lies within +-precision of 0 (metric units); seeding stops "
-                                    "on better or equivalent, never on undecided")
+                                    "lies between -precision and precision (metric units); "
+                                    "seeding stops on better or equivalent, never on undecided")
     target: float | None = Field(None, description="objective value for time-to-target "
                                  "(epochs and seconds each level takes to reach it)")
     goal: Literal["best", "pairs", "effects"] | None = Field(

@@ -81,7 +81,8 @@ REPLICATE = _key("sweep.replicate", (TRIAL_ATTR, TRIAL_TAG),
                  "level anew for the confirmation seed seed + k; 0: the one tuning of "
                  "`tuning: once`)")
 LEVEL = _key("sweep.level", (TRIAL_ATTR, TRIAL_TAG),
-             "the compared level (the factor's value; several factors: `a=x,b=y`)")
+             "the compared level (the factor's value; several factors: `a=x,b=y`): a name, "
+             "never read back; a level's values are the trial's parameters")
 RUN_ID = _key("sweep.mlflow_run_id", TRIAL_ATTR, "its MLflow run")
 OWNER = _key("sweep.owner", TRIAL_ATTR,
              "the `sweep run` process running it (host, pid, start time): a trial whose owner "
@@ -164,7 +165,11 @@ VERDICT = _key("sweep.verdict", PARENT_TAG,
                "evidence)")
 ANSWER = _key("sweep.answer", (STUDY_ATTR, PARENT_TAG),
               "a finished comparison's one answer: the level it names, its mean over the "
-              "confirmation seeds, and which confirmation run's weights stand for it")
+              "confirmation seeds, and which confirmation run's weights stand for it. The "
+              "parent run's tag is its text; the study's record (JSON) holds `level` (the "
+              "level's text), `values` (its value of each factor), `mean`, `half` (the 95% "
+              "interval's half-width of that mean: its rounding), `seeds`, `trial`, `text` "
+              "and, when a tuned optimum lies on the edge of its range, `edges` (that line)")
 BEST_VALUE = _key("best_value", PARENT_METRIC, "the best objective so far (step: trials "
                   "finished); a finished comparison's: the named level's confirmed mean")
 SPEC_FILE = _key("sweep.yaml", PARENT_ARTIFACT, "the sweep YAML as written")

@@ -38,7 +38,8 @@ import pandas as pd
 from ..answer import budget as tuning_budget
 from ..answer import compare as plan
 from ..answer import objectives, stats
-from ..answer.summary import Summary, Words, of_comparison
+from ..answer.summary import Summary, of_comparison, words_of
+from ..answer.words import Words, pair_sentence, sequential_rule
 from ..core import keys
 from .load import SECONDS, SweepData
 
@@ -114,6 +115,11 @@ class Comparison:
     summary: Summary | None = None  # the answer's sentence and table (None: no pair yet)
     # level -> its expected best tuning score after 1, 2, ... trials (answer.budget)
     expected_best: dict[str, list[tuning_budget.BudgetPoint]] = field(default_factory=dict)
+    words: Words | None = None  # how its levels and amounts are written (None: from factor)
+
+    def __post_init__(self):
+        if self.words is None:
+            self.words = Words.of(self.factor.split(","), self.metric)
 
     @property
     def headline(self) -> str:
@@ -240,7 +246,7 @@ def compare(data: SweepData) -> Comparison | None:
             sensitivity[level] = lr_sensitivity(level, group["params.lr"].to_numpy(float),
                                                 group["value"].to_numpy(float), direction,
                                                 metric)
-    rule = stats.sequential_rule(c.max_seeds - c.seeds + 1, c.seeds) if c is not None else ""
+    rule = sequential_rule(c.max_seeds - c.seeds + 1, c.seeds) if c is not None else ""
     target = block.get("target")
     reach = time_to_target(data, float(target)) if target is not None else \
         pd.DataFrame(columns=["level", "seed", "trial", "epochs", "seconds"])
@@ -251,7 +257,8 @@ def compare(data: SweepData) -> Comparison | None:
                      _scaling(tune, sensitivity) if factor == ["batch_size"] else None,
                      rule, target=target, answer=found,
                      finished=finished, budget=budget(data, levels, factor),
-                     val_items=_val_items(data) if metric.startswith("val_") else None)
+                     val_items=_val_items(data) if metric.startswith("val_") else None,
+                     words=words_of(c) if c is not None else None)
     out.expected_best = tuning_budget.of_comparison(c, data.frozen) if c is not None else {}
     if target is not None and len(reach):
         out.reach_results = _reach_results(out)
@@ -373,19 +380,6 @@ def _budget_sentence(c: Comparison) -> str:
             f"expected_best.png): a larger or smaller budget may order the levels otherwise.")
 
 
-def _amount(c: Comparison, value: float) -> str:
-    """A difference in the metric's words: points for a [0, 1] metric, else its units."""
-    if stats.METRIC_BOUNDS.get(c.metric) == (0.0, 1.0):  # points: 0.8, 2.0, 12.5
-        points = 100 * value
-        return f"{points:.1f}" if abs(points) >= 1 else f"{points:.2g}"
-    return f"{value:.3g}"
-
-
-def _unit(c: Comparison) -> str:
-    return f"points of {c.metric}" if stats.METRIC_BOUNDS.get(c.metric) == (0.0, 1.0) \
-        else c.metric
-
-
 def settings_text(settings: dict[str, Any]) -> str:
     """``lr 0.002, momentum 0.9`` (numbers to 3 significant digits)."""
     return ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
@@ -401,8 +395,8 @@ def _no_verdict(c: Comparison, data: SweepData) -> str:
              and len(tune[tune["level"].map(str) == lv]) >= planned
              and not (tune[tune["level"].map(str) == lv]["state"] == "COMPLETE").any()]
     if empty:
-        who = f"{empty[0]} completed none of its" if len(empty) == 1 else \
-            f"{', '.join(empty)} each completed none of their"
+        who = f"{c.words.name(empty[0])} completed none of its" if len(empty) == 1 else \
+            f"{', '.join(map(c.words.name, empty))} each completed none of their"
         return (f"No comparison of {c.factor}: {who} {planned} tuning "
                 f"trial{'s' if planned != 1 else ''} (each pruned or failed; the trials table "
                 f"says why), so there is no tuned configuration to confirm; running the sweep "
@@ -410,7 +404,8 @@ def _no_verdict(c: Comparison, data: SweepData) -> str:
                 f"and start it anew with --new.")
     if c.finished and len(c.levels) < 2:  # equal values: `validate` refuses them since
         return (f"No comparison of {c.factor}: it has {len(c.levels)} level"
-                f"{'s' if len(c.levels) != 1 else ''} ({', '.join(c.levels) or 'none'}), so "
+                f"{'s' if len(c.levels) != 1 else ''} "
+                f"({', '.join(map(c.words.name, c.levels)) or 'none'}), so "
                 f"there is nothing to compare; list two or more distinct levels under space "
                 f"and start it anew with --new.")
     if c.finished:
@@ -433,13 +428,13 @@ def _resolution_sentence(c: Comparison) -> str | None:
     step = 1.0 / c.val_items
     notes = _resolution_notes(c, step)
     return (f"{c.metric} counts {c.val_items} validation items, so it moves in steps of "
-            f"{_amount(c, step)} {_unit(c)}" + (": " + "; ".join(notes) if notes else "") + ".")
+            f"{c.words.exact(step)}" + (": " + "; ".join(notes) if notes else "") + ".")
 
 
 def _resolution_notes(c: Comparison, step: float) -> list[str]:
     """The differences smaller than one item ``step``, and the levels whose confirmed mean is
     within one item of the best value the metric can take."""
-    notes, name = [], Words.of(c.factor.split(","), c.metric).name
+    notes, name = [], c.words.name
     small = [r for r in c.results if not math.isnan(r.diff) and abs(r.diff) < step]
     if small and len(c.results) == 1:
         notes.append("the two levels' means differ by less than one item")
@@ -472,7 +467,7 @@ def _reach_results(c: Comparison) -> list[stats.PairResult]:
 
 def _reach_sentence(c: Comparison) -> str:
     target = f"{c.metric} {c.target:g}"
-    parts = [stats.describe(r, metric="epochs", direction="minimize", unit="",
-                            fmt=lambda v: f"{v:.2g}").replace(" better than ", " is faster than ")
+    epochs = Words.of(c.words.factors, "epochs", c.words.cells)
+    parts = [pair_sentence(epochs, r, "minimize", ahead="is faster than")
              for r in c.reach_results]
     return f"Epochs to reach {target}, compared over the paired seeds: " + "; ".join(parts) + "."

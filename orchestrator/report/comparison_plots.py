@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ..answer.objectives import running_best
-from ..answer.summary import Words
+from ..answer.words import interval_text
 from .comparison import LINEAR, SQUARE_ROOT, Comparison, phase, tolerance_words
 from .load import SweepData
 from .plots import Figure, png_bytes
@@ -51,11 +51,12 @@ def comparison_plots(c: Comparison, data: SweepData) -> dict[str, Figure]:
             f"{c.metric} per epoch of each level's tuned settings on the confirmation seeds: "
             f"the mean, and a band from the lowest to the highest seed."))
     if c.results:
-        unit = "points" if _words(c).percent else "the metric's units"
+        unit = "points" if c.words.percent else "the metric's units"
+        better, within, undecided = c.words.verdicts(c.results[0].precision)
         out["differences.png"] = Figure(png_bytes(forest_figure(c)), (
             f"Every pairwise difference (b minus a, in {unit}) with its interval "
-            f"({c.results[0].level_text()}); green: one level is better (Holm-corrected), "
-            f"blue: equivalent within +-precision, grey: undecided."))
+            f"({interval_text(c.results[0])}); green: {better}, blue: {within}, grey: "
+            f"{undecided}."))
     if c.target is not None and len(c.reach):
         out["time_to_target.png"] = Figure(_reach(c), (
             f"Epochs each confirmation seed needed to reach {c.metric} {c.target:g}; a seed "
@@ -67,11 +68,6 @@ def comparison_plots(c: Comparison, data: SweepData) -> dict[str, Figure]:
     return out
 
 
-def _words(c: Comparison) -> Words:
-    """How the comparison's answer writes its levels and amounts."""
-    return Words.of(c.factor.split(","), c.metric)
-
-
 def sensitivity_figure(c: Comparison, tune):
     """The learning-rate sensitivity plot: a panel a level, titled by the level's values
     (wrapped to the panel's width; the factors named once above them)."""
@@ -79,7 +75,7 @@ def sensitivity_figure(c: Comparison, tune):
 
     import matplotlib.pyplot as plt
 
-    levels, words = list(c.sensitivity), _words(c)
+    levels, words = list(c.sensitivity), c.words
     fig, axes = plt.subplots(1, len(levels), figsize=(4 * len(levels), 3.5), sharey=True,
                              squeeze=False, layout="constrained")
     if len(words.factors) > 1:
@@ -166,7 +162,7 @@ def forest_figure(c: Comparison):
     an accuracy), each pair named as the answer names its levels."""
     import matplotlib.pyplot as plt
 
-    words = _words(c)
+    words = c.words
     scale = 100.0 if words.percent else 1.0
     rows = c.results[::-1]
     fig, ax = plt.subplots(figsize=(7, 0.8 + 0.45 * len(rows)))

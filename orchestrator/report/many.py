@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..answer import stats
+from ..answer import stats, words
 from ..core import keys
 from ..core.errors import SweepError
 from .load import SweepData
@@ -238,21 +238,6 @@ def differences(datas: list[SweepData], factors: list[str]) -> list[str]:
     return out
 
 
-def _points(metric: str) -> bool:
-    return stats.METRIC_BOUNDS.get(metric) == (0.0, 1.0)
-
-
-def amount(metric: str, value: float) -> str:
-    """A difference in the metric's words: points for a [0, 1] metric, else its units."""
-    return f"{100 * value:.2g} points of {metric}" if _points(metric) else f"{value:.3g} {metric}"
-
-
-def interval(metric: str, low: float, high: float) -> str:
-    """An interval in the units :func:`amount` uses."""
-    scale = 100.0 if _points(metric) else 1.0
-    return f"[{scale * low:.3g}, {scale * high:.3g}]"
-
-
 def _trials(n: int) -> str:
     return f"{n} trial{'s' if n != 1 else ''}"
 
@@ -269,11 +254,8 @@ def pair_sentence(m: Many, r: stats.PairResult) -> str:
         return (f"{r.b} against {r.a}: no interval and no verdict from {_trials(r.finite_pairs)} "
                 f"matched (the same configuration and seed in both), fewer than the {MIN_PAIRS} "
                 f"a paired comparison needs.")
-    scale = 100.0 if _points(m.metric) else 1.0
-    said = stats.describe(r, metric=m.metric, direction=m.direction,
-                          fmt=lambda v: f"{scale * v:.3g}",
-                          unit=f"points of {m.metric}" if _points(m.metric) else m.metric)
-    said = said.replace("paired seed", "matched trial")
+    said = words.pair_sentence(words.Words.of((), m.metric), r, m.direction,
+                               pairs="matched trial")
     return said + " (matched: the same configuration and seed)."  # a name, as written
 
 

@@ -175,7 +175,7 @@ def _plot_scaling(data: SweepData) -> bytes:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch_size")
     ax.set_ylabel(data.spec.objective.metric)
-    ax.set_title("objective vs batch size per scaling rule (mean +- std over seeds)")
+    ax.set_title("objective vs batch size per scaling rule (mean and std over seeds)")
     ax.legend()
     return png_bytes(fig)
 

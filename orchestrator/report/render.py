@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..answer import budget as tuning_budget
 from ..answer import objectives
+from ..answer.words import spread
 from ..core import keys
 from .comparison import Comparison, compare, settings_text, tolerance_words
 from .comparison_plots import comparison_plots
@@ -53,9 +54,11 @@ def number(v, digits: int = 4) -> str:
 
 
 def p_value(p) -> str:
-    if p is None or (isinstance(p, float) and math.isnan(p)):
-        return "-"
-    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+    """A p-value in a table's cell, as the answer writes it
+    (:func:`orchestrator.answer.words.p_figure`)."""
+    from ..answer.words import p_figure
+
+    return p_figure(None if p is None else float(p))
 
 
 @dataclass(frozen=True)
@@ -188,8 +191,7 @@ def _summary_lines(data: SweepData) -> list[str]:
     if "test_acc" in data.parent_metrics:
         std = data.parent_metrics.get("test_acc_std")
         lines.append(f"Held-out test split (never used for selection): test_acc "
-                     f"{data.parent_metrics['test_acc']:.4f}"
-                     f"{f' +- {std:.4f}' if std is not None else ''} over trial(s) "
+                     f"{spread(data.parent_metrics['test_acc'], std)} over trial(s) "
                      f"{data.parent_tags.get(keys.TEST_TRIALS, '?')}.")
     return lines
 
@@ -259,9 +261,9 @@ def _best_configuration_line(data: SweepData, feasible: str) -> str:
     :func:`orchestrator.answer.objectives.best_configuration`), not the luckiest single seed."""
     rows = data.trials[data.trials["trial"].isin(data.best_group)].sort_values("trial")
     values = rows["value"]
-    spread = f" +- {values.std():.4f}" if len(values) > 1 else ""
     return (f"Best{feasible} configuration: {data.spec.objective.label} mean "
-            f"{values.mean():.4f}{spread} over {len(values)} seed(s) "
+            f"{spread(values.mean(), values.std() if len(values) > 1 else None)} over "
+            f"{len(values)} seed(s) "
             f"({configuration(rows.iloc[0], data.factors, digits=4)}; trials "
             f"{', '.join(str(int(n)) for n in rows['trial'])}).")
 
@@ -358,31 +360,27 @@ def _search_sections(doc: Document, data: SweepData, ftable, trends, paired) -> 
 def _pairs_table(c: Comparison, words) -> Table:
     """Every pair of levels in the report's units (points for an accuracy), rounded to each
     pair's interval."""
-    from ..answer.stats import level_percent
-    from ..answer.words import no_interval
+    from ..answer.words import method_text
 
+    better, within, undecided = words.verdicts(c.results[0].precision)
     return Table(
         f"Every pair of levels over their paired confirmation seeds: b minus a in "
         f"{words.unit}, its interval with its level and method, the paired t-test's p and "
-        f"Holm's over the pairs, and the verdict (better, equivalent within +-precision, or "
-        f"undecided). Also in {COMPARISON_FILE}, in the metric's units.",
+        f"Holm's over the pairs, and the verdict ({better}, {within}, or {undecided}). Also "
+        f"in {COMPARISON_FILE}, in the metric's units.",
         ["a", "b", "pairs", f"b - a ({words.unit})", "interval", "level, method", "p",
          "Holm p", "verdict"],
         [[words.cell(r.a), words.cell(r.b), str(r.pairs), words.amount(r.diff, half),
-          f"[{words.amount(r.ci_low, half)}, {words.amount(r.ci_high, half)}]"
-          if not math.isnan(r.ci_low) else "-",
-          f"{level_percent(r.ci_level)} "
-          + (r.ci_method if not math.isnan(r.ci_low) else f"t, none: {no_interval(r)}"),
-          p_value(r.p), p_value(r.p_holm),
+          words.span(r.ci_low, r.ci_high, half) if not math.isnan(r.ci_low) else "-",
+          method_text(r), p_value(r.p), p_value(r.p_holm),
           f"{words.cell(r.winner)} better" if r.winner else r.verdict]
          for r in c.results for half in [(r.ci_high - r.ci_low) / 2]])
 
 
 def _comparison_section(doc: Document, c: Comparison, data: SweepData) -> None:
     from ..answer.stats import mean_interval
-    from ..answer.summary import Words
 
-    words = Words.of(c.factor.split(","), c.metric)
+    words = c.words
     doc.heading(f"The comparison of {words.header}")
     doc.say(c.rule)
     if c.results:
@@ -393,7 +391,8 @@ def _comparison_section(doc: Document, c: Comparison, data: SweepData) -> None:
             "sub-space), its tuning trials and the epochs they trained (a pruned trial stops "
             "early), how many were pruned or failed, and the seeds its tuned configuration was "
             "confirmed on.", list(c.budget.columns),
-            [[number(v) for v in row] for row in c.budget.itertuples(index=False)]))
+            [[words.cell(row[0]), *(number(v) for v in row[1:])]
+             for row in c.budget.itertuples(index=False)]))
     rows = []
     bounds = _bounds(c.metric)
     for level in c.levels:
@@ -422,7 +421,7 @@ def _comparison_section(doc: Document, c: Comparison, data: SweepData) -> None:
             f"trial, around it. Each tuning trial ran one seed and the best is the luckiest of "
             f"them, so these ranges are descriptive, not a claim about sensitivity.",
             ["level", "best lr", "lowest lr", "highest lr", "range", "tuning trials in it"],
-            [[s.level, number(s.best_lr, 3), number(s.low, 3), number(s.high, 3),
+            [[words.cell(s.level), number(s.best_lr, 3), number(s.low, 3), number(s.high, 3),
               f"{s.ratio:.2g}x", f"{s.within} of {s.trials}"]
              for s in c.sensitivity.values()]))
     if c.target is not None and len(c.reach):
@@ -432,8 +431,9 @@ def _comparison_section(doc: Document, c: Comparison, data: SweepData) -> None:
             f"seeds that reached it (the comparison over paired seeds is in the sentences "
             f"above).",
             ["level", "seeds that reached it", "mean epochs", "mean seconds"],
-            [[level, f"{int(g['epochs'].count())} of {len(g)}", number(g["epochs"].mean(), 3),
-              number(g["seconds"].mean(), 3)] for level, g in per]))
+            [[words.cell(level), f"{int(g['epochs'].count())} of {len(g)}",
+              number(g["epochs"].mean(), 3), number(g["seconds"].mean(), 3)]
+             for level, g in per]))
 
 
 def _bounds(metric: str):

@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from ..answer import objectives
+from ..answer.words import Words, pair_sentence
 from ..answer.stats import (
     METRIC_BOUNDS,
     PairResult,
@@ -396,23 +397,21 @@ def scaling(data: SweepData) -> ScalingAnswer | None:
     out = ScalingAnswer(exps, small, ref_lr, large, rule, lrs, optimizer_steps(data),
                         spec.epochs, noise_scales(data.trials, table, direction),
                         spec.train.get("equal_steps_batch_size"))
-    out.sentences = sentences(out, spec.objective.metric)
+    out.sentences = sentences(out, spec.objective.metric, spec.objective.direction)
     return out
 
 
-def sentences(a: ScalingAnswer, objective: str) -> list[str]:
-    """The exponent (the headline), the other metric's, the rules compared directly, the step
-    confound and the noise scale, each with what its interval is."""
+def sentences(a: ScalingAnswer, objective: str, direction: str) -> list[str]:
+    """The exponent (the headline), the other metric's, the rules compared directly (in the
+    answer's voice: :func:`orchestrator.answer.words.pair_sentence`, ``objective`` in
+    ``direction``), the step confound and the noise scale, each with what its interval is."""
     out = [_exponent_sentence(e) for e in a.exponents]
     if a.rule is not None:
-        r = a.rule
-        said = f"{r.winner} better" if r.winner else r.verdict
         out.append(f"The rules compared directly at batch {a.large_batch} from the best grid lr "
-                   f"at batch {a.reference_batch} ({a.reference_lr:.4g}): square root "
-                   f"(lr {a.rule_lrs['square root']:.4g}) against linear (lr "
-                   f"{a.rule_lrs['linear']:.4g}), {r.b} - {r.a} = {r.diff:+.3g} {objective} "
-                   f"[{r.ci_low:+.3g}, {r.ci_high:+.3g}] ({r.ci_level:.0%} t interval over "
-                   f"{r.pairs} paired seeds, p = {r.p:.2g}): {said}.")
+                   f"at batch {a.reference_batch} ({a.reference_lr:.4g}), square root at lr "
+                   f"{a.rule_lrs['square root']:.4g} and linear at lr "
+                   f"{a.rule_lrs['linear']:.4g}: "
+                   f"{pair_sentence(Words.of((), objective), a.rule, direction)}.")
     else:
         out.append(f"The rules' lrs at batch {a.large_batch} from the best grid lr at batch "
                    f"{a.reference_batch} ({a.reference_lr:.4g}) are not both on the grid "

@@ -6,6 +6,7 @@ answers while a sweep runs and writes nothing; a storage that does not exist yet
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -18,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..answer import objectives
-from ..answer.stats import METRIC_BOUNDS
+from ..answer.words import Words
 from ..core import keys, paths
 from ..core.errors import ExitCode, SweepError, did_you_mean
 from ..core.urls import RDB_SCHEMES, mask
@@ -110,8 +111,8 @@ def sweep_row(study: optuna.Study, now: datetime) -> dict[str, str]:
     return {"sweep": study.study_name, "trials": str(len(trials)),
             "complete": str(c["complete"]), "running": str(c["running"]),
             "pruned": str(c["pruned"]), "failed": str(c["fail"]),
-            "best": f"{found['level']}: {mean_text(study, found['mean'])} (mean of "
-                    f"{found['seeds']})" if found else
+            "best": f"{_words(study, found).name(found['level'])}: "
+                    f"{mean_text(study, found)} (mean of {found['seeds']})" if found else
             f"{_metric(study)} {best.value:.4f} ({_direction(study)[:3]})" if best
             else f"Pareto front: {len(front)} trials" if front else "-",
             "started": _age(min(starts), now) if starts else "-",
@@ -125,13 +126,14 @@ def trial_rows(study: optuna.Study, now: datetime) -> list[dict[str, str]]:
     best = _best(study, trials)
     front = {t.number for t in best_trials(study, trials)} if best is None else set()
     found = study.user_attrs.get(keys.ANSWER)
+    words = _words(study, found)
     percent = _percent(study)  # a comparison's accuracy: in %, as its answer shows it
     value = f"{_metric(study)} %" if percent else "value"
     rows = []
     for t in trials:
         notes = []
         if found and t.number == found["trial"]:
-            notes.append(f"the answer: {found['level']}'s run")
+            notes.append(f"the answer: {words.name(found['level'])}'s run")
         elif best is not None and t.number == best.number and not found:
             notes.append("best")
         if t.number in front:
@@ -145,7 +147,7 @@ def trial_rows(study: optuna.Study, now: datetime) -> list[dict[str, str]]:
             notes.append(_first_line(t.user_attrs[keys.FAIL_REASON]))
         rows.append({"#": str(t.number), "state": t.state.name,
                      value: objectives.values_text(t.values) if not percent else
-                     ", ".join(f"{100 * v:.2f}" for v in t.values or ()),
+                     ", ".join(words.figure(v) for v in t.values or ()),
                      "epochs": str(objectives.epochs_of(t) or ""),
                      "params": params_text(t.params), "duration": _duration(t, now),
                      "MLflow run": t.user_attrs.get(keys.RUN_ID, ""), "note": "; ".join(notes)})
@@ -178,26 +180,36 @@ def summary_line(study: optuna.Study) -> str:
 
 
 def answer_text(study: optuna.Study, found: dict) -> str:
-    """A decided comparison's answer (:data:`keys.ANSWER`): ``adamw: val_loss 0.4722, the mean
+    """A decided comparison's answer (:data:`keys.ANSWER`): ``adamw: val_loss 0.472, the mean
     of 2 confirmation seeds (its weights: trial 4)``."""
     n = found["seeds"]
-    return (f"{found['level']}: {mean_text(study, found['mean'])}, the mean of {n} "
-            f"confirmation seed{'s' if n != 1 else ''} (its weights: trial {found['trial']})")
+    return (f"{_words(study, found).name(found['level'])}: {mean_text(study, found)}, the mean "
+            f"of {n} confirmation seed{'s' if n != 1 else ''} (its weights: trial "
+            f"{found['trial']})")
 
 
-def mean_text(study: optuna.Study, mean: float) -> str:
-    """A comparison's mean as its answer writes the unit: ``val_acc 96.12%`` (an accuracy),
-    ``val_loss 0.4722``; 4 significant digits."""
-    if _percent(study):
-        return f"{_metric(study)} {100 * mean:.4g}%"
-    return f"{_metric(study)} {mean:.4g}"
+def mean_text(study: optuna.Study, found: dict) -> str:
+    """A comparison's mean as its answer writes it (:class:`orchestrator.answer.words.Words`):
+    ``val_acc 96.12%`` (an accuracy), ``val_loss 0.472``, rounded to its interval as the
+    answer's table rounds it (3 significant digits in a record without it)."""
+    half = found.get("half")
+    return _words(study, found).mean(found["mean"], math.nan if half is None else half)
+
+
+def _words(study: optuna.Study, found: dict | None) -> Words:
+    """How a comparison's answer writes its levels and amounts: the compared factors (from
+    :data:`keys.COMPARE`), the metric and the named level's values (from the answer record;
+    a record without them: the level as its label)."""
+    factor = json.loads(study.user_attrs.get(keys.COMPARE) or "{}").get("factor") or ()
+    factors = [factor] if isinstance(factor, str) else list(factor)
+    cells = {found["level"]: found["values"]} if found and "values" in found else {}
+    return Words.of(factors, _metric(study), cells)
 
 
 def _percent(study: optuna.Study) -> bool:
     """Whether the study is a comparison of a metric in [0, 1]: shown in percent, as its
-    answer shows it (:class:`orchestrator.answer.summary.Words`)."""
-    return keys.COMPARE in study.user_attrs and \
-        METRIC_BOUNDS.get(_metric(study)) == (0.0, 1.0)
+    answer shows it (:class:`orchestrator.answer.words.Words`)."""
+    return keys.COMPARE in study.user_attrs and Words.of((), _metric(study)).percent
 
 
 def best_trials(study: optuna.Study, trials: list[FrozenTrial]) -> list[FrozenTrial]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from ..answer import compare, objectives, summary
+from ..answer import compare, finding, objectives, summary
 from ..config import space as sp
 from ..config.spec import SweepSpec
 from ..core import keys, paths
@@ -461,9 +461,10 @@ def record(study: SweepStudy, tracker, parent_id: str, last=None, *, trials: lis
         return last  # decided, in a read newer than ``trials``
     if found is not None:
         c = study.comparison
-        edges = summary.edge_note(summary.Words.of(c.factor.split(","), c.metric), found.edges)
+        edges = finding.edge_note(summary.words_of(c), found.edges)
         study.record_answer({
-            "level": found.level, "mean": found.mean, "seeds": found.seeds,
+            "level": found.level, "values": list(c.cells()[found.level]), "mean": found.mean,
+            "half": None if math.isnan(found.half) else found.half, "seeds": found.seeds,
             "trial": found.trial.number, "text": found.why,
             **({"edges": edges} if edges else {})})
     tracker.record_best(parent_id, now.value, now.trial.user_attrs.get(keys.RUN_ID, ""),

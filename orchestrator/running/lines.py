@@ -17,8 +17,8 @@ def complete_line(active: Active, values: list[float], tags: dict[str, str],
     notes = [f"stopped early: {active.stopped_early}"] if active.stopped_early else []
     notes += ["infeasible"] if tags.get(keys.FEASIBLE) == "false" else []
     note = f" ({'; '.join(notes)})" if notes else ""
-    words = summary.Words.of((), comparison.metric) if comparison is not None else None
-    shown = f"{words.metric} " + ", ".join(f"{100 * v:.2f}%" for v in values) \
+    words = summary.words_of(comparison) if comparison is not None else None
+    shown = f"{words.metric} " + ", ".join(words.value(v) for v in values) \
         if words is not None and words.percent else objectives.values_text(values)
     return f"{trial_text(active.pending, comparison)} complete: {shown}{note}"
 
@@ -29,7 +29,7 @@ def trial_text(pending: PendingTrial, comparison: compare.Comparison | None) -> 
     ``trial 9 (level (0, 1.0), confirmation seed 12)``."""
     if comparison is None or pending.level is None:
         return f"trial {pending.number}"
-    level = summary.Words.of(comparison.factor.split(","), comparison.metric).name(pending.level)
+    level = summary.words_of(comparison).name(pending.level)
     if pending.phase == compare.CONFIRM:
         where = f"confirmation seed {pending.seed}"
     else:

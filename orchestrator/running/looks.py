@@ -17,7 +17,7 @@ def say_looks(book: TrialBook, plan: compare.Plan | None,
     if said is None:
         return plan, len(plan.looks)
     c = book.study.comparison
-    words = summary.Words.of(c.factors, c.metric)
+    words = summary.words_of(c)
     for look in plan.looks[said:]:
         book.say(finding.look_line(words, look))
     return plan, max(said, len(plan.looks))

@@ -472,7 +472,7 @@ def export_whose(c: compare.Comparison, found: compare.Answer) -> str:
     """Whose weights a comparison's export is, in the words of its answer: `` ((0, 1.0)'s
     confirmation run closest to its mean)``, and when levels are not separated from it, that
     it is one of theirs, the one the answer names."""
-    name = summary.Words.of(c.factor.split(","), c.metric).name
+    name = summary.words_of(c).name
     peers = f"; one of {len(found.peers) + 1} levels no evidence separates, the one the " \
         f"answer names" if found.peers else ""
     return f" ({name(found.level)}'s confirmation run closest to its mean{peers})"

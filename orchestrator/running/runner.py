@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..answer import compare, objectives
+from ..answer import compare, objectives, summary
 from ..config import space as sp
 from ..config.slots import plan_slots, thread_cap
 from ..config.spec import SweepSpec, warm_up_settings
@@ -559,9 +559,9 @@ def configuration_means(study) -> list[dict[str, Any]]:
         values = [t.value for t in group]
         name = config_name(sp.settings_for(study.spec.space, group[0].params))
         if len({objectives.config_key(t.params) for t in group}) > 1:
-            name = f"{group[0].user_attrs.get(keys.LEVEL)} (tuned anew at each seed)"
-        rows.append({"name": name,
-                     "mean": statistics.fmean(values), "n": len(values),
+            shown = summary.words_of(study.comparison).name(group[0].user_attrs.get(keys.LEVEL))
+            name = f"{shown} (tuned anew at each seed)"
+        rows.append({"name": name, "mean": statistics.fmean(values), "n": len(values),
                      "std": statistics.stdev(values) if len(values) > 1 else 0.0,
                      "run_ids": [t.user_attrs.get(keys.RUN_ID) or "" for t in group],
                      "trials": [t.number for t in group]})

@@ -254,10 +254,12 @@ def test_every_place_names_one_answer_whatever_order_trials_end_in(memory_stores
     assert (attr["level"], attr["trial"], attr["seeds"]) == (found.level, found.trial.number,
                                                              found.seeds)
     assert attr["mean"] == pytest.approx(found.mean)
+    # the level's values beside its text: how sweep status names it, never by reading the text
+    assert attr["values"] == [lv.params["batch_size"] for lv in c.levels
+                              if lv.label == found.level]
     # sweep status: the summary line, the sweeps' row and the trials' rows
     line = status.summary_line(loaded)  # an accuracy in percent, as the answer shows it
-    shown = f"{100 * found.mean:.4g}%" if spec.objective.metric == "val_acc" else \
-        f"{found.mean:.4g}"
+    shown = _as_the_table_shows(mine, spec.objective.metric)
     assert f"the comparison names {found.level}: {spec.objective.metric} {shown}" in line, line
     assert status.sweep_row(loaded, datetime.now())["best"].startswith(
         f"{found.level}: {spec.objective.metric} {shown} (mean of {found.seeds})")
@@ -269,6 +271,25 @@ def test_every_place_names_one_answer_whatever_order_trials_end_in(memory_stores
     assert first["mean"] == pytest.approx(found.mean)
     # the export: the answer's run
     assert [t.number for t in study.best(1)] == [found.trial.number]
+
+
+def _as_the_table_shows(values: list[float], metric: str) -> str:
+    """A level's mean as the answer's table writes it, by hand: an accuracy in percent, to
+    2 significant digits of its 95% t interval's half-width (scipy; clipped to the metric's
+    range: [0, 1] for an accuracy, from 0 for a loss), 3 significant digits without one."""
+    from scipy import stats as scipy_stats
+
+    scale = 100 if metric == "val_acc" else 1
+    mean, sd = float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0
+    if sd > 0:
+        low, high = scipy_stats.t.interval(0.95, len(values) - 1, loc=mean,
+                                           scale=sd / math.sqrt(len(values)))
+        low = max(low, 0.0)  # both metrics' range starts at 0; an accuracy's ends at 1
+        high = min(high, 1.0) if metric == "val_acc" else high
+        digits = max(0, 1 - math.floor(math.log10(scale * (high - low) / 2)))
+    else:
+        digits = max(0, 2 - math.floor(math.log10(abs(scale * mean))))
+    return f"{scale * mean:.{min(digits, 6)}f}" + ("%" if scale == 100 else "")
 
 
 def end_trial(p: Process, pending: PendingTrial, values: dict) -> None:

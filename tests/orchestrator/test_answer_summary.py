@@ -20,16 +20,16 @@ from orchestrator.answer.words import (
     decimals,
     fixed,
     interval_text,
-    level_values,
     no_interval,
     p_text,
     plain,
 )
 
 FACTORS = ["lr_scaling", "clip_grad_norm"]
-NAMES = {2: ["adam", "mymod:mlp"], 3: ["adam", "mymod:mlp", "sgd"],
-         4: [f"lr_scaling={a},clip_grad_norm={c}" for a in ("linear", "sqrt")
-             for c in ("1.0", "null")],
+# four levels of two factors: label (the stores' key) -> (its values, how a table shows them)
+FOUR = {f"lr_scaling={a},clip_grad_norm={c}": ((a, v), f"{a}, {c}") for a in ("linear", "sqrt")
+        for c, v in (("1.0", 1.0), ("null", None))}
+NAMES = {2: ["adam", "mymod:mlp"], 3: ["adam", "mymod:mlp", "sgd"], 4: list(FOUR),
          6: ["adam", "mymod:mlp", "sgd", "rmsprop", "adamw", "lion"]}
 # the planted mean of each level, in accuracy: apart, close, equal (undecided, equivalent, better)
 PLANTED = [0.95, 0.948, 0.93, 0.9505, 0.90, 0.93]
@@ -54,8 +54,9 @@ def _summary(k, metric, seed, precision=None, **kw):
     results = st.compare_paired(values, direction=direction, bounds=st.METRIC_BOUNDS[metric],
                                 precision=precision, seeds=6)
     factors = FACTORS if k == 4 else ["optimizer"]
+    cells = {label: v for label, (v, _) in FOUR.items()} if k == 4 else None
     return summarize(factors, list(values), values, results, metric=metric,
-                     direction=direction), values, results, direction
+                     direction=direction, cells=cells), values, results, direction
 
 
 CASES = [(k, metric, seed, precision) for k in (2, 3, 4, 6) for metric in ("val_acc", "val_loss")
@@ -140,8 +141,7 @@ def test_the_table_ranks_by_the_mean_and_its_letters_follow_the_verdicts(k, metr
     better = {frozenset((r.a, r.b)) for r in results if r.verdict == "better"}
     cell = {row[1]: row[5] for row in s.rows}
     for a, b in itertools.combinations(values, 2):
-        ca, cb = (cell[", ".join(x.split("=")[1] for x in lv.split(",")) if k == 4 else lv]
-                  for lv in (a, b))
+        ca, cb = (cell[FOUR[lv][1] if k == 4 else lv] for lv in (a, b))
         assert bool(set(ca) & set(cb)) == (frozenset((a, b)) not in better), (a, b, ca, cb)
     # the best level's group is "a", and letters come in order down the ranked table
     column = [row[5] for row in s.rows]
@@ -177,8 +177,7 @@ def test_what_each_open_pair_rules_out_and_the_seeds_that_would_decide_it(k, met
         # printed to 2 significant digits of the half-width
         digits = max(0, 1 - math.floor(math.log10(scale * (high - low) / 2)))
         shown = f"{scale * max(abs(low), abs(high)):.{digits}f}"
-        names = [(", ".join(x.split("=")[1] for x in lv.split(",")) if k == 4 else lv)
-                 for lv in (p.a, p.b)]
+        names = [FOUR[lv][1] if k == 4 else lv for lv in (p.a, p.b)]
         what = (f"({names[0]}) vs ({names[1]})" if k == 4 else f"{names[0]} vs {names[1]}")
         if metric == "val_acc" and max(abs(low), abs(high)) >= 1.0:  # the whole range
             assert f"{what} nothing" in note
@@ -454,15 +453,17 @@ def test_p_is_two_significant_digits_down_to_0_001_then_a_bound():
         ["no p", "p < 0.001", "p < 0.001", "p = 0.001", "p = 0.012", "p = 0.5"]
 
 
-def test_a_levels_values_are_read_from_its_label_only_when_it_names_every_factor_in_order():
-    factors = ["lr_scaling", "clip_grad_norm"]
-    assert level_values("lr_scaling=linear,clip_grad_norm=1.0", factors) == ["linear", "1.0"]
-    # a value holding a comma stays whole
-    assert level_values("lr_scaling=a,b,clip_grad_norm=null", factors) == ["a,b", "null"]
-    for label in ("lr_scalingx=linear,clip_grad_norm=1.0", "clip_grad_norm=1.0,lr_scaling=linear",
-                  "lr_scaling=linear,clip=1.0", "lr_scaling=linear"):
-        assert level_values(label, factors) == [label]
-    assert level_values("adam", ["optimizer"]) == ["adam"]
+def test_a_level_is_shown_from_its_values_never_from_its_label():
+    """A value holding a comma and another factor's ``name=`` (``a,clip_grad_norm=2``) breaks
+    nothing: the level's values come from its cells, and a label is never read back."""
+    label = "tag=a,clip_grad_norm=2,clip_grad_norm=1.0"  # compare.level_label's text
+    words = Words.of(["tag", "clip_grad_norm"], "val_acc", {label: ("a,clip_grad_norm=2", 1.0)})
+    assert words.cell(label) == "a,clip_grad_norm=2, 1.0"
+    assert words.name(label) == "(a,clip_grad_norm=2, 1.0)"
+    one = Words.of(["optimizer"], "val_acc", {"adam": ("adam",), "null": (None,)})
+    assert [one.name("adam"), one.name("null")] == ["adam", "null"]
+    # a level the cells do not hold (a sweep's name in `sweep report A B`): its text as it is
+    assert Words.of((), "val_acc").name("run-a") == "run-a"
 
 
 def test_an_interval_as_wide_as_the_metrics_range_rules_out_nothing():

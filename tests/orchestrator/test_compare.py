@@ -17,6 +17,7 @@ from scipy import stats
 
 from orchestrator.answer import compare
 from orchestrator.answer import stats as st
+from orchestrator.answer.words import level_percent
 from orchestrator.config.spec import validate
 from orchestrator.core import keys
 from orchestrator.core.errors import SpecError
@@ -405,7 +406,7 @@ def test_a_planted_difference_is_decided_early_and_logged_as_decide_computes_it(
             for v in (table["diff"][0], table.ci_high[0], table.ci_low[0])]
     assert verdict.startswith("optimizer after 3 seeds: adam best, val_acc ")
     assert verdict.endswith(f"%, better than sgd by {lead[0]} points [{lead[1]}, {lead[2]}] "
-                            f"({st.level_percent(level)} t interval, look 1 of 4).")
+                            f"({level_percent(level)} t interval, look 1 of 4).")
     # the pair by hand: paired t-test on sgd - adam
     wide = confirm.pivot(index="seed", columns="level", values="value")
     diff = wide.sgd - wide.adam
@@ -547,7 +548,10 @@ def test_no_level_shown_better_the_best_mean_is_named_ties_in_level_order():
     found = _named(values)
     assert found.level == "64" and found.mean == pytest.approx(0.4) and found.seeds == 3
     assert found.trial.user_attrs[keys.SEED] == 3  # its value is the mean itself
-    assert found.why.startswith("64: val_loss 0.4, mean over 3 confirmation seeds (no level is "
+    # its mean to 2 significant digits of its 95% t interval's half-width (scipy): 0.40
+    digits = 1 - math.floor(math.log10(stats.t.ppf(0.975, 2) * 0.1 / math.sqrt(3)))
+    assert found.why.startswith(f"64: val_loss {0.4:.{digits}f}, mean over 3 confirmation "
+                                "seeds (no level is "
                                 "better than all the others with evidence: 64 has the best mean "
                                 "over its confirmation seeds); its weights: the run of seed 3 (")
     assert _named({"128": values["64"], "64": values["128"], "256": values["256"]}).level == "64"

@@ -73,16 +73,21 @@ def test_a_categorical_parameter_or_a_range_of_one_value_is_never_at_an_edge():
 
 
 def test_the_answer_names_each_edge_in_one_line_and_nothing_without_one():
-    from orchestrator.answer.summary import Words, edge_note
+    from orchestrator.answer.finding import edge_note
+    from orchestrator.answer.words import Words
 
-    words = Words.of(["warmup_epochs", "clip_grad_norm"], "val_acc")
-    edges = [Edge("warmup_epochs=0,clip_grad_norm=1.0", "lr", LOW, (0.51, 0.502, 0.5, 0.51),
-                  0.5, 1.0, True, 5),
-             Edge("warmup_epochs=1,clip_grad_norm=1.0", "sgd.weight_decay", HIGH, (1e-3,), 0.0,
-                  1e-3, False, 1)]
+    low, high = "warmup_epochs=0,clip_grad_norm=1.0", "warmup_epochs=1,clip_grad_norm=1.0"
+    words = Words.of(["warmup_epochs", "clip_grad_norm"], "val_acc",
+                     {low: (0, 1.0), high: (1, 1.0)})
+    edges = [Edge(low, "lr", LOW, (0.51, 0.502, 0.5, 0.51), 0.5, 1.0, True, 5),
+             Edge(high, "sgd.weight_decay", HIGH, (1e-3,), 0.0, 1e-3, False, 1)]
     assert edge_note(words, edges) == (
         "Tuned within 5% of an end of the searched range (on its log scale for a log range), "
         "so the optimum may lie beyond it; widen the range and run again: (0, 1.0) lr 0.5 to "
         "0.51 at the low end of [0.5, 1] (log scale), in 4 of 5 tunings; (1, 1.0) weight_decay "
         "0.001 at the high end of [0, 0.001], in 1 of 1 tuning.")
+    # two tunings' values that differ past the 3 digits shown: one value, said once
+    close = [Edge(low, "lr", HIGH, (0.9111, 0.9114), 0.5, 0.92, True, 2)]
+    assert edge_note(words, close).endswith(
+        ": (0, 1.0) lr 0.911 at the high end of [0.5, 0.92] (log scale), in 2 of 2 tunings.")
     assert edge_note(words, []) is None

@@ -10,6 +10,7 @@ from optuna.trial import TrialState, create_trial
 
 from orchestrator.answer import compare, finding, goal, summary
 from orchestrator.answer import stats as st
+from orchestrator.answer.words import Words
 from orchestrator.config.spec import validate
 from orchestrator.core import keys
 from orchestrator.core.errors import SpecError
@@ -127,7 +128,7 @@ def test_three_levels_stop_once_the_best_is_decided_and_every_pair_runs_on(direc
     assert pairs.total == 3 * 6 * 2 and len(pairs.looks) == 3  # looks 1 to 3 went on
     for look in pairs.looks:
         assert [(r.a, r.b) for r in look.open] == [("adam", "adamw")]
-        words = summary.Words.of(["optimizer"], "val_loss")
+        words = Words.of(["optimizer"], "val_loss")
         assert finding.look_line(words, look) == (
             f"optimizer, look {look.look} of 4 at {look.rounds} paired seeds: adam vs adamw "
             f"undecided; one more paired seed (at most 6).")
@@ -168,7 +169,7 @@ def test_a_two_by_two_stops_once_every_effect_is_decided(direction):
     assert found["pairs"].total == 4 * 6 * 2 and len(found["pairs"].looks) == 2
     for look in found["pairs"].looks:
         assert sorted((r.a, r.b) for r in look.open) == sorted(lifted)
-        assert finding.look_line(summary.Words.of(c.factors, "val_loss"), look) == (
+        assert finding.look_line(summary.words_of(c), look) == (
             f"(optimizer, clip_grad_norm), look {look.look} of 3 at {look.rounds} paired "
             f"seeds: (adam, 1.0) vs (sgd, 1.0), (adam, 1.0) vs (sgd, null) and (sgd, 1.0) vs "
             f"(sgd, null) undecided; one more paired seed (at most 6).")

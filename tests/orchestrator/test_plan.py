@@ -15,6 +15,7 @@ import optuna
 import pytest
 import yaml
 from optuna.trial import FrozenTrial, TrialState
+from scipy import stats as scipy_stats
 
 from orchestrator.answer import compare, design, stats
 from orchestrator.answer import simulate as sim
@@ -229,12 +230,15 @@ def _from_finished(tmp_path, capsys, direction: str) -> dict[tuple[int, int], li
     code, lines = _plan(capsys, spec, "--from", tmp_path / direction, "--draws", 100)
     assert code == 0, lines
     diffs = np.subtract(values["sgd"], values["adam"])
-    if direction == "maximize":  # an accuracy: in points
-        pair = f"sgd - adam: mean {100 * diffs.mean():+.2f} points, sd of the paired " \
-               f"differences {100 * diffs.std(ddof=1):.2f} points"
-    else:
-        pair = f"sgd - adam: mean {diffs.mean():+.4g}, sd of the paired differences " \
-               f"{diffs.std(ddof=1):.4g}"
+    # the mean to 2 significant digits of its 95% t interval's half-width (scipy), the sd to 3
+    scale, unit = (100, "points") if direction == "maximize" else (1, "val_loss")
+    n, sd = len(diffs), diffs.std(ddof=1)
+    half = scale * scipy_stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+    digits = 1 - math.floor(math.log10(half))
+    mean, low, high = (f"{scale * diffs.mean() + k * half:.{digits}f}" for k in (0, -1, 1))
+    pair = (f"sgd minus adam: mean {mean} {unit} [{low}, {high}] (95% t interval over {n} "
+            f"paired seeds), sd of the paired differences "
+            f"{scale * sd:.{2 - math.floor(math.log10(scale * sd))}f} {unit}")
     assert pair in [line.strip() for line in lines], lines
     seconds = (2 * SECONDS[0] + SECONDS[1]) / 3  # per trial: 2 tuning, 1 confirmation
     assert f"took {seconds:.1f} s each" in lines[0]

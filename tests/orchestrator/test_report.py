@@ -259,7 +259,7 @@ def test_with_repeats_the_headline_is_the_best_configuration_mean(grid, directio
     # ties (sgd may learn nothing with or without clipping): the configuration that ran first
     best = by_hand.sort_values(["mean", "first"], ascending=[direction == "minimize", True]).iloc[0]
     optimizer, clip = best.name
-    assert line.startswith(f"Best configuration: val_acc mean {best['mean']:.4f} +- "
+    assert line.startswith(f"Best configuration: val_acc mean {best['mean']:.4f} ± "
                            f"{best['std']:.4f} over 3 seed(s) ("), line
     assert f"optimizer={optimizer}" in line and f"clip_grad_norm={clip}" in line, line
 

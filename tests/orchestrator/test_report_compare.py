@@ -166,7 +166,8 @@ def _expected(direction: str) -> dict:
 
 @pytest.mark.slow
 def test_comparison_csv_and_headline_equal_a_hand_computation(reported, report_printed):
-    from orchestrator.answer.stats import CSV_COLUMNS, level_percent
+    from orchestrator.answer.stats import CSV_COLUMNS
+    from orchestrator.answer.words import level_percent
 
     direction, stores, out, args, main = reported
     printed = report_printed
@@ -248,9 +249,10 @@ def test_lr_ranges_are_a_table_and_time_to_target_is_compared_over_the_seeds(rep
     half = stats.t.ppf(0.975, 3) * diff.std(ddof=1) / 2
     target = f"{c.metric} {c.target:g}"
     [said] = [line for line in c.sentences if line.startswith(f"Epochs to reach {target}")]
+    digits = 1 - math.floor(math.log10(half))  # 2 significant digits of the half-width
     assert (f"adam against sgd undecided after 4 paired seeds: sgd minus adam = "
-            f"{diff.mean():.2g}  [{diff.mean() - half:.2g}, {diff.mean() + half:.2g}] (95% t "
-            f"interval), which includes 0") in said
+            f"{diff.mean():.{digits}f} epochs [{diff.mean() - half:.{digits}f}, "
+            f"{diff.mean() + half:.{digits}f}] (95% t interval), which includes 0") in said
     assert "sooner" not in said
 
 
@@ -326,7 +328,7 @@ def _resolved(confirm: dict[str, list[float]], direction: str = "maximize",
 def test_the_resolution_of_an_accuracy_is_always_said_with_what_lies_within_one_item():
     """200 validation items: val_acc moves in steps of 1/200 (0.5 points), said whatever the
     values; a difference below that, or a level within it of the best value, named too."""
-    steps = "val_acc counts 200 validation items, so it moves in steps of 0.5 points of val_acc"
+    steps = "val_acc counts 200 validation items, so it moves in steps of 0.5 points"
     apart = [0.80, 0.82, 0.81]  # sgd: 10 points below adam, far from either end
     # neither: said all the same, the resolution every other figure is read against
     assert _resolved({"adam": [0.90, 0.91, 0.92], "sgd": apart}) == steps + "."
@@ -488,7 +490,12 @@ def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
                int(x.data.tags[keys.SEED]) == int(near["seed"]))
     assert parent.data.metrics["best_value"] == pytest.approx(means[level])
     assert parent.data.tags[keys.BEST_RUN_ID] == run.info.run_id
-    assert parent.data.tags[keys.ANSWER].startswith(f"{level}: val_acc {means[level]:.4g}")
+    # its mean in percent, to 2 significant digits of its 95% t interval's half-width (scipy)
+    low, high = stats.t.interval(0.95, len(mine) - 1, loc=mine["value"].mean(),
+                                 scale=stats.sem(mine["value"]))
+    half = 100 * (min(high, 1.0) - max(low, 0.0)) / 2
+    named = f"{100 * means[level]:.{max(0, 1 - math.floor(math.log10(half)))}f}%"
+    assert parent.data.tags[keys.ANSWER].startswith(f"{level}: val_acc {named}, mean over 2 ")
     weights = f"The weights of {level}: the run of seed {int(near['seed'])} (trial " \
         f"{int(run.data.tags[keys.TRIAL_NUMBER])}), the confirmation run closest to its mean."
     other = next(lv for lv in means.index if lv != level)
@@ -515,7 +522,7 @@ def test_sweep_report_of_a_real_comparison_sweep(tmp_path):
         shown = line.split()[2]
         assert abs(float(shown) - 100 * mean) <= 0.5 * 10 ** -len(shown.partition(".")[2])
     status = run_cli("status", "tinycmp", cwd=tmp_path)
-    assert f"the comparison names {level}: val_acc {100 * means[level]:.4g}%" in status.stdout
+    assert f"the comparison names {level}: val_acc {named}, the mean of 2 " in status.stdout
     assert "the answer: " in status.stdout and said[-1] != ""
     _check_units_lines_and_edges(stores, said, status.stdout, rep.stdout, level, means)
     # the export is that run's, and the end table lists that level first
@@ -678,11 +685,18 @@ def test_a_comparison_without_a_verdict_says_what_happened_in_its_headline():
                                 finished=False).startswith("The comparison of lr is not finished")
 
 
+# two factors' levels: label -> the level's values (warmup_epochs, clip_grad_norm)
+TWO = {"warmup_epochs=0,clip_grad_norm=null": (0, None),
+       "warmup_epochs=0,clip_grad_norm=1.0": (0, 1.0),
+       "warmup_epochs=1,clip_grad_norm=1.0": (1, 1.0)}
+
+
 def _plotted(levels: list[str], factor: str = "optimizer", metric: str = "val_acc"):
-    """A comparison of ``levels`` with a learning-rate sensitivity each (three tuning trials
-    a level) and every pair compared over 4 paired seeds: the report's Comparison and its
-    tuning trials."""
+    """A comparison of ``levels`` (several factors: from :data:`TWO`) with a learning-rate
+    sensitivity each (three tuning trials a level) and every pair compared over 4 paired
+    seeds: the report's Comparison and its tuning trials."""
     from orchestrator.answer.stats import compare_paired
+    from orchestrator.answer.words import Words
     from orchestrator.report.comparison import Comparison, lr_sensitivity
 
     tune = pd.DataFrame([{"level": lv, "params.lr": lr, "value": 0.9 - abs(lr - 0.01) - i / 100}
@@ -693,7 +707,9 @@ def _plotted(levels: list[str], factor: str = "optimizer", metric: str = "val_ac
               for i, lv in enumerate(levels)}
     c = Comparison(factor, metric, "maximize", levels,
                    compare_paired(values, direction="maximize", factor=factor), {}, values,
-                   sensitivity, pd.DataFrame(), None, "")
+                   sensitivity, pd.DataFrame(), None, "",
+                   words=Words.of(factor.split(","), metric,
+                                  {lv: TWO[lv] for lv in levels if "," in factor}))
     return c, tune
 
 
@@ -718,7 +734,7 @@ def test_the_sensitivity_panels_of_several_factors_name_the_factors_once():
     from orchestrator.report.comparison_plots import sensitivity_figure
 
     matplotlib.use("Agg")
-    levels = ["warmup_epochs=0,clip_grad_norm=null", "warmup_epochs=0,clip_grad_norm=1.0"]
+    levels = list(TWO)[:2]
     c, tune = _plotted(levels, factor="warmup_epochs,clip_grad_norm")
     fig = sensitivity_figure(c, tune)
     assert list(c.sensitivity) == levels[::-1]  # a panel a level, in the sensitivity's order
@@ -735,8 +751,7 @@ def test_the_forest_plot_shows_differences_in_the_answers_unit(metric, scale):
     from orchestrator.report.comparison_plots import forest_figure
 
     matplotlib.use("Agg")
-    levels = ["warmup_epochs=0,clip_grad_norm=null", "warmup_epochs=0,clip_grad_norm=1.0",
-              "warmup_epochs=1,clip_grad_norm=1.0"]
+    levels = list(TWO)
     c, _ = _plotted(levels, factor="warmup_epochs,clip_grad_norm", metric=metric)
     ax = forest_figure(c).axes[0]
     shown = ax.get_xlabel()
@@ -746,7 +761,6 @@ def test_the_forest_plot_shows_differences_in_the_answers_unit(metric, scale):
     means = {lv: np.mean(list(v.values())) for lv, v in c.confirm.items()}
     xs = [line.get_xdata()[0] for line in ax.lines if line.get_marker() == "o"]
     assert xs == pytest.approx([scale * (means[r.b] - means[r.a]) for r in rows])
-    names = {lv: "(" + lv.replace("warmup_epochs=", "").replace(",clip_grad_norm=", ", ") + ")"
-             for lv in levels}
+    names = dict(zip(levels, ["(0, null)", "(0, 1.0)", "(1, 1.0)"]))
     assert [t.get_text() for t in ax.get_yticklabels()] == \
         [f"{names[r.b]} - {names[r.a]}" for r in rows]

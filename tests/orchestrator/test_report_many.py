@@ -32,6 +32,18 @@ def _said(row) -> str:
     return f"{row['winner']} better" if row["verdict"] == "better" else row["verdict"]
 
 
+def _rounded(value: float, scale: float, low: float, high: float) -> str:
+    """``value`` as the answer writes it: to 2 significant digits of the half-width of the
+    interval [low, high] (in the metric's units; ``scale`` 100 for points)."""
+    return f"{value:.{max(0, 1 - math.floor(math.log10(scale * (high - low) / 2)))}f}"
+
+
+def _span(ends, scale: float) -> str:
+    """An interval ``[low, high]`` as the answer writes it (:func:`_rounded`)."""
+    low, high = ends
+    return f"[{_rounded(scale * low, scale, low, high)}, {_rounded(scale * high, scale, low, high)}]"
+
+
 def _t(diff: np.ndarray, limits=None) -> tuple[float, float]:
     """The 95% Student t interval of the mean difference, clipped to ``limits``."""
     half = stats.t.ppf(0.975, len(diff) - 1) * diff.std(ddof=1) / math.sqrt(len(diff))
@@ -78,10 +90,10 @@ def test_matched_trials_and_their_paired_difference_match_a_hand_computation(rep
     headline = stdout.splitlines()[0]
     assert headline.startswith(("long better than short", "short better than long",
                                 "short against long undecided"))  # names as written
-    # the interval in the headline's units (points), turned with the lead
+    # the interval in the headline's units (points), turned with the lead, to 2 significant
+    # digits of its half-width
     sign = -1 if _said(row) == "short better" else 1
-    low, high = sorted((100 * sign * low, 100 * sign * high))
-    assert f"[{low:.3g}, {high:.3g}] (95% t interval" in headline
+    assert f"{_span(sorted((sign * low, sign * high)), 100)} (95% t interval" in headline
     assert "over 3 matched trials" in headline
     assert headline in (out / "report.md").read_text()
     assert "epochs: 1 (short), 2 (long)" in html and "data:image/png;base64," in html
@@ -118,9 +130,10 @@ def test_a_minimized_objective_is_compared_the_other_way(two_sweeps):
         else:  # the lower value wins, by a positive amount
             winner = verdict.split()[0]
             loser = "long" if winner == "short" else "short"
-            amount = f"{100 * abs(diff.mean()):.3g} points of val_acc" if metric == "val_acc" \
-                else f"{abs(diff.mean()):.3g} val_loss"
-            assert sentence.startswith(f"{winner} better than {loser} by {amount}")
+            scale, unit = (100, "points") if metric == "val_acc" else (1, "val_loss")
+            assert sentence.startswith(f"{winner} better than {loser} by "
+                                       f"{_rounded(scale * abs(diff.mean()), scale, low, high)} "
+                                       f"{unit} [")
     # named the other way round (a = long): b - a changes sign, the winner's lead does not
     acc = _by_hand(two_sweeps, "val_acc")
     diff = np.array([acc["short"][b] - acc["long"][b] for b in (32, 64, 128)])
@@ -136,7 +149,7 @@ def test_a_minimized_objective_is_compared_the_other_way(two_sweeps):
         loser = "long" if winner == "short" else "short"
         lead = -diff.mean() if winner == "long" else diff.mean()
         assert many.sentences()[0].startswith(f"{winner} better than {loser} by "
-                                              f"{100 * lead:.3g} points of val_acc")
+                                              f"{_rounded(100 * lead, 100, low, high)} points [")
 
 
 def test_sweeps_that_ask_another_question_are_refused_with_one_line(two_sweeps, capsys):

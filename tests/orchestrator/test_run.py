@@ -219,7 +219,7 @@ def test_grid_runs_every_configuration_with_paired_seeds(cli, stores, write_spec
     best = max(by_config.values(), key=lambda ts: (statistics.mean(t.value for t in ts),
                                                     -min(t.number for t in ts)))
     mean, std, n, trials = re.fullmatch(
-        r"sweep report: Best configuration: val_acc mean ([\d.]+) \+- ([\d.]+) over (\d) "
+        r"sweep report: Best configuration: val_acc mean ([\d.]+) ± ([\d.]+) over (\d) "
         r"seed\(s\) \(.*; trials ([\d, ]+)\)\.", said[0]).groups()
     assert len(said) == 1 and n == "2"
     assert (mean, std) == (f"{statistics.mean(t.value for t in best):.4f}",

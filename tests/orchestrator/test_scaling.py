@@ -382,7 +382,7 @@ def test_the_sentences_say_the_step_confound_and_where_each_batch_lies_against_t
                          {32: sc.NoiseFigure(180.0, 120.0, 270.0, 5),
                           256: sc.NoiseFigure(150.0, 100.0, 225.0, 5),
                           64: sc.NoiseFigure(150.0, 60.0, 225.0, 5)})
-    text = " ".join(sc.sentences(a, "val_acc"))
+    text = " ".join(sc.sentences(a, "val_acc", "maximize"))
     assert "batch_size^0.67 [0.45, 0.88]" in text
     assert "square root (0.5) inside it, linear (1) outside" in text
     assert "batch 256 takes 8x fewer optimizer steps than batch 32 (batch 32: 270, batch " \
@@ -507,3 +507,34 @@ def test_a_batch_sizes_optimizer_steps_are_the_most_any_of_its_runs_took():
     lr = pd.DataFrame({"trial": [0, 0, 1, 2, 2, 7], "step": [1, 270, 135, 1, 36, 999]})
     data = SweepData(validate(_spec()), "s", trials, pd.DataFrame(), lr, None)
     assert sc.optimizer_steps(data) == {32: 270, 256: 36}
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_the_rules_compared_directly_are_said_in_the_answers_voice(direction):
+    """The rules' pair in the comparison's words (an accuracy's difference in points, rounded
+    to its interval, its p as ``p = 0.012``), checked against scipy's paired t-test."""
+    from scipy import stats as scipy_stats
+
+    from orchestrator.answer.stats import compare_paired
+
+    linear = [0.88, 0.885, 0.90, 0.89, 0.892]
+    sqrt_ = [0.90, 0.89, 0.918, 0.90, 0.914]  # linear + [2, 0.5, 1.8, 1, 2.2] points
+    [r] = compare_paired({"square root": dict(enumerate(sqrt_)),
+                          "linear": dict(enumerate(linear))},
+                         factor="lr rule", direction=direction, bounds=(0.0, 1.0))
+    a = sc.ScalingAnswer([], 32, 0.05, 256, r, {"square root": 0.141, "linear": 0.4}, {}, 6, {})
+    text = sc.sentences(a, "val_acc", direction)[0]
+    d = np.subtract(sqrt_, linear)  # the lead of the higher level, in [0, 1]
+    half = 100 * scipy_stats.t.ppf(0.975, 4) * d.std(ddof=1) / math.sqrt(5)
+    digits = 1 - math.floor(math.log10(half))
+    p = scipy_stats.ttest_rel(sqrt_, linear).pvalue
+    assert 0.001 < p < 0.05  # the premise: better, its p written to 2 significant digits
+    assert text.startswith("The rules compared directly at batch 256 from the best grid lr at "
+                           "batch 32 (0.05), square root at lr 0.141 and linear at lr 0.4: ")
+    winner, loser = ("square root", "linear") if direction == "maximize" else \
+        ("linear", "square root")  # a lower value is better: linear leads
+    assert text.endswith(
+        f": {winner} better than {loser} by {100 * d.mean():.{digits}f} points "
+        f"[{100 * d.mean() - half:.{digits}f}, {100 * d.mean() + half:.{digits}f}] (95% t "
+        f"interval) over 5 paired seeds; Holm p = {p:.2g}.")
+    assert "e-" not in text and "+-" not in text

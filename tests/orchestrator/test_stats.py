@@ -21,16 +21,19 @@ from orchestrator.answer.stats import (
     boundary_alpha,
     compare_paired,
     decided,
-    describe,
     friedman,
     holm,
     level_order,
-    level_percent,
     mean_interval,
-    sequential_rule,
     t_quantile,
     t_two_sided_p,
 )
+from orchestrator.answer.words import Words, level_percent, pair_sentence, sequential_rule
+
+
+def describe(r, *, metric: str, direction: str) -> str:
+    """A pair's verdict in the answer's voice, its levels by their names."""
+    return pair_sentence(Words.of((), metric), r, direction)
 
 
 def _levels(**columns) -> dict:
@@ -180,8 +183,12 @@ def test_the_verdict_follows_the_objective_direction(direction, winner):
     assert (r.verdict, r.winner) == (BETTER, winner)
     ahead, low, high = r.lead(direction)
     assert ahead == pytest.approx(0.049) and 0 < low < ahead < high
+    # shown to 2 significant digits of the interval's half-width (scipy's t interval)
+    d = a - b
+    half = stats.t.ppf(0.975, 4) * d.std(ddof=1) / math.sqrt(5)
+    digits = 1 - math.floor(math.log10(half))
     assert describe(r, metric="m", direction=direction).startswith(
-        f"{winner} better than {'b' if winner == 'a' else 'a'} by 0.049 m [")
+        f"{winner} better than {'b' if winner == 'a' else 'a'} by {0.049:.{digits}f} m [")
     with pytest.raises(ValueError, match="direction"):
         compare_paired(_levels(a=a, b=b), direction="max")
 
@@ -220,7 +227,7 @@ def test_non_finite_values_are_counted_as_the_worst_outcome_never_averaged():
     row = r.as_row()
     assert all(math.isfinite(row[k]) for k in ("diff", "ci_low", "ci_high"))
     text = describe(r, metric="val_acc", direction="maximize")
-    assert "a gave no finite val_acc on 2 of 6 seeds" in text
+    assert "a gave no finite val_acc on 2 of 6 paired seeds" in text
     [r] = compare_paired(_levels(a=a, b=b), direction="minimize")  # b lower: b may win
     assert r.winner == "b"
     [eq] = compare_paired(_levels(a=[0.5, 0.51, math.nan, 0.5],
@@ -273,7 +280,8 @@ def test_metric_bounds_cover_every_epoch_metric():
 def test_the_sequential_rule_states_the_boundary_and_its_level():
     text = sequential_rule(6, 3)
     level = boundary_alpha(0.05, 6, 3)
-    assert "6 looks" in text and f"{level:.4g}" in text and "calibrated by simulation" in text
+    three = f"{level:.{2 - math.floor(math.log10(level))}f}"  # 3 significant digits, no exponent
+    assert "6 looks" in text and f"level {three} (" in text and "calibrated by simulation" in text
     assert level_percent(1 - level) in text and "Holm" in text
     assert "One look" in sequential_rule(1)
 
