@@ -26,12 +26,12 @@ def _code():
     maybe before the repository is on ``sys.path``)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from orchestrator.answer import stats
+    from orchestrator.answer import stats, words
     from orchestrator.config import rules
     from orchestrator.report import plots
     from orchestrator.report import stats as report_stats
 
-    return stats, rules, plots, report_stats
+    return stats, rules, plots, report_stats, words
 
 
 def _alpha() -> float:
@@ -47,7 +47,8 @@ def _boundary(seeds: int, max_seeds: int) -> float:
 
 
 def _percent(level: float) -> str:
-    return _code()[0].level_percent(level)
+    """A level as the answer writes it (:func:`orchestrator.answer.words.level_percent`)."""
+    return _code()[4].level_percent(level)
 
 
 FIGURES: dict[str, Callable[[], str]] = {
