@@ -3,7 +3,8 @@ search space?" (the Tuning Playbook, Godbole et al. 2023). A level's tuned best 
 numeric parameter lies in the outer :data:`EDGE` of its range, on the scale it was searched (log
 for ``log: true``), may have its optimum beyond that range: the answer names it.
 
-Pure rules on trials; the words are the answer's voice's (:func:`orchestrator.answer.finding.edge_note`).
+Pure rules on trials; the words are the answer's voice's
+(:func:`orchestrator.answer.finding.edge_note`).
 """
 from __future__ import annotations
 

@@ -41,7 +41,8 @@ def _rounded(value: float, scale: float, low: float, high: float) -> str:
 def _span(ends, scale: float) -> str:
     """An interval ``[low, high]`` as the answer writes it (:func:`_rounded`)."""
     low, high = ends
-    return f"[{_rounded(scale * low, scale, low, high)}, {_rounded(scale * high, scale, low, high)}]"
+    return (f"[{_rounded(scale * low, scale, low, high)}, "
+            f"{_rounded(scale * high, scale, low, high)}]")
 
 
 def _t(diff: np.ndarray, limits=None) -> tuple[float, float]:
