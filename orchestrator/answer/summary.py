@@ -173,7 +173,10 @@ def summarize(factors: Sequence[str], levels: Sequence[str],
     leader = named or next((lv for lv in ranking if lv not in beaten),
                            ranking[0] if ranking else None)
     header, rows, halves = _table(words, levels, values, ranking, groups)
-    sentence = finding.sentence(words, results, tuple(effects), leader,
+    # the headline answers the question asked: the effects when the goal is theirs (or not
+    # said), else the levels (pairs, best); the effects' lines stay under the table
+    headline = tuple(effects) if goal in (None, goals.EFFECTS) else ()
+    sentence = finding.sentence(words, results, headline, leader,
                                 means.get(leader, math.nan), halves.get(leader, math.nan),
                                 direction, ranking, finished)
     notes = finding.effect_notes(words, effects) + finding.pair_notes(words, results, direction) \

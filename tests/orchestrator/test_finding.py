@@ -167,3 +167,22 @@ def test_a_first_level_better_than_another_is_named_with_its_lead(metric):
     assert s.sentence.startswith(
         f"(warmup_epochs, clip_grad_norm) after 8 seeds: warmup_epochs 0 better than 2 by "
         f"{shown[0]} {unit} [{shown[1]}, {shown[2]}]; "), s.sentence
+
+
+@pytest.mark.parametrize("goal", ["pairs", "best"])
+def test_a_goal_of_levels_gets_a_headline_of_levels_and_keeps_the_effects_below(goal):
+    """Asked of pairs or of the best level (compare.goal), the sentence speaks of levels, as it
+    does for one factor: the pair of clipped levels, not the main effects; each effect still
+    has its line under the table."""
+    s, cells, found = _summary(_values(lambda c: 0.05 + 0.9 * (c[1] == 1.0)), "val_acc", 0.02)
+    values = {level_label(FACTORS, c): by for c, by in cells.items()}
+    results = st.compare_paired(values, direction="maximize", bounds=(0.0, 1.0),
+                                precision=0.02, seeds=8)
+    asked = summarize(FACTORS, list(values), values, results, metric="val_acc",
+                      direction="maximize", effects=found, goal=goal,
+                      cells={level_label(FACTORS, c): c for c in cells})
+    assert s.sentence.split(": ", 1)[1].startswith("clip_grad_norm 1.0 better than null")
+    assert "Holm over 3 effects" not in asked.sentence and "main effect" not in asked.sentence
+    assert "(0, 1.0)" in asked.sentence or "(2, 1.0)" in asked.sentence, asked.sentence
+    assert [n for n in asked.notes if n.startswith("Main effect of clip_grad_norm")] == \
+        [n for n in s.notes if n.startswith("Main effect of clip_grad_norm")] != []
