@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import math
 import shutil
-import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,15 +18,12 @@ from ..config import space as sp
 from ..config.spec import SweepSpec
 from ..core import keys, paths
 from ..report.display import config_name
-from ..stores.retries import will_retry
 from ..stores.study import PendingTrial, SweepStudy, TrialLost, state_counts
 from .lines import complete_line, trial_text
+from .liveness import Liveness
 from .protocol import Done, Epoch, Failed, Ready
-from .runs import Active, Closing, Runs, check_store_present
+from .runs import Active, Runs, check_store_present
 
-# Epochs reach MLflow at least this often (and at every trial's end): one call per flush, not per
-# epoch, keeps this process's share of the CPU small when epochs take a fraction of a second.
-FLUSH_SECONDS = 1.0
 ABORT_WAIT_S = 5.0  # how long an abort waits for MLflow still opening, to record the runs' end
 
 
@@ -46,36 +42,6 @@ def open_stores(spec: SweepSpec, storage: str, tracking_uri: str, new: bool):
     study = SweepStudy.open(spec, storage, new=new)
     check_store_present(tracking_uri, study)
     return study, tracker or tracker_for(tracking_uri, spec.name)
-
-
-class Heartbeat:
-    """A thread recording the heartbeat of every trial this process runs, every ``interval``
-    seconds (Optuna beats only inside ``study.optimize``, which a sweep does not use)."""
-
-    def __init__(self, study: SweepStudy, active: dict[int, Active], interval: float):
-        self.study, self.active, self.interval = study, active, interval
-        self._stop = threading.Event()
-        self._next_check = 0.0
-        threading.Thread(target=self._run, name="sweep-heartbeat", daemon=True).start()
-
-    def check_due(self) -> bool:
-        """Whether to look for the trials of machines that stopped beating now: at most once
-        an ``interval`` (see :func:`fail_stale_trials`)."""
-        if time.monotonic() < self._next_check:
-            return False
-        self._next_check = time.monotonic() + self.interval
-        return True
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            for a in [a for a in list(self.active.values()) if a.lost is None]:
-                try:
-                    self.study.beat(a.pending)
-                except Exception:  # noqa: BLE001 - finished meanwhile, or the database blinked
-                    pass
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 def run_tags(study: str, slot: int, pending: PendingTrial, worker: Ready) -> dict[str, str]:
@@ -145,8 +111,8 @@ class TrialBook:
         self.runs = Runs(tracker, spec, study, spec_text, storage, self.active)
         self.folders = Folders(paths.work_dir(tracker.uri, study.name), spec.keep_checkpoints)
         self.best_value = None  # what record() recorded last: the best, or the Pareto front
-        self.heartbeat = Heartbeat(study, self.active, spec.heartbeat_seconds) \
-            if study.heartbeat else None
+        self.liveness = Liveness(study, self.runs, self.active, self.folders.drop_checkpoint,
+                                 self.say)
 
     @classmethod
     def open(cls, spec: SweepSpec, storage: str, tracking_uri: str, *, spec_text: str,
@@ -162,7 +128,7 @@ class TrialBook:
         book = cls(spec, study, tracker=tracker, storage=storage, spec_text=spec_text, say=say)
         if new:
             book.say(f"starting a fresh study {study.name!r} (--new)")
-        recover_orphans(book)
+        book.liveness.recover_orphans()
         c = study.counts()
         if c["finished"] or c["retried"]:
             book.say(f"resuming sweep {study.name!r}: {c['finished']} of {spec.trials} trials "
@@ -213,8 +179,7 @@ class TrialBook:
         active = Active(pending, time.monotonic(), resolved.to_dict(),
                         {keys.LR_EFFECTIVE: resolved.lr_effective}, {**tags, keys.DEVICE: device})
         self.active[slot] = active
-        if self.heartbeat is not None:  # beat at once: the thread's first beat comes later
-            self.study.beat(pending)
+        self.liveness.started(pending)
         return active
 
     def report_epoch(self, slot: int, epoch: Epoch) -> bool:
@@ -235,17 +200,14 @@ class TrialBook:
                                      ask_pruner=not epoch.resumed):
                     return True
         except TrialLost as e:
-            lose_trial(self, active, e)
+            self.liveness.lose(active, e)
             return True
         active.stopped_early = patience_stop(self.spec, active.curve)
         return active.stopped_early is not None
 
     def log_epoch(self, slot: int, epoch: Epoch) -> None:
-        """Queue an epoch for the trial's run, logged every :data:`FLUSH_SECONDS` at most."""
-        active = self.active[slot]
-        active.take(epoch)
-        if time.monotonic() - active.flushed >= FLUSH_SECONDS:
-            self.runs.flush(active)
+        """Queue an epoch for the trial's run (:meth:`Runs.log_epoch`)."""
+        self.runs.log_epoch(self.active[slot], epoch)
 
     def finish(self, slot: int, end: Done | Failed) -> None:
         """End the trial on ``slot`` in both stores as its worker reported: complete, pruned
@@ -257,13 +219,13 @@ class TrialBook:
         self.runs.complete(active, end)
         shutil.rmtree(self.folders.output(active.pending), ignore_errors=True)
         if active.lost is not None:  # known since an epoch
-            drop_lost_trial(self, active)
+            self.liveness.drop_lost(active)
         else:
             try:
                 self._close(active, end)
             except TrialLost as e:  # its run may have ended FINISHED already: FAILED now
-                lose_trial(self, active, e)
-                drop_lost_trial(self, active)
+                self.liveness.lose(active, e)
+                self.liveness.drop_lost(active)
         self.active.pop(slot, None)
 
     def _close(self, active: Active, end: Done | Failed) -> None:
@@ -284,7 +246,7 @@ class TrialBook:
             # TrialLost from the trial's own end only, never from what follows it
             with active.pending.writes_to():
                 values = self.study.complete(active.pending, active.history)
-            record_best(self)
+            self.record_best()
             self.say(complete_line(active, values, tags, self.study.comparison))
         else:
             self.tracker.end_trial(active.run_id, "pruned", metrics, tags)
@@ -295,36 +257,32 @@ class TrialBook:
 
     def fail(self, slot: int, reason: str, kind: str) -> None:
         """Fail the trial on worker ``slot``, if any (``kind``: crash, interrupt or
-        deterministic); see :meth:`will_retry`."""
+        deterministic); see :meth:`SweepStudy.will_retry
+        <orchestrator.stores.study.SweepStudy.will_retry>`."""
         active = self.active.get(slot)
         if active is not None:
             self._fail(active, reason, kind)
             self.active.pop(slot, None)
 
     def _fail(self, active: Active, reason: str, kind: str) -> None:
-        """Fail a trial in both stores; queue its retry when :meth:`will_retry`, else drop its
-        checkpoint. Optuna is told last, once MLflow holds the run's end: when MLflow fails
+        """Fail a trial in both stores; queue its retry when the study says it will, else drop
+        its checkpoint. Optuna is told last, once MLflow holds the run's end: when MLflow fails
         first, the trial is still RUNNING for :meth:`abort` to queue as a store failure."""
         pending = active.pending
         self.runs.complete(active)
-        retry = self.will_retry(kind, pending.root)
+        retry = self.study.will_retry(kind, pending.root)
         self.runs.end_failed(active, reason, kind, retry)
         if not self.study.fail(pending, reason, kind, retry):  # another process ended it
-            lose_trial(self, active, TrialLost(pending.number, pending.state_now().name))
-            drop_lost_trial(self, active)
+            self.liveness.lose(active, TrialLost(pending.number, pending.state_now().name))
+            self.liveness.drop_lost(active)
             return
         if not retry:
             self.folders.drop_checkpoint(pending.root)
             if self.study.comparison is not None:  # a failed confirmation may decide it
-                record_best(self)
+                self.record_best()
         then = ", will be retried" if retry else ""
         self.say(f"{trial_text(pending, self.study.comparison)} failed{then}: "
                  f"{reason.splitlines()[0]}")
-
-    def will_retry(self, kind: str, root: int, recorded: bool = False) -> bool:
-        """:func:`~orchestrator.stores.retries.will_retry` for the trial first started as number
-        ``root`` (``recorded``: this crash is already counted)."""
-        return will_retry(kind, self.spec.retries, lambda: self.study.crashes(root) - recorded)
 
     def abort(self, reason: str, kind: str = "crash") -> None:
         """Fail every running trial (an interrupt is queued for retry: the next run resumes it
@@ -344,11 +302,27 @@ class TrialBook:
             broken = self.runs.broken
             with contextlib.suppress(Exception):  # the Optuna store too: on to the next trial
                 self.study.fail(active.pending, f"the MLflow store failed: {broken}" if broken
-                                else reason, "store" if broken else kind,
-                                broken is not None or self.will_retry(kind, active.pending.root))
-        if attached and self.runs.broken is None and not others_running(self.study):
+                                else reason, "store" if broken else kind, broken is not None
+                                or self.study.will_retry(kind, active.pending.root))
+        try:  # trials still running now are other machines' (a cancelled Slurm task's
+            others = self.study.running() > 0  # must not end the parent run they share)
+        except Exception:  # noqa: BLE001 - a store that fails: nothing known to wait for
+            others = False
+        if attached and self.runs.broken is None and not others:
             with contextlib.suppress(Exception):
                 self.runs.end_parent("KILLED" if kind == "interrupt" else "FAILED")
+
+    def record_best(self, trials: list | None = None, again: bool = False) -> None:
+        """The parent run's best, recorded as :func:`record` says (what this process recorded
+        last is :attr:`best_value`)."""
+        self.best_value = record(self.study, self.tracker, self.parent_id, self.best_value,
+                                 trials=trials, again=again)
+
+    def stop_sweep(self, reason: str) -> None:
+        """``stop_when`` holds: say why, and tag the parent run with it."""
+        self.say(reason)
+        self.attach_tracking()
+        self.tracker.log_final(self.parent_id, {}, tags={keys.STOP_REASON: reason})
 
 
 def patience_stop(spec: SweepSpec, curve: list[float]) -> str | None:
@@ -417,20 +391,6 @@ def end_tags(spec: SweepSpec, active: Active) -> dict[str, str]:
     return tags
 
 
-def stop_sweep(book: TrialBook, reason: str) -> None:
-    """``stop_when`` holds: say why, and tag the parent run with it."""
-    book.say(reason)
-    book.attach_tracking()
-    book.tracker.log_final(book.parent_id, {}, tags={keys.STOP_REASON: reason})
-
-
-def record_best(book: TrialBook, trials: list | None = None, again: bool = False) -> None:
-    """The parent run's best, recorded as :func:`record` says (what this process recorded last
-    is ``book.best_value``)."""
-    book.best_value = record(book.study, book.tracker, book.parent_id, book.best_value,
-                             trials=trials, again=again)
-
-
 def record(study: SweepStudy, tracker, parent_id: str, last=None, *, trials: list | None = None,
            again: bool = False):
     """Record on the parent run what ``trials`` (default: the study's, read now) stand for,
@@ -475,77 +435,3 @@ def record(study: SweepStudy, tracker, parent_id: str, last=None, *, trials: lis
         return record(study, tracker, parent_id, again=True)
     return now.key
 
-
-def others_running(study: SweepStudy) -> bool:
-    """Whether trials still run once this machine failed its own: other machines' (a Slurm task
-    cancelled while the others train must not end their shared parent run)."""
-    try:
-        return study.running() > 0
-    except Exception:  # noqa: BLE001 - a store that fails: nothing known to wait for
-        return False
-
-
-def recover_orphans(book: TrialBook) -> None:
-    """Fail (and retry, within ``retries``) the trials a dead ``sweep run`` on this host left
-    RUNNING; their runs are closed FAILED once MLflow is attached."""
-    closing: list[Closing] = []
-    for t in book.study.orphans():
-        reason = f"the sweep run process that owned it ({t.user_attrs.get(keys.OWNER)}) is gone"
-        root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
-        retry = book.will_retry("crash", root)
-        if book.study.fail(t, reason, "crash", retry):
-            closing.append((t.number, t.user_attrs.get(keys.RUN_ID), reason))
-            if not retry:
-                book.folders.drop_checkpoint(root)
-    book.runs.fail_runs(closing)
-
-
-def fail_stale_trials(book: TrialBook) -> None:
-    """With heartbeats (an RDB storage shared by machines), at most once an interval: fail the
-    trials of machines that stopped beating, retry them here, close their runs."""
-    if book.heartbeat is None or not book.heartbeat.check_due():
-        return
-    reason = (f"no heartbeat for {2 * book.spec.heartbeat_seconds} s: the machine or "
-              f"process running it is gone")
-    closing: list[Closing] = []
-    beat_own_trials(book)
-    for t in book.study.fail_stale():
-        root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
-        retry = book.will_retry("crash", root, recorded=True)  # failed by fail_stale
-        if retry:
-            book.study.retry(t)
-        book.say(f"trial {t.number} failed: {reason}{' (queued for retry)' if retry else ''}")
-        closing.append((t.number, t.user_attrs.get(keys.RUN_ID), reason))
-    book.runs.fail_runs(closing)
-
-
-def beat_own_trials(book: TrialBook) -> None:
-    """Beat every trial this process runs, right before it looks for stale trials: they are
-    alive, whenever its heartbeat thread last beat (a loaded machine can hold that thread past
-    the grace period), so a process never fails one of its own trials as stale."""
-    for active in list(book.active.values()):
-        if active.lost is None:
-            try:
-                with active.pending.writes_to():
-                    book.study.beat(active.pending)
-            except TrialLost as e:
-                lose_trial(book, active, e)
-
-
-def lose_trial(book: TrialBook, active: Active, lost: TrialLost) -> None:
-    """Mark a trial this process runs as ended by another process (:class:`TrialLost`): its
-    worker is told to stop, its result is not told to the study."""
-    if active.lost is None:
-        active.lost = f"{lost}; its result here was dropped"
-        book.say(active.lost)
-
-
-def drop_lost_trial(book: TrialBook, active: Active) -> None:
-    """End the run of a lost trial FAILED, as the study holds it: with why, and whether its
-    retry is queued (the process that failed it queues one by the rule of every crash); its
-    checkpoint is kept for that retry."""
-    root = active.pending.root
-    retry = book.will_retry("crash", root, recorded=True)
-    book.runs.end_failed(active, active.lost, "crash", retry)
-    if not retry:
-        book.folders.drop_checkpoint(root)

@@ -27,7 +27,7 @@ from ..report.display import WINDOW, Snapshot, TrialRow, config_name
 from ..stores.storages import default_storage
 from ..stores.study import PendingTrial
 from . import looks, phases
-from .book import TrialBook, fail_stale_trials, stop_sweep
+from .book import TrialBook
 from .pool import Worker, WorkerPool
 from .protocol import (
     REPLY_TO,
@@ -251,7 +251,7 @@ class _Loop:
             enforce_trial_timeout(self.spec, self.pool, self.book.active)
             enforce_lent_deadline(self.spec, self.pool, self.study)
             self.pool.kill_unstarted(self.spec.start_timeout_s)
-            fail_stale_trials(self.book)
+            self.book.liveness.fail_stale()
             self._show()
         self._show(force=True)
         self._phase("opening the MLflow store")
@@ -283,7 +283,7 @@ class _Loop:
             return False
         reason = self.study.stop_reason()
         if reason:  # stop_when: no new trial; the running ones finish
-            stop_sweep(self.book, reason)
+            self.book.stop_sweep(reason)
             return True
         # once per pass, not once per worker; trials running on other machines count too
         finished = self.study.counts()["finished"]

@@ -24,6 +24,9 @@ from .protocol import Done, Epoch, Failed
 
 # a run to close: (trial number, the run id recorded on the trial or None, the reason)
 Closing = tuple[int, str | None, str]
+# Epochs reach MLflow at least this often (and at every trial's end): one call per flush, not per
+# epoch, keeps this process's share of the CPU small when epochs take a fraction of a second.
+FLUSH_SECONDS = 1.0
 
 
 @dataclass
@@ -388,6 +391,12 @@ class Runs:
                 active.pending.set_attr(keys.RUN_ID, active.run_id)
         except TrialLost:  # the book learns it at the trial's next epoch or end, and ends the run
             pass
+
+    def log_epoch(self, active: Active, epoch: Epoch) -> None:
+        """Queue an epoch for the trial's run, logged every :data:`FLUSH_SECONDS` at most."""
+        active.take(epoch)
+        if time.monotonic() - active.flushed >= FLUSH_SECONDS:
+            self.flush(active)
 
     def flush(self, active: Active) -> None:
         """Log the trial's epochs not logged yet (they wait in memory until attached)."""

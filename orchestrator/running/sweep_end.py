@@ -11,7 +11,7 @@ from pathlib import Path
 from ..answer import budget, compare, stats, summary
 from ..core import keys
 from ..core.errors import SweepError
-from .book import TrialBook, record_best
+from .book import TrialBook
 
 
 def claim_sweep_end(book: TrialBook, ran_trials: bool) -> bool:
@@ -41,11 +41,11 @@ def claim_sweep_end(book: TrialBook, ran_trials: bool) -> bool:
 def close_sweep(book: TrialBook) -> None:
     """Once the held-out test and the export are done: the parent run's best recorded once
     more from the storage as it is, after every trial ended (a comparison's answer, whatever
-    trial ended last and whichever process recorded before: :func:`record_best`), a decided
-    comparison's pairs and verdict, the parent run's description, the parent run FINISHED,
-    and this process's claim of the end marked done."""
+    trial ended last and whichever process recorded before: :meth:`TrialBook.record_best`), a
+    decided comparison's pairs and verdict, the parent run's description, the parent run
+    FINISHED, and this process's claim of the end marked done."""
     book.study.fresh()
-    record_best(book, again=True)
+    book.record_best(again=True)
     log_comparison(book)
     note_parent(book)
     book.runs.end_parent("FINISHED")

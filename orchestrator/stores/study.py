@@ -343,6 +343,11 @@ class SweepStudy(StudyView):
             keys.REPEAT: attrs.get(keys.REPEAT, 0), keys.RETRY_OF: failed.number,
             keys.RETRY_ROOT: attrs.get(keys.RETRY_ROOT, failed.number), **kept})
 
+    def will_retry(self, kind: str, root: int, recorded: bool = False) -> bool:
+        """:func:`~orchestrator.stores.retries.will_retry` for the trial first started as number
+        ``root`` (``recorded``: this crash is already counted)."""
+        return will_retry(kind, self.spec.retries, lambda: self.crashes(root) - recorded)
+
     def crashes(self, root: int) -> int:
         """How many attempts of the trial started as number ``root`` crashed (a trial failed
         for a stale heartbeat has no kind: its machine died, a crash)."""
@@ -358,25 +363,16 @@ class SweepStudy(StudyView):
         kind = "interrupt" if isinstance(error, KeyboardInterrupt) else "crash"
         root = t.user_attrs.get(keys.RETRY_ROOT, t.number)
         try:
-            retry = will_retry(kind, self.spec.retries, lambda: self.crashes(root))
+            retry = self.will_retry(kind, root)
             self.fail(t, f"could not be started: {type(error).__name__}: {error}", kind, retry)
         except Exception:  # noqa: BLE001 - the original error is the one to report
             pass
 
     # ----------------------------------------- several machines (:class:`machines.Machines`)
 
-    @property
-    def heartbeat(self) -> bool:
-        """Whether the storage keeps trial heartbeats (:attr:`Machines.heartbeat`)."""
-        return self.machines.heartbeat
-
     def beat(self, pending: PendingTrial) -> None:
         """Record that ``pending`` is alive (:meth:`Machines.beat`)."""
         self.machines.beat(pending.trial)
-
-    def fail_stale(self) -> list[optuna.trial.FrozenTrial]:
-        """Fail the trials whose heartbeat stopped (:meth:`Machines.fail_stale`)."""
-        return self.machines.fail_stale()
 
     def orphans(self) -> list[optuna.trial.FrozenTrial]:
         """RUNNING trials whose process on this host is gone (:meth:`Machines.orphans`), read

@@ -3,7 +3,7 @@ several: the parent run's ``best_value``, ``sweep.best_run_id``, ``sweep.best_tr
 ``sweep.answer``, the study's attribute, ``sweep status``, the end table of ``sweep run`` and the
 export all name the same level and value.
 
-The recording logic (:func:`orchestrator.running.book.record_best`) is driven here on real
+The recording logic (:func:`orchestrator.running.book.record`) is driven here on real
 stores (an Optuna journal, an MLflow SQLite store) by trials asked from the real plan and told in
 random orders, by one process or by two whose writes may come from a stale read."""
 from __future__ import annotations
@@ -29,7 +29,7 @@ from orchestrator.answer import compare
 from orchestrator.config.spec import SweepSpec, validate
 from orchestrator.core import keys
 from orchestrator.report import status
-from orchestrator.running.book import TrialBook, record_best
+from orchestrator.running.book import TrialBook, record
 from orchestrator.running.protocol import Done, Epoch
 from orchestrator.running.runner import configuration_means
 from orchestrator.stores.study import PendingTrial, SweepStudy
@@ -65,8 +65,8 @@ class Interleaved(Tracker):
 
 @dataclass
 class Process:
-    """One ``sweep run`` process's share of the recording: what record_best reads of its trial
-    book (its own study handle, with its own cached reads; the shared MLflow store)."""
+    """One ``sweep run`` process's share of the recording: what its trial book's record_best
+    reads (its own study handle, with its own cached reads; the shared MLflow store)."""
 
     spec: SweepSpec
     study: SweepStudy
@@ -77,11 +77,16 @@ class Process:
     stale: list | None = None  # a read of the trials whose write has not happened yet
     running: int = 0
 
+    def record_best(self, trials: list | None = None, again: bool = False) -> None:
+        """As :meth:`TrialBook.record_best`: :func:`record`, given what was recorded last."""
+        self.best_value = record(self.study, self.tracker, self.parent_id, self.best_value,
+                                 trials=trials, again=again)
+
     def write_late(self) -> None:
         """The write of a record computed from an earlier read (a slow process)."""
         if self.stale is not None:
             trials, self.stale = self.stale, None
-            record_best(self, trials=trials)
+            self.record_best(trials=trials)
         then, self.tracker.meanwhile = self.tracker.meanwhile, None
         if then is not None:  # it did not come during a write: it comes after
             then()
@@ -141,20 +146,20 @@ def run_order(stores, name: str, spec: SweepSpec, processes: int, rng: random.Ra
             p.stale = p.study.trials()  # read now, written later
             q = next(q for q in procs if q is not p)
             if rng.random() < 0.5:  # and the other records again between its check and write
-                p.tracker.meanwhile = lambda q=q: (q.write_late(), record_best(q, again=True))
+                p.tracker.meanwhile = lambda q=q: (q.write_late(), q.record_best(again=True))
         else:
-            record_best(p)
+            p.record_best()
             problems += recorded_now(p, c, rng, alone=processes == 1)
     else:
         raise AssertionError("the plan never ended")
     end = rng.choice(procs)  # the process that claims the end of the sweep
     late = [p for p in procs if p is not end and p.stale is not None]
     if late and rng.random() < 0.8:  # the end's record lands while a slower process writes
-        late[0].tracker.meanwhile = lambda: (end.write_late(), record_best(end, again=True))
+        late[0].tracker.meanwhile = lambda: (end.write_late(), end.record_best(again=True))
         late[0].write_late()
     else:
         end.write_late()
-        record_best(end, again=True)
+        end.record_best(again=True)
     for p in rng.sample(procs, len(procs)):  # slower processes' writes after the end
         p.write_late()
     return procs, problems
@@ -324,18 +329,18 @@ def test_a_best_read_before_the_last_trial_ended_never_outlasts_the_answer(memor
         end_trial(a, pending, PLANTED)
         if compare.final_answer(c, a.study.trials()) is not None:
             break
-        record_best(a)
+        a.record_best()
     found = compare.final_answer(c, a.study.trials())
     mine = [PLANTED["16", s] for s in (1, 2, 3)][:found.seeds]
     assert found.level == "16" and found.mean == pytest.approx(np.mean(mine))
     assert compare.standing(c, stale, spec.directions).value == 0.30  # B's: one seed's value
     if when == "during":
-        b.tracker.meanwhile = lambda: record_best(a)
-        record_best(b, trials=stale)
+        b.tracker.meanwhile = lambda: a.record_best()
+        b.record_best(trials=stale)
     else:
-        record_best(a)
+        a.record_best()
         logged = len(tracker.client.get_metric_history(parent, keys.BEST_VALUE))
-        record_best(b, trials=stale)
+        b.record_best(trials=stale)
         assert len(tracker.client.get_metric_history(parent, keys.BEST_VALUE)) == logged
     best_value, tags = parent_says(tracker, parent)
     assert best_value == pytest.approx(found.mean)

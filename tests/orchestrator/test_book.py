@@ -13,7 +13,7 @@ from orchestrator.config import space
 from orchestrator.config.spec import validate
 from orchestrator.core import keys
 from orchestrator.running import book as book_module
-from orchestrator.running.book import TrialBook, fail_stale_trials, record_best
+from orchestrator.running.book import TrialBook
 from orchestrator.running.protocol import Done, Epoch, Failed
 from orchestrator.running.runs import StoreBroke
 from orchestrator.stores import tracking
@@ -118,9 +118,9 @@ def test_recording_again_rewrites_the_best_another_writer_overwrote(stores, open
         str(best.number)
     assert client.get_run(book.parent_id).data.tags[key] == right
     client.set_tag(book.parent_id, key, "99")  # another writer's, since
-    record_best(book)  # nothing new to this process: nothing written
+    book.record_best()  # nothing new to this process: nothing written
     assert client.get_run(book.parent_id).data.tags[key] == "99"
-    record_best(book, again=True)
+    book.record_best(again=True)
     assert client.get_run(book.parent_id).data.tags[key] == right
 
 
@@ -359,7 +359,7 @@ def test_trials_whose_heartbeat_stopped_are_failed_retried_and_every_run_of_thei
     while any(book.study.trials()[p.number].state == TrialState.RUNNING for p in dead) and \
             time.monotonic() < deadline:
         time.sleep(0.5)
-        fail_stale_trials(book)
+        book.liveness.fail_stale()
     trials = book.study.trials()
     assert [trials[p.number].state for p in dead] == [TrialState.FAIL] * 2
     assert sorted(t.user_attrs.get(keys.RETRY_OF) for t in trials

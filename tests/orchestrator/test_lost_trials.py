@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 from orchestrator.config.spec import validate
 from orchestrator.core import keys
-from orchestrator.running.book import TrialBook, fail_stale_trials
+from orchestrator.running.book import TrialBook
 from orchestrator.running.protocol import Failed
 from tests.conftest import tiny_spec
 from tests.helpers import done, epoch, run_trial
@@ -43,7 +43,7 @@ def books(tmp_path, stores):
 
 def stall(book: TrialBook) -> None:
     """The process holds its heartbeat thread past the grace (a loaded machine, a SIGSTOP)."""
-    book.heartbeat.stop()
+    book.liveness.heartbeat.stop()
     time.sleep(PAST_GRACE_S)
 
 
@@ -52,8 +52,8 @@ def fail_as_stale(other: TrialBook, number: int) -> None:
     deadline = time.monotonic() + 15
     while other.study.trials()[number].state == TrialState.RUNNING:
         assert time.monotonic() < deadline, "the stalled trial was never failed as stale"
-        other.heartbeat._next_check = 0.0  # its next pass looks again (once an interval)
-        fail_stale_trials(other)
+        other.liveness.heartbeat._next_check = 0.0  # its next pass looks again (once an interval)
+        other.liveness.fail_stale()
         time.sleep(0.2)
 
 
@@ -65,7 +65,7 @@ def test_a_process_never_fails_its_own_running_trial_as_stale(books, stores):
     book = books()
     pending = run_trial(book, [0.5])
     stall(book)  # its own last beat is past the grace: another process would fail the trial
-    fail_stale_trials(book)
+    book.liveness.fail_stale()
     assert book.study.trials()[pending.number].state == TrialState.RUNNING
     assert not [line for line in book.said if "no heartbeat" in line]
     assert book.report_epoch(0, epoch(2, 0.6)) is False

@@ -108,5 +108,5 @@ def test_a_process_marks_done_only_its_own_claim(tmp_path):
 def test_a_journal_study_keeps_no_heartbeats_and_fails_no_stale_trial(tmp_path):
     study = _study(tmp_path)
     study.next_trial()
-    assert not study.heartbeat and study.fail_stale() == []
+    assert not study.machines.heartbeat and study.machines.fail_stale() == []
     assert [t.state for t in study.trials()][:1] == [TrialState.RUNNING]
