@@ -9,12 +9,11 @@ idle worker from it.
 from __future__ import annotations
 
 import shutil
-import signal
 import statistics
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..answer import compare, objectives, summary
@@ -46,6 +45,7 @@ from .protocol import (
     Warmed,
 )
 from .runs import StoreRefused
+from .signals import Signals
 from .sweep_end import claim_sweep_end, close_sweep
 from .timeouts import enforce_lent_deadline, enforce_trial_timeout
 
@@ -66,74 +66,6 @@ class Outcome:
     # with repeats or a comparison's confirmation: per configuration, best mean first
     configurations: list[dict[str, Any]] = field(default_factory=list)
     study_name: str = ""  # the spec's name, or NAME-2... for a new study
-
-
-RESEND_S = 0.05  # how soon a stop signal that came during an import comes again
-
-
-def in_import_machinery(frame) -> bool:
-    """Whether ``frame`` (where a signal handler interrupts the main thread) is importlib's
-    own code: an exception raised there may land in a weakref callback, where Python prints it
-    and drops it."""
-    return frame is not None and frame.f_code.co_filename.startswith("<frozen importlib")
-
-
-class _Signals:
-    """SIGINT/SIGTERM set a flag the loop checks; a second one exits at once, and so does the
-    first after :data:`ESCALATE_S` s in which the orderly stop did not end (a store's client
-    retrying, a wait for a store that does not answer): the signal is sent again then.
-
-    Python runs signal handlers in the main thread alone and lets only it set them, so a sweep
-    run from another thread (a notebook's background thread, a server) installs none: there
-    Ctrl-C is its caller's to handle. In Jupyter a cell runs in the main thread and the
-    kernel's interrupt is a SIGINT, so it stops the sweep as Ctrl-C does in a terminal.
-    """
-
-    ESCALATE_S = 10.0
-
-    def __init__(self):
-        self.received: str | None = None
-        self._old = {}
-        self._ended = threading.Event()
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._old[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame):
-        if self.received:  # the stop's name, for the exit code (cli.main reads it)
-            if in_import_machinery(frame):
-                # raised in importlib's module-lock callback, it was printed ("Exception
-                # ignored", a traceback) and dropped: the signal comes again a moment later
-                again = threading.Timer(RESEND_S, self._resend, (signum,))
-                again.daemon = True
-                again.start()
-                return
-            raise KeyboardInterrupt(self.received)
-        self.received = signal.Signals(signum).name
-        threading.Thread(target=self._escalate, args=(signum, threading.main_thread().ident),
-                         name="sweep-stop", daemon=True).start()
-
-    def _resend(self, signum: int) -> None:
-        if not self._ended.is_set():
-            signal.pthread_kill(threading.main_thread().ident, signum)
-
-    def _escalate(self, signum: int, main: int) -> None:
-        # a signal delivered to the main thread wakes it from a blocking call (a sleep between
-        # retries, a socket), where a flag would wait for the call to return
-        while not self._ended.wait(self.ESCALATE_S):
-            signal.pthread_kill(main, signum)
-
-    @property
-    def exit_code(self) -> ExitCode:
-        return ExitCode.stopped_by(self.received)
-
-    def __exit__(self, *exc):
-        self._ended.set()
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
 
 
 def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
@@ -162,18 +94,10 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
     started = time.monotonic()
     tracking_uri = tracking_uri or paths.default_tracking_uri()
     storage = storage or default_storage(tracking_uri)
-    gpus = gpus if gpus is not None else spec.gpus
-    slots = plan_slots(workers or spec.workers, list(gpus) if gpus is not None else None,
-                       workers_per_gpu=spec.workers_per_gpu,
-                       devices_per_trial=spec.train.get("devices_per_trial", 1),
-                       max_threads=thread_cap())
     # Workers never touch the stores, so they can import torch while the stores are created.
-    logs = paths.work_dir(tracking_uri, spec.name) / "logs"
-    made = next((f for f in (*reversed(logs.parents[:2]), logs) if not f.exists()), None)
-    pool = WorkerPool(slots, logs, warm=warm_up_settings(spec))
-    pool.start()
+    pool, made = start_pool(spec, tracking_uri, workers, gpus if gpus is not None else spec.gpus)
     try:
-        with _Signals() as signals:
+        with Signals() as signals:
             try:
                 book = TrialBook.open(spec, storage, tracking_uri, spec_text=spec_text, new=new,
                                       say=progress.trial_done if progress else None)
@@ -196,6 +120,22 @@ def run_sweep(spec: SweepSpec, *, spec_text: str, storage: str | None = None,
         pool.stop()
 
 
+def start_pool(spec: SweepSpec, tracking_uri: str, workers: int | None,
+               gpus: list[int] | None) -> tuple[WorkerPool, Path | None]:
+    """Start the workers of ``spec`` (``workers`` and ``gpus`` as given, else the spec's), their
+    logs in the sweep's work folder; returns the pool and the first folder it made (None when
+    they all existed), for a sweep refused before any trial to leave none behind."""
+    slots = plan_slots(workers or spec.workers, list(gpus) if gpus is not None else None,
+                       workers_per_gpu=spec.workers_per_gpu,
+                       devices_per_trial=spec.train.get("devices_per_trial", 1),
+                       max_threads=thread_cap())
+    logs = paths.work_dir(tracking_uri, spec.name) / "logs"
+    made = next((f for f in (*reversed(logs.parents[:2]), logs) if not f.exists()), None)
+    pool = WorkerPool(slots, logs, warm=warm_up_settings(spec))
+    pool.start()
+    return pool, made
+
+
 def warm(spec: SweepSpec, workers: list[Worker], running: int,
          ahead: phases.Speculation, finished: int) -> None:
     """Workers left without a trial while other trials still run export the best trial so
@@ -214,7 +154,7 @@ class _Loop:
     """The scheduling loop of one ``sweep run``: launches trials on idle workers, passes their
     messages to the trial book, enforces timeouts and shows progress."""
 
-    def __init__(self, book: TrialBook, pool: WorkerPool, signals: _Signals, progress,
+    def __init__(self, book: TrialBook, pool: WorkerPool, signals: Signals, progress,
                  force: bool = False):
         self.book, self.spec, self.study = book, book.spec, book.study
         self.pool, self.signals, self.progress, self.force = pool, signals, progress, force

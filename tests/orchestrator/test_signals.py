@@ -333,9 +333,9 @@ def test_a_second_signal_during_an_import_is_raised_a_moment_later_not_dropped()
     """The second SIGINT raises KeyboardInterrupt where the main thread is. In importlib's
     module-lock callback Python printed that as "Exception ignored" with a traceback and
     dropped it: in importlib's code the handler raises nothing, and the signal comes again."""
-    from orchestrator.running import runner
+    from orchestrator.running.signals import Signals
 
-    with runner._Signals() as signals:
+    with Signals() as signals:
         signals.received = "SIGINT"  # the first one came
         try:
             signals._handle(signal.SIGINT, _an_import_frame())
