@@ -223,15 +223,7 @@ def train_rank(settings: TrainSettings, ranks: Ranks, on_epoch_end,
     run = build_run(settings, device, data, ranks)
     steps_per_epoch = run.train_batches.steps_per_epoch
 
-    reports: list[EpochReport] = []
-    discarded = ""
-    if checkpoint_dir is not None:
-        state, discarded = checkpoint.resume(checkpoint_dir, settings.to_dict(),
-                                             set_aside=ranks.leader)
-        if state is not None:
-            run.restore(state)
-            reports = [EpochReport(i + 1, m, [tuple(x) for x in lr], resumed=True)
-                       for i, (m, lr) in enumerate(zip(state["history"], state["lr_steps"]))]
+    reports, discarded = _resume(run, settings, ranks, checkpoint_dir)
     resumed_from = len(reports)
 
     def report(r: EpochReport) -> bool:
@@ -267,6 +259,22 @@ def train_rank(settings: TrainSettings, ranks: Ranks, on_epoch_end,
                        train_seconds=time.perf_counter() - started - hook_seconds,
                        device=str(device), model=run.module, resumed_from=resumed_from,
                        discarded_checkpoint=discarded, val_items=run.val_items)
+
+
+def _resume(run: Run, settings: TrainSettings, ranks: Ranks,
+            checkpoint_dir) -> tuple[list[EpochReport], str]:
+    """Restore ``run`` from the last checkpoint in ``checkpoint_dir`` written under these
+    settings, if any: the epochs it holds (reported again, marked resumed) and why a checkpoint
+    was set aside (:func:`checkpoint.resume`; empty when none was)."""
+    if checkpoint_dir is None:
+        return [], ""
+    state, discarded = checkpoint.resume(checkpoint_dir, settings.to_dict(),
+                                         set_aside=ranks.leader)
+    if state is None:
+        return [], discarded
+    run.restore(state)
+    return [EpochReport(i + 1, m, [tuple(x) for x in lr], resumed=True)
+            for i, (m, lr) in enumerate(zip(state["history"], state["lr_steps"]))], discarded
 
 
 def train_one_epoch(run: Run, epoch: int, first_step: int) -> tuple[dict[str, float], list]:

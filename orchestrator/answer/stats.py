@@ -263,6 +263,18 @@ def compare_paired(values: Mapping[str, Mapping[Hashable, float | None]], *,
     level_alpha = boundary_alpha(alpha, looks, max(2, seeds))
     # the range a difference can take (infinite when the bounds span more than a float)
     limits = (low - high, high - low) if low is not None and high is not None else None
+    raw = _each_pair(values, configs, level_alpha, limits, min_pairs)
+    adjusted = holm([s["p"] for *_, s in raw])
+    common = {"factor": factor, "precision": precision, "look": look, "looks": looks}
+    return [_result(a, b, s, p_holm, level_alpha, direction, common)
+            for (a, b, pairs, s), p_holm in zip(raw, adjusted)]
+
+
+def _each_pair(values: Mapping[str, Mapping[Hashable, float | None]],
+               configs: Mapping[str, Mapping[Hashable, Hashable]] | None, level_alpha: float,
+               limits: tuple[float, float] | None, min_pairs: int) -> list[tuple]:
+    """``(a, b, pairs, statistics)`` of every pair of levels in :func:`level_order`, before
+    Holm's adjustment across them."""
     levels = level_order(values)
     by_label = {str(k): v for k, v in values.items()}
     cfg = {str(k): v for k, v in (configs or {}).items()}
@@ -271,10 +283,7 @@ def compare_paired(values: Mapping[str, Mapping[Hashable, float | None]], *,
         for b in levels[i + 1:]:
             pairs = _pairs(by_label[a], by_label[b], cfg.get(a), cfg.get(b))
             raw.append((a, b, pairs, _pair_stats(pairs, level_alpha, limits, min_pairs)))
-    adjusted = holm([s["p"] for *_, s in raw])
-    common = {"factor": factor, "precision": precision, "look": look, "looks": looks}
-    return [_result(a, b, s, p_holm, level_alpha, direction, common)
-            for (a, b, pairs, s), p_holm in zip(raw, adjusted)]
+    return raw
 
 
 def _pairs(a: Mapping, b: Mapping, cfg_a: Mapping | None,

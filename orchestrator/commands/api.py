@@ -185,12 +185,7 @@ def run(spec: str | Path | Mapping[str, Any] | SweepSpec, *, trials: int | None 
         SweepInterrupted: Ctrl-C (or SIGTERM) stopped it; a :class:`KeyboardInterrupt`.
             Signals are caught only when it runs in the main thread.
     """
-    for flag, value in (("trials", trials), ("workers", workers)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise SweepError(f"{flag} must be an int >= 1, got {value!r} "
-                             f"({type(value).__name__}); e.g. {flag}=3")
-        if value is not None and value < 1:
-            raise SweepError(f"{flag} must be >= 1, got {value}")
+    _check_counts(trials=trials, workers=workers)
     overrides = override_lines(set) + ([f"trials={trials}"] if trials else [])
     spec, text = _spec_of(spec, overrides, max_grid)
     console = console or Console(highlight=False)
@@ -205,6 +200,16 @@ def run(spec: str | Path | Mapping[str, Any] | SweepSpec, *, trials: int | None 
     if outcome.exit_code.stopped:
         raise SweepInterrupted(result)
     return result
+
+
+def _check_counts(**counts: int | None) -> None:
+    """Refuse a count (``trials``, ``workers``) given but not an int of at least 1."""
+    for flag, value in counts.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise SweepError(f"{flag} must be an int >= 1, got {value!r} "
+                             f"({type(value).__name__}); e.g. {flag}=3")
+        if value is not None and value < 1:
+            raise SweepError(f"{flag} must be >= 1, got {value}")
 
 
 def _check(spec: SweepSpec, console: Console, tracking_uri: str | None,

@@ -103,33 +103,11 @@ def print_summary(console: Console, spec, outcome) -> None:
             console.print(line, soft_wrap=True, markup=False, highlight=False)
     objective = "; ".join(f"{o.label}, {o.goal}" for o in spec.objectives)
     if outcome.configurations:
-        from ..answer.words import Words
-
-        # a comparison's accuracy as its answer writes it: means in %, their spread in points
-        scale = 100 if spec.compare is not None and Words.of((), spec.objective.metric).percent \
-            else 1
-        table = Table(title=f"best configurations ({objective}; mean and std over seeds"
-                            f"{', in %' if scale == 100 else ''})")
-        for col in ("configuration", "mean", "std", "n", "trials"):
-            table.add_column(col, overflow="fold")
-        digits = 2 if scale == 100 else 4
-        for conf in outcome.configurations[:SUMMARY_ROWS]:
-            table.add_row(conf["name"], f"{scale * conf['mean']:.{digits}f}",
-                          f"{scale * conf['std']:.{digits}f}", str(conf["n"]),
-                          " ".join(map(str, conf["trials"])))
-        console.print(table)
+        console.print(_configurations_table(spec, outcome.configurations, objective))
         ids = [(n, run) for conf in outcome.configurations[:SUMMARY_ROWS]
                for n, run in zip(conf["trials"], conf["run_ids"])]
     elif outcome.best:
-        several = spec.is_multi_objective
-        table = Table(title=f"Pareto front: {len(outcome.best)} trials ({objective})" if several
-                      else f"best trials ({objective})")
-        for col in ("trial", "values" if several else "value", "settings"):
-            table.add_column(col, overflow="fold")
-        for b in outcome.best:
-            table.add_row(str(b["number"]), values_text(b.get("values") or [b["value"]]),
-                          params_text(b["settings"]))
-        console.print(table)
+        console.print(_best_table(spec, outcome.best, objective))
         ids = [(b["number"], b["run_id"]) for b in outcome.best]
     else:
         ids = []
@@ -140,6 +118,39 @@ def print_summary(console: Console, spec, outcome) -> None:
                           highlight=False)
     console.print(_browse_lines(name, outcome), soft_wrap=True, markup=False,
                   highlight=False)
+
+
+def _configurations_table(spec, configurations: list[dict], objective: str) -> Table:
+    """The best configurations of a sweep with repeats or a comparison: each one's mean and
+    std over its seeds (a comparison's accuracy in percent, as its answer shows it)."""
+    from ..answer.words import Words
+
+    # a comparison's accuracy as its answer writes it: means in %, their spread in points
+    scale = 100 if spec.compare is not None and Words.of((), spec.objective.metric).percent \
+        else 1
+    table = Table(title=f"best configurations ({objective}; mean and std over seeds"
+                        f"{', in %' if scale == 100 else ''})")
+    for col in ("configuration", "mean", "std", "n", "trials"):
+        table.add_column(col, overflow="fold")
+    digits = 2 if scale == 100 else 4
+    for conf in configurations[:SUMMARY_ROWS]:
+        table.add_row(conf["name"], f"{scale * conf['mean']:.{digits}f}",
+                      f"{scale * conf['std']:.{digits}f}", str(conf["n"]),
+                      " ".join(map(str, conf["trials"])))
+    return table
+
+
+def _best_table(spec, best: list[dict], objective: str) -> Table:
+    """The best trials of a sweep, or its Pareto front with several objectives."""
+    several = spec.is_multi_objective
+    table = Table(title=f"Pareto front: {len(best)} trials ({objective})" if several
+                  else f"best trials ({objective})")
+    for col in ("trial", "values" if several else "value", "settings"):
+        table.add_column(col, overflow="fold")
+    for b in best:
+        table.add_row(str(b["number"]), values_text(b.get("values") or [b["value"]]),
+                      params_text(b["settings"]))
+    return table
 
 
 def _report_answer(name: str, outcome) -> list[str] | None:

@@ -33,23 +33,7 @@ def _levels_of(node: sp.Node) -> tuple:
 def check_compare(top, space: sp.Space, problems: list[str]) -> int | None:
     """The rules of ``compare:``; the most trials the comparison can run."""
     c, before = top.compare, len(problems)
-    nodes = {n.setting: n for n in space}
-    searched = [n.setting for n in space if not isinstance(n, sp.Fixed)]
-    twice = [f for i, f in enumerate(c.factors) if f in c.factors[:i]]
-    if twice:
-        problems.append(f"compare.factor names {twice[0]} twice, got {c.factor}; name it once")
-    for f in dict.fromkeys(c.factors):
-        node = nodes.get(f)
-        if node is None or isinstance(node, sp.Fixed):
-            problems.append(f"compare.factor: {f!r} is not a searched setting at the top of "
-                            f"space (it searches {', '.join(searched) or 'nothing'}); list its "
-                            f"levels under space, e.g. space.{f}: [a, b]")
-        elif isinstance(node, sp.Range):
-            problems.append(f"compare.factor: space.{f} is a range; a comparison needs its "
-                            f"levels as a list (e.g. [32, 128]) or an option mapping")
-        elif len(_levels_of(node)) < 2:
-            problems.append(f"compare.factor: space.{f} has one level, "
-                            f"{list(_levels_of(node))}; list at least two to compare")
+    problems.extend(_factor_problems(c, space))
     if c.goal == "effects" and len(c.factors) < 2:
         problems.append(f"compare.goal: effects needs two or more settings in compare.factor "
                         f"(main effects and their interaction), got factor: {c.factor}; use "
@@ -87,6 +71,30 @@ def check_compare(top, space: sp.Space, problems: list[str]) -> int | None:
                         f"here {least} to {most}), got trials: {top.trials}; remove trials (or "
                         f"--trials)")
     return most
+
+
+def _factor_problems(c, space: sp.Space) -> list[str]:
+    """What is wrong with ``compare.factor``: a setting named twice, one the top of the space
+    does not search, a range, a setting of one level."""
+    problems = []
+    nodes = {n.setting: n for n in space}
+    searched = [n.setting for n in space if not isinstance(n, sp.Fixed)]
+    twice = [f for i, f in enumerate(c.factors) if f in c.factors[:i]]
+    if twice:
+        problems.append(f"compare.factor names {twice[0]} twice, got {c.factor}; name it once")
+    for f in dict.fromkeys(c.factors):
+        node = nodes.get(f)
+        if node is None or isinstance(node, sp.Fixed):
+            problems.append(f"compare.factor: {f!r} is not a searched setting at the top of "
+                            f"space (it searches {', '.join(searched) or 'nothing'}); list its "
+                            f"levels under space, e.g. space.{f}: [a, b]")
+        elif isinstance(node, sp.Range):
+            problems.append(f"compare.factor: space.{f} is a range; a comparison needs its "
+                            f"levels as a list (e.g. [32, 128]) or an option mapping")
+        elif len(_levels_of(node)) < 2:
+            problems.append(f"compare.factor: space.{f} has one level, "
+                            f"{list(_levels_of(node))}; list at least two to compare")
+    return problems
 
 
 def _untuned(c, space: sp.Space) -> list[str]:

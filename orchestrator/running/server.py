@@ -364,16 +364,8 @@ def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str
         _wait_until_it_answers(proc, what, base, log_path)
         if sidecar is not None:
             _wait_until_it_listens(procs[0], sidecar)
-        found = path(base) if callable(path) else path
-        path, *under = (found,) if isinstance(found, str) else found
-        console.print(f"{what}: {base}{path}{hint}   (Ctrl-C stops it; server log: {log_path})",
-                      soft_wrap=True)
-        for line in under:
-            console.print(f"  {line}", soft_wrap=True)
-        if sidecar is not None:
-            console.print(f"{sidecar.what}: {sidecar.url}{sidecar.hint}   (log: "
-                          f"{sidecar.log_path})", soft_wrap=True)
-        console.file.flush()
+        _say_where(console, what, base, path(base) if callable(path) else path, hint, log_path,
+                   sidecar)
         _wait_for_the_end(proc, procs[0] if sidecar is not None else None, sidecar)
     except KeyboardInterrupt:
         pass
@@ -383,6 +375,21 @@ def serve(console: Console, cmd: list[str], log_path: Path, what: str, base: str
         for s, handler in previous.items():
             signal.signal(s, handler)
     return ExitCode.OK
+
+
+def _say_where(console: Console, what: str, base: str, found: str | tuple[str, ...], hint: str,
+               log_path: Path, sidecar: Sidecar | None) -> None:
+    """Print the URL of a server that answers (``base`` and the path ``found``, whose further
+    lines are said under it), and its sidecar's."""
+    path, *under = (found,) if isinstance(found, str) else found
+    console.print(f"{what}: {base}{path}{hint}   (Ctrl-C stops it; server log: {log_path})",
+                  soft_wrap=True)
+    for line in under:
+        console.print(f"  {line}", soft_wrap=True)
+    if sidecar is not None:
+        console.print(f"{sidecar.what}: {sidecar.url}{sidecar.hint}   (log: "
+                      f"{sidecar.log_path})", soft_wrap=True)
+    console.file.flush()
 
 
 def _start(cmd: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
