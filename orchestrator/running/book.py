@@ -168,7 +168,7 @@ class TrialBook:
         from trainers import SettingsError, TrainSettings  # settings only: no torch import here
 
         tags = {**self.spec.tags, **run_tags(self.study.name, slot, pending, worker)}
-        tags[keys.CONFIG] = config_name(sp.settings_for(self.spec.space, pending.trial.params))
+        tags[keys.CONFIG] = config_name(sp.settings_for(self.spec.space, pending.params))
         try:
             resolved = TrainSettings.from_dict(pending.settings)
         except SettingsError as e:  # a combination the spec's checks could not rule out

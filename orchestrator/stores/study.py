@@ -57,6 +57,11 @@ class PendingTrial:
     def number(self) -> int:
         return self.trial.number
 
+    @property
+    def params(self) -> dict[str, Any]:
+        """The trial's parameters as the study records them (sampled, or queued fixed)."""
+        return self.trial.params
+
     def set_attr(self, key: str, value: Any) -> None:
         """Record ``value`` on the trial under ``key`` (a user attribute)."""
         self.trial.set_user_attr(key, value)
