@@ -876,7 +876,7 @@ DISTINCT_VALUES = {
                        "lr: [0.01]\n  nesterov: [true, false]"),
     "inside an option": ({}, "optimizer:\n    adam: {lr: [0.001]}\n    sgd: {lr: [0.1, 1e-2]}"),
     "a user's keyword": ({}, f"optimizer:\n    {LION}: {{beta1: [0.9, 9e-2]}}"),
-    "a compared factor": (COMPARE, "lr: [1e-3, 0.01]"),
+    "a compared factor": (COMPARE, "lr: [1e-3, 0.01]\n  batch_size: [32, 64]"),  # one tuned
     "a grid's axis": (GRID, "lr: [0.01, 1e-1]\n  batch_size: [64]"),
     "a scaling grid": (SCALING, f"batch_size: [64, 128]\n  lr: {SCALING_LRS}"),
 }
