@@ -301,9 +301,12 @@ def test_time_to_target_names_the_level_that_reaches_it_in_fewer_epochs_in_both_
     assert (r.diff, r.ci_low, r.ci_high, r.p) == pytest.approx((diff.mean(), low, high, p))
     [said] = [s for s in c.sentences if s.startswith("Epochs to reach")]
     metric = "val_acc" if direction == "maximize" else "val_loss"
+    # every figure to 2 significant digits of its interval's half-width, as the answer writes it
+    digits = max(0, 1 - math.floor(math.log10((high - low) / 2)))
     assert said.startswith(f"Epochs to reach {metric} {c.target:g}, compared over the paired "
-                           f"seeds: adam is faster than sgd by {diff.mean():.2g} ")
-    assert f"[{low:.2g}, {high:.2g}] (95% t interval)" in said and "sgd is faster" not in said
+                           f"seeds: adam is faster than sgd by {diff.mean():.{digits}f} ")
+    assert f"[{low:.{digits}f}, {high:.{digits}f}] (95% t interval)" in said and \
+        "sgd is faster" not in said
 
 
 @pytest.mark.parametrize("direction", ["maximize", "minimize"])
