@@ -104,16 +104,22 @@ def print_summary(console: Console, spec, outcome) -> None:
     objective = "; ".join(f"{o.label}, {o.goal}" for o in spec.objectives)
     if outcome.configurations:
         console.print(_configurations_table(spec, outcome.configurations, objective))
-        ids = [(n, run) for conf in outcome.configurations[:SUMMARY_ROWS]
+        # each configuration's runs under its name (a comparison's level), as its table rows
+        ids = [(conf["name"], n, run) for conf in outcome.configurations[:SUMMARY_ROWS]
                for n, run in zip(conf["trials"], conf["run_ids"])]
     elif outcome.best:
         console.print(_best_table(spec, outcome.best, objective))
-        ids = [(b["number"], b["run_id"]) for b in outcome.best]
+        ids = [(None, b["number"], b["run_id"]) for b in outcome.best]
     else:
         ids = []
-    if any(run for _, run in ids):
+    if any(run for *_, run in ids):
         console.print("their MLflow runs:", soft_wrap=True)
-        for number, run in ids:
+        named = None
+        for configuration, number, run in ids:
+            if configuration is not None and configuration != named:
+                console.print(f"  {configuration}:", soft_wrap=True, markup=False,
+                              highlight=False)
+                named = configuration
             console.print(f"  trial {number}: {run or '(none)'}", soft_wrap=True,
                           highlight=False)
     console.print(_browse_lines(name, outcome), soft_wrap=True, markup=False,

@@ -572,6 +572,18 @@ def _check_units_lines_and_edges(stores, said: list[str], status: str, report: s
     assert answer < next(i for i, line in enumerate(said) if "best configurations" in line)
     assert answer < said.index("their MLflow runs:")
     study = stores.study("tinycmp")
+    # each run id under the name of its configuration, which names the trial's level
+    header, listed = None, 0
+    for line in said[said.index("their MLflow runs:") + 1:]:
+        if not line.startswith("  "):
+            break
+        if line.startswith("  trial "):
+            level = study.trials[int(line.split()[1].rstrip(":"))].user_attrs[keys.LEVEL]
+            assert header is not None and level in header, (header, line)
+            listed += 1
+        else:
+            header = line
+    assert listed > 0
     for t in study.trials:  # piped lines: each trial by its level and phase, val_acc in %
         a = t.user_attrs
         where = f"confirmation seed {a[keys.SEED]}" if a[keys.PHASE] == "confirm" else \
